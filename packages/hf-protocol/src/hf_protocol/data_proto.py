@@ -1,0 +1,474 @@
+"""DataProto: the batch every HybridFlow worker group takes in and hands back.
+
+A DataProto is three things about the same ``N`` samples:
+
+* ``batch`` — a ``TensorDict`` of tensors, batch dimension 0 (``[N, ...]``);
+* ``non_tensor_batch`` — a dict of numpy arrays, one entry per sample along axis 0
+  (object arrays for strings, lists and dicts);
+* ``meta_info`` — a dict of values that describe the whole batch (temperature,
+  metrics, global step).
+
+The method names are verl's, so code written against ``verl.DataProto`` reads the
+same. Where behaviour differs it is on purpose: ``chunk(n)`` always returns ``n``
+balanced parts, pickling never goes through ``torch.save``, files load without
+unpickling, and bad input raises an error that names the key and leaves the
+inputs unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from hf_protocol import reshaping, storage, transport
+from hf_protocol.columns import (
+    as_row_indices,
+    check_tensor_column,
+    tensor_columns,
+    to_numpy_column,
+)
+from hf_protocol.display import format_dataproto
+from hf_protocol.iteration import iterate_mini_batches
+from hf_protocol.sizes import balanced_chunk_sizes, fixed_split_sizes, offsets
+from hf_protocol.unions import (
+    merge_concat_meta_info,
+    union_meta_info,
+    union_numpy_dict,
+    union_tensor_dict,
+)
+
+IndexLike = Sequence[int] | Sequence[bool] | np.ndarray | torch.Tensor
+
+
+@dataclass
+class DataProtoItem:
+    """One sample of a DataProto: ``data[i]``.
+
+    ``batch`` is the TensorDict row (no batch dimension), ``non_tensor_batch`` maps
+    each key to that sample's entry, and ``meta_info`` is the batch's meta_info.
+    """
+
+    batch: TensorDict | None = None
+    non_tensor_batch: dict[str, Any] = field(default_factory=dict)
+    meta_info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(eq=False, repr=False)
+class DataProto:
+    """A batch of samples: tensors, per-sample numpy columns and batch-level meta_info.
+
+    Build one with :meth:`from_dict` or :meth:`from_single_dict`. Construction checks
+    that every column has one row per sample (:meth:`check_consistency`).
+    """
+
+    batch: TensorDict | None = None
+    non_tensor_batch: dict[str, np.ndarray] = field(default_factory=dict)
+    meta_info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.non_tensor_batch = {
+            key: to_numpy_column(key, value) for key, value in self.non_tensor_batch.items()
+        }
+        self.check_consistency()
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_dict(
+        cls,
+        tensors: dict[str, torch.Tensor] | None = None,
+        non_tensors: dict[str, Any] | None = None,
+        meta_info: dict[str, Any] | None = None,
+        num_batch_dims: int = 1,
+    ) -> DataProto:
+        """Build a DataProto from tensor columns, non-tensor columns and meta_info.
+
+        Every tensor and non-tensor column must have the same length along dim 0.
+        Lists and tuples in ``non_tensors`` are converted to numpy arrays.
+        """
+        if num_batch_dims != 1:
+            raise ValueError(
+                f"num_batch_dims={num_batch_dims} is not supported; DataProto has one batch "
+                f"dimension. Use fold_batch_dim/unfold_batch_dim to group samples."
+            )
+        tensors = dict(tensors or {})
+        non_tensor_batch = {k: to_numpy_column(k, v) for k, v in (non_tensors or {}).items()}
+        lengths = {f"tensors[{k!r}]": len(check_tensor_column(k, v)) for k, v in tensors.items()}
+        lengths.update({f"non_tensors[{k!r}]": len(v) for k, v in non_tensor_batch.items()})
+        if len(set(lengths.values())) > 1:
+            raise ValueError(
+                f"from_dict: columns have different batch sizes {lengths}; every column needs "
+                f"one row per sample."
+            )
+        batch = None
+        if tensors:
+            batch = TensorDict(tensors, batch_size=[next(iter(lengths.values()))])
+        return cls(batch=batch, non_tensor_batch=non_tensor_batch, meta_info=dict(meta_info or {}))
+
+    @classmethod
+    def from_single_dict(
+        cls, data: dict[str, Any], meta_info: dict[str, Any] | None = None
+    ) -> DataProto:
+        """Build a DataProto from one dict: tensors go to ``batch``, the rest to
+        ``non_tensor_batch``."""
+        tensors = {k: v for k, v in data.items() if isinstance(v, torch.Tensor)}
+        non_tensors = {k: v for k, v in data.items() if not isinstance(v, torch.Tensor)}
+        return cls.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta_info)
+
+    def check_consistency(self) -> None:
+        """Raise if a column does not have exactly one row per sample."""
+        if self.batch is not None:
+            if not isinstance(self.batch, TensorDict):
+                raise TypeError(f"batch must be a TensorDict, got {type(self.batch).__name__}")
+            if len(self.batch.batch_size) != 1:
+                raise ValueError(
+                    f"batch has batch_size {list(self.batch.batch_size)}; DataProto needs "
+                    f"exactly one batch dimension."
+                )
+        if not isinstance(self.meta_info, dict):
+            raise TypeError(f"meta_info must be a dict, got {type(self.meta_info).__name__}")
+        expected = len(self)
+        for key, value in self.non_tensor_batch.items():
+            if not isinstance(value, np.ndarray):
+                raise TypeError(f"non_tensor_batch[{key!r}] must be a numpy array")
+            if value.shape[0] != expected:
+                raise ValueError(
+                    f"non_tensor_batch[{key!r}] has {value.shape[0]} rows but the batch has "
+                    f"{expected}; every column needs one row per sample."
+                )
+
+    # ------------------------------------------------------------------ inspection
+
+    def __len__(self) -> int:
+        if self.batch is not None:
+            return int(self.batch.batch_size[0])
+        for value in self.non_tensor_batch.values():
+            return int(value.shape[0])
+        return 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by tensor and numpy columns (object arrays count their pointers)."""
+        tensor_bytes = 0
+        if self.batch is not None:
+            columns = tensor_columns(self.batch).values()
+            tensor_bytes = sum(t.numel() * t.element_size() for t in columns)
+        return tensor_bytes + sum(a.nbytes for a in self.non_tensor_batch.values())
+
+    def __repr__(self) -> str:
+        return format_dataproto(self)
+
+    # ------------------------------------------------------------------ indexing
+
+    def __getitem__(self, item: int | slice | IndexLike) -> DataProtoItem | DataProto:
+        """``data[i]`` -> DataProtoItem; ``data[a:b]`` and ``data[indices]`` -> DataProto."""
+        if isinstance(item, slice):
+            return self.slice(item.start, item.stop, item.step)
+        if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+            return self._item(int(item))
+        if isinstance(item, (list, tuple, np.ndarray, torch.Tensor)):
+            return self.select_idxs(item)
+        raise TypeError(
+            f"DataProto indices must be an int, a slice, or an int/bool index array; got "
+            f"{type(item).__name__}"
+        )
+
+    def _item(self, index: int) -> DataProtoItem:
+        length = len(self)
+        if not -length <= index < length:
+            raise IndexError(f"index {index} is out of range for a DataProto of length {length}")
+        return DataProtoItem(
+            batch=self.batch[index] if self.batch is not None else None,
+            non_tensor_batch={k: v[index] for k, v in self.non_tensor_batch.items()},
+            meta_info=self.meta_info,
+        )
+
+    def select_idxs(self, idxs: IndexLike) -> DataProto:
+        """Rows picked by an int index array (any order, repeats allowed) or a bool mask."""
+        rows = as_row_indices(idxs, len(self))
+        batch = self.batch[torch.from_numpy(rows)] if self.batch is not None else None
+        non_tensor = {k: v[rows] for k, v in self.non_tensor_batch.items()}
+        return type(self)(batch=batch, non_tensor_batch=non_tensor, meta_info=dict(self.meta_info))
+
+    def slice(
+        self, start: int | None = None, end: int | None = None, step: int | None = None
+    ) -> DataProto:
+        """Rows ``start:end:step`` (Python slice rules), sharing memory with ``self``."""
+        window = slice(start, end, step)
+        batch = self.batch[window] if self.batch is not None else None
+        non_tensor = {k: v[window] for k, v in self.non_tensor_batch.items()}
+        return type(self)(batch=batch, non_tensor_batch=non_tensor, meta_info=dict(self.meta_info))
+
+    # ------------------------------------------------------------------ columns
+
+    def select(
+        self,
+        batch_keys: Sequence[str] | None = None,
+        non_tensor_batch_keys: Sequence[str] | None = None,
+        meta_info_keys: Sequence[str] | None = None,
+        deepcopy: bool = False,
+    ) -> DataProto:
+        """A DataProto with only the named columns (``None`` keeps every key of that part)."""
+        _require_keys("select", "batch", batch_keys, self._batch_keys())
+        _require_keys("select", "non_tensor_batch", non_tensor_batch_keys, self.non_tensor_batch)
+        _require_keys("select", "meta_info", meta_info_keys, self.meta_info)
+        batch = self.batch
+        if batch is not None and batch_keys is not None:
+            batch = batch.select(*batch_keys)
+        non_tensor = _pick(self.non_tensor_batch, non_tensor_batch_keys)
+        meta = _pick(self.meta_info, meta_info_keys)
+        if deepcopy:
+            batch = batch.clone() if batch is not None else None
+            non_tensor, meta = copy.deepcopy(non_tensor), copy.deepcopy(meta)
+        return type(self)(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
+
+    def pop(
+        self,
+        batch_keys: Sequence[str] | None = None,
+        non_tensor_batch_keys: Sequence[str] | None = None,
+        meta_info_keys: Sequence[str] | None = None,
+    ) -> DataProto:
+        """Remove the named columns from ``self`` and return them as a new DataProto.
+
+        Every key is checked first: when one is missing nothing is removed.
+        """
+        batch_keys, non_tensor_batch_keys = (
+            list(batch_keys or []),
+            list(non_tensor_batch_keys or []),
+        )
+        meta_info_keys = list(meta_info_keys or [])
+        _require_keys("pop", "batch", batch_keys, self._batch_keys())
+        _require_keys("pop", "non_tensor_batch", non_tensor_batch_keys, self.non_tensor_batch)
+        _require_keys("pop", "meta_info", meta_info_keys, self.meta_info)
+        popped_batch = None
+        if self.batch is not None:
+            popped_batch = TensorDict(
+                {k: self.batch.pop(k) for k in batch_keys}, batch_size=self.batch.batch_size
+            )
+        non_tensor = {k: self.non_tensor_batch.pop(k) for k in non_tensor_batch_keys}
+        meta = {k: self.meta_info.pop(k) for k in meta_info_keys}
+        return type(self)(batch=popped_batch, non_tensor_batch=non_tensor, meta_info=meta)
+
+    def rename(
+        self,
+        old_keys: str | Sequence[str] | None = None,
+        new_keys: str | Sequence[str] | None = None,
+    ) -> DataProto:
+        """Rename batch (or non-tensor) columns in place; returns ``self``."""
+        old = [old_keys] if isinstance(old_keys, str) else list(old_keys or [])
+        new = [new_keys] if isinstance(new_keys, str) else list(new_keys or [])
+        if len(old) != len(new):
+            raise ValueError(f"rename: {len(old)} old keys {old} but {len(new)} new keys {new}")
+        existing = set(self._batch_keys()) | set(self.non_tensor_batch)
+        _require_keys("rename", "batch or non_tensor_batch", old, existing)
+        clashes = [k for k in new if k in existing and k not in old]
+        if clashes or len(set(new)) != len(new):
+            raise ValueError(
+                f"rename: new key(s) {clashes or new} would overwrite existing columns"
+            )
+        for old_key, new_key in zip(old, new, strict=True):
+            if self.batch is not None and old_key in self.batch:
+                self.batch.rename_key_(old_key, new_key)
+            else:
+                self.non_tensor_batch[new_key] = self.non_tensor_batch.pop(old_key)
+        return self
+
+    def union(self, other: DataProto) -> DataProto:
+        """Add ``other``'s columns and meta_info to ``self`` in place; returns ``self``.
+
+        Both must have the same length, unless one holds meta_info only.
+
+        Keys present on both sides must hold equal values. Everything is checked
+        before anything changes, so on error ``self`` is untouched.
+        """
+        if _has_columns(self) and _has_columns(other) and len(self) != len(other):
+            raise ValueError(
+                f"union: lengths differ ({len(self)} vs {len(other)}); both DataProtos must "
+                f"describe the same samples."
+            )
+        # Dry runs on shallow copies find every conflict before self changes.
+        if self.batch is not None and other.batch is not None:
+            union_tensor_dict(self.batch.copy(), other.batch)
+        union_numpy_dict(dict(self.non_tensor_batch), other.non_tensor_batch)
+        union_meta_info(dict(self.meta_info), other.meta_info)
+        if other.batch is not None:
+            if self.batch is None:
+                self.batch = other.batch.copy()
+            else:
+                union_tensor_dict(self.batch, other.batch)
+        union_numpy_dict(self.non_tensor_batch, other.non_tensor_batch)
+        union_meta_info(self.meta_info, other.meta_info)
+        return self
+
+    def _batch_keys(self) -> list[str]:
+        return list(tensor_columns(self.batch)) if self.batch is not None else []
+
+    # ------------------------------------------------------------------ split and merge
+
+    def chunk(self, chunks: int) -> list[DataProto]:
+        """Split into exactly ``chunks`` contiguous parts whose sizes differ by at most one.
+
+        10 rows in 4 chunks -> 3/3/2/2, order kept. Parts share memory with ``self``.
+        """
+        sizes = balanced_chunk_sizes(len(self), chunks)
+        return [self.slice(start, stop) for start, stop in offsets(sizes)]
+
+    def split(self, split_size: int) -> list[DataProto]:
+        """Split into parts of ``split_size`` rows; the last part holds the remainder."""
+        sizes = fixed_split_sizes(len(self), split_size)
+        return [self.slice(start, stop) for start, stop in offsets(sizes)]
+
+    @staticmethod
+    def concat(data: Sequence[DataProto]) -> DataProto:
+        """Join DataProtos with the same columns, in order.
+
+        meta_info keys must agree between parts, except ``metrics``: every part's
+        metrics dict merges into one dict name -> list of values.
+        """
+        if not data:
+            raise ValueError("concat needs at least one DataProto, got an empty list")
+        first = data[0]
+        for index, part in enumerate(data[1:], start=1):
+            _check_same_columns(first, part, index)
+        batch = None
+        if first.batch is not None:
+            batch = TensorDict.cat([part.batch for part in data if part.batch is not None])
+        non_tensor = {
+            key: np.concatenate([part.non_tensor_batch[key] for part in data])
+            for key in first.non_tensor_batch
+        }
+        meta = merge_concat_meta_info([part.meta_info for part in data])
+        return type(first)(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
+
+    # ------------------------------------------------------------------ reorder and repeat
+
+    def reorder(self, indices: IndexLike) -> None:
+        """Reorder rows in place: row ``i`` becomes old row ``indices[i]``."""
+        reordered = self.select_idxs(indices)
+        self.batch, self.non_tensor_batch = reordered.batch, reordered.non_tensor_batch
+
+    def repeat(self, repeat_times: int = 2, interleave: bool = True) -> DataProto:
+        """Every row ``repeat_times`` times: ``aabb`` when ``interleave`` else ``abab``."""
+        if isinstance(repeat_times, bool) or not isinstance(repeat_times, int) or repeat_times < 1:
+            raise ValueError(f"repeat_times must be a positive integer, got {repeat_times!r}")
+        rows = np.arange(len(self))
+        order = np.repeat(rows, repeat_times) if interleave else np.tile(rows, repeat_times)
+        return self.select_idxs(order)
+
+    def sample_level_repeat(self, repeat_times: IndexLike) -> DataProto:
+        """Row ``i`` repeated ``repeat_times[i]`` times (0 drops it), order kept."""
+        counts = np.asarray(
+            repeat_times.cpu().numpy() if isinstance(repeat_times, torch.Tensor) else repeat_times
+        )
+        if counts.shape != (len(self),) or not np.issubdtype(counts.dtype, np.integer):
+            raise ValueError(
+                f"sample_level_repeat needs one integer count per row ({len(self)} rows), got "
+                f"{counts.dtype} array of shape {counts.shape}"
+            )
+        if (counts < 0).any():
+            raise ValueError(f"sample_level_repeat counts must be >= 0, got {counts.tolist()}")
+        return self.select_idxs(np.repeat(np.arange(len(self)), counts))
+
+    def make_iterator(
+        self,
+        mini_batch_size: int,
+        epochs: int,
+        seed: int | None = None,
+        dataloader_kwargs: dict[str, Any] | None = None,
+    ) -> Iterator[DataProto]:
+        """Yield mini-batches for ``epochs`` passes over the rows.
+
+        ``dataloader_kwargs`` accepts ``shuffle`` (default False; reshuffled every
+        epoch from ``seed``) and ``drop_last`` (default False: a final smaller
+        mini-batch is kept when ``mini_batch_size`` does not divide the length).
+        """
+        options = {"shuffle": False, "drop_last": False}
+        unknown = set(dataloader_kwargs or {}) - set(options)
+        if unknown:
+            raise ValueError(
+                f"make_iterator: unsupported dataloader_kwargs {sorted(unknown)}; "
+                f"supported: {sorted(options)}"
+            )
+        options.update(dataloader_kwargs or {})
+        return iterate_mini_batches(self, mini_batch_size, epochs, seed, **options)
+
+    # ------------------------------------------------------------------ batch dimension
+
+    def fold_batch_dim(self, new_batch_size: int) -> DataProto:
+        """Group consecutive rows: ``[N, ...]`` -> ``[new_batch_size, N // new_batch_size, ...]``.
+
+        Undo with :meth:`unfold_batch_dim`.
+        """
+        return reshaping.fold_batch_dim(self, new_batch_size)
+
+    def unfold_batch_dim(self, batch_dims: int = 2) -> DataProto:
+        """Merge the first ``batch_dims`` dimensions of every column (undoes a fold)."""
+        return reshaping.unfold_batch_dim(self, batch_dims)
+
+    # ------------------------------------------------------------------ devices, pickling, files
+
+    def to(self, device: str | torch.device) -> DataProto:
+        """Move the tensors to ``device`` in place; returns ``self``."""
+        if self.batch is not None:
+            self.batch = self.batch.to(device)
+        return self
+
+    def __getstate__(self) -> dict[str, Any]:
+        return transport.encode_state(self.batch, self.non_tensor_batch, self.meta_info)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.batch, self.non_tensor_batch, self.meta_info = transport.decode_state(state)
+
+    def save_to_disk(self, filepath: str | os.PathLike[str]) -> None:
+        """Write to ``filepath`` in the safe archive format described in ``hf_protocol.storage``."""
+        storage.save_parts(filepath, self.batch, self.non_tensor_batch, self.meta_info, len(self))
+
+    @staticmethod
+    def load_from_disk(filepath: str | os.PathLike[str], allow_pickle: bool = False) -> DataProto:
+        """Read a file written by :meth:`save_to_disk`.
+
+        Columns that are not tensors, numbers or strings were pickled; reading them
+        needs ``allow_pickle=True``, which runs pickle: pass it only for trusted files.
+        """
+        batch, non_tensor, meta = storage.load_parts(filepath, allow_pickle=allow_pickle)
+        return DataProto(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
+
+
+def _has_columns(data: DataProto) -> bool:
+    """False for a DataProto that holds only meta_info (it fits any length)."""
+    return data.batch is not None or bool(data.non_tensor_batch)
+
+
+def _require_keys(method: str, part: str, keys: Sequence[str] | None, available: Any) -> None:
+    missing = [k for k in (keys or []) if k not in available]
+    if missing:
+        raise KeyError(f"{method}: {part} has no key(s) {missing}; available: {sorted(available)}")
+
+
+def _pick(values: dict[str, Any], keys: Sequence[str] | None) -> dict[str, Any]:
+    return dict(values) if keys is None else {k: values[k] for k in keys}
+
+
+def _check_same_columns(first: DataProto, part: DataProto, index: int) -> None:
+    if (first.batch is None) != (part.batch is None):
+        has = "has no" if part.batch is None else "has a"
+        raise ValueError(
+            f"concat: part {index} {has} tensor batch but part 0 does not agree; give every "
+            f"part the same tensor columns before concat."
+        )
+    for name, expected, got in (
+        ("batch", first._batch_keys(), part._batch_keys()),
+        ("non_tensor_batch", list(first.non_tensor_batch), list(part.non_tensor_batch)),
+    ):
+        if set(expected) != set(got):
+            raise ValueError(
+                f"concat: part {index} has {name} keys {sorted(got)} but part 0 has "
+                f"{sorted(expected)}; select the same columns on every part before concat."
+            )
