@@ -39,7 +39,7 @@ def test_zero_dim_inputs_are_rejected() -> None:
         to_numpy_column("z", np.array(3))
     with pytest.raises(ValueError, match="0-d tensor"):
         check_tensor_column("z", torch.tensor(3))
-    with pytest.raises(TypeError, match="must be a torch.Tensor"):
+    with pytest.raises(TypeError, match=r"must be a torch\.Tensor"):
         check_tensor_column("z", [1, 2])
 
 

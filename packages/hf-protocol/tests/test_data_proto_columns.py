@@ -38,10 +38,12 @@ def test_select_unknown_key_lists_available(make_batch: Callable[..., DataProto]
 
 def test_pop_moves_columns_out(make_batch: Callable[..., DataProto]) -> None:
     data = make_batch(length=4)
-    popped = data.pop(batch_keys=["values"], non_tensor_batch_keys=["uid"], meta_info_keys=["global_step"])
+    popped = data.pop(
+        batch_keys=["values"], non_tensor_batch_keys=["uid"], meta_info_keys=["global_step"]
+    )
     assert popped.batch is not None and list(popped.batch.keys()) == ["values"]
     assert list(popped.non_tensor_batch) == ["uid"] and popped.meta_info == {"global_step": 3}
-    assert "values" not in data.batch.keys()  # type: ignore[union-attr]
+    assert "values" not in data.batch  # type: ignore[union-attr]
     assert "uid" not in data.non_tensor_batch and "global_step" not in data.meta_info
     assert len(popped) == len(data) == 4
 
@@ -65,7 +67,7 @@ def test_pop_then_union_restores_the_batch(make_batch: Callable[..., DataProto])
 def test_rename_batch_and_non_tensor_keys(make_batch: Callable[..., DataProto]) -> None:
     data = make_batch(length=3)
     assert data.rename(["values", "uid"], ["v", "group"]) is data
-    assert "v" in data.batch.keys() and "values" not in data.batch.keys()  # type: ignore[union-attr]
+    assert "v" in data.batch and "values" not in data.batch  # type: ignore[union-attr]
     assert "group" in data.non_tensor_batch and "uid" not in data.non_tensor_batch
     with pytest.raises(ValueError, match="would overwrite"):
         data.rename("v", "input_ids")
@@ -83,7 +85,7 @@ def test_union_adds_columns_and_meta(make_batch: Callable[..., DataProto]) -> No
         {"temperature": 0.7, "step_time": 1.5},
     )
     assert data.union(extra) is data
-    assert "ref_log_prob" in data.batch.keys()  # type: ignore[union-attr]
+    assert "ref_log_prob" in data.batch  # type: ignore[union-attr]
     assert data.non_tensor_batch["note"].tolist() == ["a", "b", "c"]
     assert data.meta_info["step_time"] == 1.5
 
@@ -93,7 +95,12 @@ def test_union_adds_columns_and_meta(make_batch: Callable[..., DataProto]) -> No
     [
         ({"values": torch.full((3,), 9.0)}, {}, {}, r"\['values'\] exist in both"),
         ({}, {"uid": ["x", "y", "z"]}, {}, r"\['uid'\] exist in both"),
-        ({"extra": torch.zeros(3)}, {}, {"temperature": 1.0}, r"meta_info key\(s\) \['temperature'\]"),
+        (
+            {"extra": torch.zeros(3)},
+            {},
+            {"temperature": 1.0},
+            r"meta_info key\(s\) \['temperature'\]",
+        ),
     ],
 )
 def test_conflicting_union_names_the_key_and_changes_nothing(

@@ -39,14 +39,18 @@ def test_split_keeps_the_remainder_last(make_batch: Callable[..., DataProto]) ->
 def test_concat_merges_metrics_into_lists() -> None:
     parts = [
         DataProto.from_dict({"a": torch.zeros(1)}, meta_info={"metrics": {"loss": 1.0}, "step": 2}),
-        DataProto.from_dict({"a": torch.ones(2)}, meta_info={"metrics": {"loss": [2.0, 3.0], "kl": 0.1}, "step": 2}),
+        DataProto.from_dict(
+            {"a": torch.ones(2)}, meta_info={"metrics": {"loss": [2.0, 3.0], "kl": 0.1}, "step": 2}
+        ),
     ]
     merged = DataProto.concat(parts)
     assert merged.meta_info == {"metrics": {"loss": [1.0, 2.0, 3.0], "kl": [0.1]}, "step": 2}
     assert merged.batch["a"].tolist() == [0.0, 1.0, 1.0]  # type: ignore[index]
 
 
-def test_concat_rejects_different_keys_and_conflicting_meta(make_batch: Callable[..., DataProto]) -> None:
+def test_concat_rejects_different_keys_and_conflicting_meta(
+    make_batch: Callable[..., DataProto],
+) -> None:
     a, b = make_batch(length=2), make_batch(length=2)
     b.pop(non_tensor_batch_keys=["tags"])
     with pytest.raises(ValueError, match=r"part 1 has non_tensor_batch keys \['score', 'uid'\]"):
@@ -125,5 +129,7 @@ def test_fold_and_unfold_batch_dim(make_batch: Callable[..., DataProto]) -> None
     assert folded.batch["input_ids"].shape == (2, 3, 4)  # type: ignore[index]
     assert folded.non_tensor_batch["uid"].shape == (2, 3)
     assert_dataproto_equal(folded.unfold_batch_dim(), data)
-    with pytest.raises(ValueError, match="new_batch_size=4 must be positive and divide the length 6"):
+    with pytest.raises(
+        ValueError, match="new_batch_size=4 must be positive and divide the length 6"
+    ):
         data.fold_batch_dim(4)

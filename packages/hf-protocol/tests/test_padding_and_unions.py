@@ -46,8 +46,10 @@ def test_union_tensor_dict_in_place_and_checked() -> None:
     with pytest.raises(ValueError, match="batch sizes differ"):
         union_tensor_dict(left, TensorDict({}, batch_size=[3]))
     with pytest.raises(ValueError, match=r"\['b'\]"):
-        union_tensor_dict(left, TensorDict({"b": torch.zeros(2), "c": torch.zeros(2)}, batch_size=[2]))
-    assert "c" not in left.keys()
+        union_tensor_dict(
+            left, TensorDict({"b": torch.zeros(2), "c": torch.zeros(2)}, batch_size=[2])
+        )
+    assert "c" not in left
 
 
 def test_union_numpy_dict_treats_nan_as_equal() -> None:

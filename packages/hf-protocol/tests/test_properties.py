@@ -73,9 +73,13 @@ def test_pickle_round_trip(data: DataProto, protocol: int, out_of_band: bool) ->
 @given(data=dataprotos(), pick=st.data())
 def test_select_pop_union_are_inverses(data: DataProto, pick: st.DataObject) -> None:
     batch_keys = list(data.batch.keys()) if data.batch is not None else []
-    chosen_batch = pick.draw(st.lists(st.sampled_from(batch_keys), unique=True) if batch_keys else st.just([]))
+    chosen_batch = pick.draw(
+        st.lists(st.sampled_from(batch_keys), unique=True) if batch_keys else st.just([])
+    )
     non_keys = list(data.non_tensor_batch)
-    chosen_non = pick.draw(st.lists(st.sampled_from(non_keys), unique=True) if non_keys else st.just([]))
+    chosen_non = pick.draw(
+        st.lists(st.sampled_from(non_keys), unique=True) if non_keys else st.just([])
+    )
     original = data.select(deepcopy=True)
 
     selected = data.select(batch_keys=chosen_batch, non_tensor_batch_keys=chosen_non)

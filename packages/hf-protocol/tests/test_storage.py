@@ -41,7 +41,10 @@ def test_files_never_unpickle_without_opt_in(tmp_path: Path) -> None:
     )
     path = tmp_path / "custom.hfdp"
     data.save_to_disk(path)
-    with pytest.raises(ValueError, match=r"stores non_tensor_batch\['obj'\], meta_info as pickle.*allow_pickle=True"):
+    with pytest.raises(
+        ValueError,
+        match=r"stores non_tensor_batch\['obj'\], meta_info as pickle.*allow_pickle=True",
+    ):
         DataProto.load_from_disk(path)
     loaded = DataProto.load_from_disk(path, allow_pickle=True)
     assert loaded.non_tensor_batch["obj"][0] == (1, 2) and loaded.meta_info == {"when": (1, 2)}
@@ -71,7 +74,7 @@ def test_malicious_pickle_entry_is_not_run(tmp_path: Path) -> None:
 def test_non_dataproto_files_get_a_clear_error(tmp_path: Path) -> None:
     text = tmp_path / "notes.txt"
     text.write_text("hello")
-    with pytest.raises(ValueError, match="notes.txt' is not a saved DataProto"):
+    with pytest.raises(ValueError, match=r"notes\.txt' is not a saved DataProto"):
         DataProto.load_from_disk(text)
     other_zip = tmp_path / "other.zip"
     with zipfile.ZipFile(other_zip, "w") as archive:
@@ -100,7 +103,9 @@ def test_save_replaces_atomically(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == ["b.hfdp"]
 
 
-def test_non_tensor_only_and_folded_round_trip(make_batch: Callable[..., DataProto], tmp_path: Path) -> None:
+def test_non_tensor_only_and_folded_round_trip(
+    make_batch: Callable[..., DataProto], tmp_path: Path
+) -> None:
     only = DataProto.from_dict(non_tensors={"s": ["a", None]})
     only.save_to_disk(tmp_path / "a")
     assert_dataproto_equal(DataProto.load_from_disk(tmp_path / "a"), only)

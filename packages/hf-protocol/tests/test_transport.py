@@ -37,7 +37,9 @@ def test_copy_on_receive_detaches_from_the_buffer(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv(COPY_ON_RECEIVE_ENV, "1")
     data = DataProto.from_dict({"x": torch.arange(1000, dtype=torch.float32)})
     buffers: list[pickle.PickleBuffer] = []
-    restored = pickle.loads(pickle.dumps(data, protocol=5, buffer_callback=buffers.append), buffers=buffers)
+    restored = pickle.loads(
+        pickle.dumps(data, protocol=5, buffer_callback=buffers.append), buffers=buffers
+    )
     received = restored.batch["x"]  # type: ignore[index]
     assert received.data_ptr() != np.frombuffer(buffers[0], dtype=np.uint8).ctypes.data
     assert torch.equal(received, data.batch["x"])  # type: ignore[index]
