@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The whole check of the workspace, from a machine that has nothing but python3:
+#   bash tools/test_all.sh
+# Creates .venv if missing, installs the dev tools and every package (editable, with
+# its test extra), then runs lint, types, the version check, each package's
+# standalone CI and the cross-package tests. Stops at the first failing step.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# Keep any local Ray cluster on 127.0.0.1 instead of the machine's network address.
+export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+VENV=.venv
+PY="$VENV/bin/python"
+CONSTRAINTS=tools/constraints.txt
+START=$SECONDS
+
+section() {
+    printf '\n======== %s  [%ss elapsed]\n' "$*" "$((SECONDS - START))"
+}
+
+section "setup: $VENV"
+if [[ ! -x "$PY" ]]; then
+    python3 -m venv "$VENV"
+fi
+"$PY" -m pip install --quiet -c "$CONSTRAINTS" -r tools/requirements-dev.txt
+
+# Dependency order, so every sibling is already in place when a dependent is installed.
+PACKAGE_LIST=$("$PY" tools/package_ci.py --list)
+mapfile -t PACKAGES <<<"$PACKAGE_LIST"
+echo "packages: ${PACKAGES[*]}"
+EDITABLES=()
+for package in "${PACKAGES[@]}"; do
+    EDITABLES+=(-e "packages/$package[test]")
+done
+"$PY" -m pip install --quiet -c "$CONSTRAINTS" "${EDITABLES[@]}"
+
+section "ruff check"
+"$PY" -m ruff check .
+
+section "ruff format --check"
+"$PY" -m ruff format --check .
+
+section "mypy"
+# One run per package: each src/ is its own import root, so module names never clash.
+for package in "${PACKAGES[@]}"; do
+    echo "-- packages/$package/src"
+    "$PY" -m mypy "packages/$package/src"
+done
+echo "-- tools"
+"$PY" -m mypy tools
+
+section "check_versions"
+"$PY" tools/check_versions.py
+
+for package in "${PACKAGES[@]}"; do
+    section "package_ci $package"
+    "$PY" tools/package_ci.py "$package"
+done
+
+section "pytest tests (cross-package and tools)"
+"$PY" -m pytest tests
+
+section "all checks passed"
