@@ -8,9 +8,9 @@ back without another copy. Plain ``pickle.dumps`` still works (in-band).
 
 Zero-copy has one consequence worth knowing: a tensor received through Ray's
 object store aliases the stored object. Writing into it in place changes what
-other readers on the same node see. Clone a column before modifying it in place,
-or set ``HF_PROTOCOL_COPY_ON_RECEIVE=1`` to copy every tensor on arrival (about
-half the transfer speed).
+other readers on the same node see. Clone the columns you modify in place, or set
+``HF_PROTOCOL_COPY_ON_RECEIVE=1`` to copy every tensor on arrival (measured at
+0.1-0.4x the zero-copy throughput, see docs/benchmarks.md).
 """
 
 from __future__ import annotations
