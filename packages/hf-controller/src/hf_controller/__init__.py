@@ -1,0 +1,58 @@
+"""hf-controller: the HybridFlow single controller.
+
+One driver process calls methods on groups of SPMD workers placed by Ray; each
+call is split across the workers (dispatch), run on all of them (execute) and
+gathered back (collect). Needs only Ray; DataProto support comes with
+``hf-controller[protocol]``.
+"""
+
+from hf_controller.colocation import create_colocated_worker_cls, create_colocated_worker_cls_fused
+from hf_controller.decorator import Dispatch, Execute, register
+from hf_controller.dispatch import (
+    make_nd_compute_dataproto_dispatch_fn,
+    register_dispatch_mode,
+    update_dispatch_mode,
+)
+from hf_controller.errors import ConfigurationError, WorkerDiedError, WorkerGroupError
+from hf_controller.futures import GroupFuture
+from hf_controller.local import LocalWorkerGroup
+from hf_controller.ray.cluster import ensure_ray
+from hf_controller.ray.resource_pool import (
+    RayResourcePool,
+    merge_resource_pool,
+    split_resource_pool,
+)
+from hf_controller.ray.worker_group import RayClassWithInitArgs, RayWorkerGroup
+from hf_controller.tracing import CallTiming, export_chrome_trace
+from hf_controller.worker import Worker
+from hf_controller.worker_group import ClassWithInitArgs, ResourcePool, WorkerGroup
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CallTiming",
+    "ClassWithInitArgs",
+    "ConfigurationError",
+    "Dispatch",
+    "Execute",
+    "GroupFuture",
+    "LocalWorkerGroup",
+    "RayClassWithInitArgs",
+    "RayResourcePool",
+    "RayWorkerGroup",
+    "ResourcePool",
+    "Worker",
+    "WorkerDiedError",
+    "WorkerGroup",
+    "WorkerGroupError",
+    "create_colocated_worker_cls",
+    "create_colocated_worker_cls_fused",
+    "ensure_ray",
+    "export_chrome_trace",
+    "make_nd_compute_dataproto_dispatch_fn",
+    "merge_resource_pool",
+    "register",
+    "register_dispatch_mode",
+    "split_resource_pool",
+    "update_dispatch_mode",
+]

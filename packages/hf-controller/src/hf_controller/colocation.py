@@ -1,0 +1,93 @@
+"""Several roles in one worker process: colocated and fused worker classes.
+
+``create_colocated_worker_cls({"actor": ..., "critic": ...})`` builds one worker
+class whose instance constructs every role; each role's registered method ``m``
+is exposed as ``{role}_m``. A group of that class can ``spawn`` / ``fuse`` one
+group view per role. The *fused* variant also gives every role a
+``fused_workers`` dict of its siblings, so roles hand data (weights, caches) to
+each other in memory instead of through Ray.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from hf_controller.decorator import MAGIC_ATTR
+from hf_controller.worker import Worker
+from hf_controller.worker_group import ClassWithInitArgs, registered_methods, unwrap_worker_class
+
+ROLES_ATTR = "__hf_colocated_roles__"
+
+
+def _forwarder(role: str, name: str, target: Callable[..., Any]) -> Callable[..., Any]:
+    if inspect.iscoroutinefunction(target):
+
+        async def forward_async(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return await getattr(self.workers[role], name)(*args, **kwargs)
+
+        return forward_async
+
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.workers[role], name)(*args, **kwargs)
+
+    return forward
+
+
+def _build(class_dict: dict[str, ClassWithInitArgs], fused: bool) -> ClassWithInitArgs:
+    if not class_dict:
+        raise ValueError("a colocated worker needs at least one role")
+    roles = {role: unwrap_worker_class(c.cls) for role, c in class_dict.items()}
+    init_args = {role: (c.args, c.kwargs) for role, c in class_dict.items()}
+
+    class ColocatedWorker(Worker):
+        """One process, several roles (see hf_controller.colocation)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.workers = {
+                role: cls(*init_args[role][0], **init_args[role][1]) for role, cls in roles.items()
+            }
+            if fused:
+                for worker in self.workers.values():
+                    worker.fused_workers = self.workers
+
+    for role, cls in roles.items():
+        for name, spec in registered_methods(cls).items():
+            forward = _forwarder(role, name, getattr(cls, name))
+            forward.__name__ = f"{role}_{name}"
+            setattr(forward, MAGIC_ATTR, spec)
+            setattr(ColocatedWorker, f"{role}_{name}", forward)
+    ColocatedWorker.__name__ = (
+        "Fused_" + "_".join(roles) if fused else "Colocated_" + "_".join(roles)
+    )
+    setattr(ColocatedWorker, ROLES_ATTR, roles)
+
+    from hf_controller.ray.worker_group import RayClassWithInitArgs
+
+    return RayClassWithInitArgs(cls=ColocatedWorker)
+
+
+def create_colocated_worker_cls(class_dict: dict[str, ClassWithInitArgs]) -> ClassWithInitArgs:
+    """A worker class that hosts every role of ``class_dict`` in one process."""
+    return _build(class_dict, fused=False)
+
+
+def create_colocated_worker_cls_fused(
+    class_dict: dict[str, ClassWithInitArgs],
+) -> ClassWithInitArgs:
+    """Like :func:`create_colocated_worker_cls`; each role also sees its siblings in
+    ``self.fused_workers`` (same process, shared memory)."""
+    return _build(class_dict, fused=True)
+
+
+def role_classes(cls_with_init: ClassWithInitArgs) -> dict[str, type]:
+    """The role classes of a colocated worker class."""
+    roles = getattr(unwrap_worker_class(cls_with_init.cls), ROLES_ATTR, None)
+    if roles is None:
+        raise ValueError(
+            "spawn/fuse need a worker class made by create_colocated_worker_cls(_fused); "
+            f"got {cls_with_init.cls!r}"
+        )
+    return dict(roles)

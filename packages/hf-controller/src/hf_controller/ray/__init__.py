@@ -1,0 +1,1 @@
+"""The Ray backend: placement-group resource pools and actor-based worker groups."""

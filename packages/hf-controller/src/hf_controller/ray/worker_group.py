@@ -1,0 +1,253 @@
+"""``RayWorkerGroup``: a worker group whose ranks are Ray actors placed on a resource pool."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import sys
+import uuid
+from typing import Any
+
+from hf_controller.errors import ConfigurationError
+from hf_controller.ray.cluster import LOOPBACK_ENV, ensure_ray
+from hf_controller.ray.failures import wait_for_results
+from hf_controller.ray.resource_pool import BundleSlot, RayResourcePool
+from hf_controller.worker import GROUP_NAME_ENV, RESERVED_ENV
+from hf_controller.worker_group import ClassWithInitArgs, WorkerGroup, unwrap_worker_class
+
+BACKEND_ENV = "HF_CONTROLLER_BACKEND"
+
+
+class RayClassWithInitArgs(ClassWithInitArgs):
+    """A worker class (plain or ``@ray.remote``) with constructor arguments and actor options."""
+
+    def __init__(self, cls: type, *args: Any, **kwargs: Any) -> None:
+        super().__init__(cls, *args, **kwargs)
+        self.options: dict[str, Any] = {}
+
+    def update_options(self, options: dict[str, Any]) -> None:
+        """Extra ``ray.remote`` options for every actor (e.g. ``max_concurrency``)."""
+        self.options.update(options)
+
+
+def _master_address() -> tuple[str, int]:
+    from hf_controller.worker import free_port, node_ip_address
+
+    address = node_ip_address()
+    return address, free_port(address)
+
+
+def make_picklable_for_workers(cls: type) -> None:
+    """Let workers unpickle ``cls`` even when they cannot import its module.
+
+    Classes from installed distributions travel by reference as usual; classes
+    from scripts, notebooks and test files are sent by value. Colocated worker
+    classes bring their role classes along.
+    """
+    from ray import cloudpickle
+
+    from hf_controller.colocation import ROLES_ATTR
+
+    installed = importlib.metadata.packages_distributions()
+    for klass in [cls, *getattr(cls, ROLES_ATTR, {}).values()]:
+        module = sys.modules.get(klass.__module__)
+        if module is None or klass.__module__ == "__main__":
+            continue  # __main__ is always sent by value
+        if klass.__module__.split(".")[0] in installed:
+            continue
+        with contextlib.suppress(ValueError):  # not a regular module: stays by reference
+            cloudpickle.register_pickle_by_value(module)
+
+
+class RayWorkerGroup(WorkerGroup):
+    """A group of Ray actors, one per bundle of ``resource_pool``, all of one worker class.
+
+    ``backend="local"`` (or ``HF_CONTROLLER_BACKEND=local``) runs the same class in
+    the driver process instead; see :class:`hf_controller.LocalWorkerGroup`.
+    """
+
+    def __new__(cls, *args: Any, backend: str | None = None, **kwargs: Any) -> Any:
+        chosen = backend or os.environ.get(BACKEND_ENV, "ray")
+        if chosen == "local":
+            from hf_controller.local import LocalWorkerGroup
+
+            return LocalWorkerGroup(*args, **kwargs)
+        if chosen != "ray":
+            raise ConfigurationError(f"unknown backend {chosen!r}; use 'ray' or 'local'")
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        resource_pool: RayResourcePool | None = None,
+        ray_cls_with_init: ClassWithInitArgs | None = None,
+        name_prefix: str | None = None,
+        detached: bool = False,
+        worker_names: list[str] | None = None,
+        worker_env: dict[str, str] | None = None,
+        backend: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if ray_cls_with_init is None:
+            raise ConfigurationError("RayWorkerGroup needs ray_cls_with_init (the worker class)")
+        if kwargs:
+            raise ConfigurationError(f"unknown RayWorkerGroup arguments {sorted(kwargs)}")
+        ensure_ray()
+        user_class = unwrap_worker_class(ray_cls_with_init.cls)
+        name = name_prefix or f"{user_class.__name__}_{uuid.uuid4().hex[:6]}"
+        if worker_names is not None:
+            self._workers = [_get_actor(n) for n in worker_names]
+            self._worker_names = list(worker_names)
+        elif resource_pool is not None:
+            self._worker_names = []
+            self._workers = self._create_workers(
+                name, resource_pool, ray_cls_with_init, detached, worker_env
+            )
+        else:
+            raise ConfigurationError("RayWorkerGroup needs a resource_pool or worker_names")
+        super().__init__(name, len(self._workers))
+        self.cls_with_init = self.ray_cls_with_init = ray_cls_with_init
+        self._info = self._worker_info()
+        self._bind_worker_methods(user_class)
+
+    # ------------------------------------------------------------------ creation
+
+    def _create_workers(
+        self,
+        name: str,
+        pool: RayResourcePool,
+        cls_with_init: ClassWithInitArgs,
+        detached: bool,
+        worker_env: dict[str, str] | None,
+    ) -> list[Any]:
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        clashes = sorted(set(worker_env or {}) & set(RESERVED_ENV))
+        if clashes:
+            raise ConfigurationError(
+                f"worker_env cannot set {clashes}: the group assigns them to every worker"
+            )
+        slots = pool.slots()
+        local_ranks, local_sizes = _local_layout(slots)
+        first = PlacementGroupSchedulingStrategy(slots[0].placement_group, slots[0].bundle_index)
+        master_addr, master_port = ray.get(
+            ray.remote(_master_address).options(num_cpus=0, scheduling_strategy=first).remote()
+        )
+        user_class = unwrap_worker_class(cls_with_init.cls)
+        make_picklable_for_workers(user_class)
+        actor_class: Any = (
+            cls_with_init.cls if hasattr(cls_with_init.cls, "remote") else ray.remote(user_class)
+        )
+        workers = []
+        for rank, slot in enumerate(slots):
+            env = {
+                **(worker_env or {}),
+                "RANK": str(rank),
+                "WORLD_SIZE": str(len(slots)),
+                "LOCAL_RANK": str(local_ranks[rank]),
+                "LOCAL_WORLD_SIZE": str(local_sizes[rank]),
+                "MASTER_ADDR": master_addr,
+                "MASTER_PORT": str(master_port),
+                GROUP_NAME_ENV: name,
+                LOOPBACK_ENV: os.environ.get(LOOPBACK_ENV, "1"),
+            }
+            options: dict[str, Any] = {
+                **pool.actor_resources(),
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                    slot.placement_group, slot.bundle_index
+                ),
+                "runtime_env": {"env_vars": env},
+                **getattr(cls_with_init, "options", {}),
+            }
+            if detached:
+                options.update(name=f"{name}:{rank}", lifetime="detached")
+                self._worker_names.append(f"{name}:{rank}")
+            workers.append(
+                actor_class.options(**options).remote(*cls_with_init.args, **cls_with_init.kwargs)
+            )
+        return workers
+
+    def _worker_info(self) -> dict[int, dict[str, Any]]:
+
+        refs = [w._hf_process_info.remote() for w in self._workers]
+        infos = wait_for_results(self.name, "__init__", refs, list(range(len(refs))), {})
+        return dict(enumerate(infos))
+
+    @classmethod
+    def from_detached(
+        cls,
+        name_prefix: str | None = None,
+        ray_cls_with_init: ClassWithInitArgs | None = None,
+        worker_names: list[str] | None = None,
+        world_size: int | None = None,
+    ) -> RayWorkerGroup:
+        """Reattach to the detached workers of a group created with ``detached=True``.
+
+        Name them with ``worker_names``, or give ``name_prefix`` and ``world_size``.
+        """
+        if worker_names is None:
+            if name_prefix is None or world_size is None:
+                raise ConfigurationError(
+                    "from_detached needs worker_names, or name_prefix and world_size"
+                )
+            worker_names = [f"{name_prefix}:{rank}" for rank in range(world_size)]
+        group = cls(ray_cls_with_init=ray_cls_with_init, worker_names=worker_names, backend="ray")
+        if name_prefix is not None:
+            group.name = name_prefix
+            group.timer.group = name_prefix
+        return group
+
+    # ------------------------------------------------------------------ backend hooks
+
+    @property
+    def workers(self) -> list[Any]:
+        """The actor handles, in rank order."""
+        return list(self._workers)
+
+    @property
+    def worker_names(self) -> list[str]:
+        """Names of detached workers (empty for a non-detached group)."""
+        return list(self._worker_names)
+
+    def _execute(
+        self, method: str, calls: list[tuple[tuple[Any, ...], dict[str, Any]]], ranks: list[int]
+    ) -> list[Any]:
+        return [
+            getattr(self._workers[rank], method).remote(*args, **kwargs)
+            for rank, (args, kwargs) in zip(ranks, calls, strict=True)
+        ]
+
+    def _wait(self, method: str, handles: list[Any], ranks: list[int]) -> list[Any]:
+        return wait_for_results(self.name, method, handles, ranks, getattr(self, "_info", {}))
+
+    def kill(self) -> None:
+        """End every worker process of the group (detached ones included)."""
+        import ray
+
+        for worker in self._workers:
+            ray.kill(worker, no_restart=True)
+
+
+def _local_layout(slots: list[BundleSlot]) -> tuple[list[int], list[int]]:
+    """Local rank and local world size per rank: counted per placement group (node)."""
+    per_group: dict[int, int] = {}
+    local_ranks = []
+    for slot in slots:
+        key = id(slot.placement_group)
+        local_ranks.append(per_group.get(key, 0))
+        per_group[key] = per_group.get(key, 0) + 1
+    return local_ranks, [per_group[id(s.placement_group)] for s in slots]
+
+
+def _get_actor(name: str) -> Any:
+    import ray
+
+    try:
+        return ray.get_actor(name)
+    except ValueError:
+        raise ConfigurationError(
+            f"no detached worker named {name!r} in Ray namespace "
+            f"{ray.get_runtime_context().namespace!r}; was the group created with detached=True "
+            f"and the same name_prefix?"
+        ) from None

@@ -1,0 +1,305 @@
+"""``WorkerGroup``: one object in the driver that stands for N workers.
+
+Every ``@register``-ed method of the worker class becomes a method of the group.
+Calling it runs *dispatch* (split the arguments per worker), *execute* (call
+each worker; wait when blocking) and *collect* (gather the results). Backends
+(Ray, local) only say how to call one worker and how to wait; everything else
+lives here.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from hf_controller.decorator import Dispatch, Execute, MethodSpec, method_spec
+from hf_controller.dispatch import PADDABLE_MODES, resolve_dispatch_mode
+from hf_controller.sharding import Padding, is_shardable, pad_to_multiple, unpad
+from hf_controller.tracing import CallTimer, CallTiming, export_chrome_trace
+
+
+class ResourcePool:
+    """How many worker processes go on each node.
+
+    ``process_on_nodes=[4, 4]`` means two nodes with four processes each; ranks are
+    numbered node by node.
+    """
+
+    def __init__(
+        self, process_on_nodes: Sequence[int] | None = None, max_colocate_count: int = 10
+    ) -> None:
+        nodes = list(process_on_nodes) if process_on_nodes is not None else [1]
+        if not nodes or any(not isinstance(n, int) or n < 1 for n in nodes):
+            raise ValueError(
+                f"process_on_nodes must be a non-empty list of positive process counts, got {nodes}"
+            )
+        if max_colocate_count < 1:
+            raise ValueError(f"max_colocate_count must be >= 1, got {max_colocate_count}")
+        self._store = nodes
+        self.max_colocate_count = max_colocate_count
+
+    @property
+    def store(self) -> list[int]:
+        """Processes per node."""
+        return list(self._store)
+
+    @property
+    def world_size(self) -> int:
+        """Total number of processes."""
+        return sum(self._store)
+
+    def local_world_size_list(self) -> list[int]:
+        """For each rank, how many processes share its node."""
+        return [n for n in self._store for _ in range(n)]
+
+    def local_rank_list(self) -> list[int]:
+        """For each rank, its index among the processes of its node."""
+        return [i for n in self._store for i in range(n)]
+
+
+class ClassWithInitArgs:
+    """A worker class and the arguments to construct it with, kept until the group creates it."""
+
+    def __init__(self, cls: type, *args: Any, **kwargs: Any) -> None:
+        self.cls = cls
+        self.args = args
+        self.kwargs = kwargs
+
+    @property
+    def user_class(self) -> type:
+        """The plain Python class (unwrapped from ``@ray.remote`` when decorated)."""
+        return unwrap_worker_class(self.cls)
+
+    def __call__(self) -> Any:
+        """Construct the worker in this process."""
+        return self.user_class(*self.args, **self.kwargs)
+
+
+def unwrap_worker_class(cls: Any) -> type:
+    """The user's class behind a ``@ray.remote`` actor class (or ``cls`` itself)."""
+    inner = getattr(cls, "__ray_actor_class__", None)
+    return inner if isinstance(inner, type) else cls
+
+
+def registered_methods(cls: type) -> dict[str, MethodSpec]:
+    """Every ``@register``-ed method of ``cls`` (inherited ones included) and its spec."""
+    found = {}
+    for name in dir(cls):
+        spec = method_spec(getattr(cls, name, None))
+        if spec is not None:
+            found[name] = spec
+    return found
+
+
+class WorkerGroup:
+    """Backend-independent part of a worker group. Subclasses implement
+    :meth:`_execute` (start one call per rank) and :meth:`_wait` (results in order)."""
+
+    cls_with_init: ClassWithInitArgs
+
+    def __init__(self, name: str, world_size: int) -> None:
+        self.name = name
+        self._world_size = world_size
+        self.timer = CallTimer(name)
+        self._dp_layout_cache: dict[str, tuple[list[int], list[bool]]] = {}
+
+    @property
+    def world_size(self) -> int:
+        """Number of workers in the group."""
+        return self._world_size
+
+    # ------------------------------------------------------------------ backend hooks
+
+    def _execute(
+        self, method: str, calls: list[tuple[tuple[Any, ...], dict[str, Any]]], ranks: list[int]
+    ) -> list[Any]:
+        """Start ``method`` on each of ``ranks`` with its ``(args, kwargs)``; return handles."""
+        raise NotImplementedError
+
+    def _wait(self, method: str, handles: list[Any], ranks: list[int]) -> list[Any]:
+        """Turn handles into results, in order, raising :class:`WorkerGroupError` on failure."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ binding
+
+    def _bind_worker_methods(self, user_class: type, prefix: str = "") -> list[str]:
+        """Attach a group method for every registered method of ``user_class``.
+
+        With ``prefix`` (colocated roles) the group method ``m`` calls the worker
+        method ``{prefix}m``. Returns the bound names.
+        """
+        bound = []
+        for name, spec in registered_methods(user_class).items():
+            if hasattr(type(self), name) and not prefix:
+                raise ValueError(
+                    f"worker method {user_class.__name__}.{name} clashes with a WorkerGroup "
+                    f"attribute; rename the method"
+                )
+            setattr(self, name, self._make_group_method(name, prefix + name, spec))
+            bound.append(name)
+        return bound
+
+    def _make_group_method(
+        self, name: str, remote_name: str, spec: MethodSpec
+    ) -> Callable[..., Any]:
+        fns = resolve_dispatch_mode(spec.dispatch_mode)
+        rank_zero = (
+            spec.execute_mode is Execute.RANK_ZERO or spec.dispatch_mode is Dispatch.RANK_ZERO
+        )
+        if spec.pad_to_equal and spec.dispatch_mode not in PADDABLE_MODES and not _is_mesh(spec):
+            raise ValueError(
+                f"{name}: pad_to_equal needs a data-parallel dispatch mode, "
+                f"not {spec.dispatch_mode!r}"
+            )
+
+        @functools.wraps(fns["dispatch_fn"])
+        def group_method(*args: Any, **kwargs: Any) -> Any:
+            with self.timer.phase(name, "dispatch"):
+                padding = None
+                if spec.pad_to_equal:
+                    args, kwargs, padding = self._pad_arguments(spec, args, kwargs)
+                split_args, split_kwargs = fns["dispatch_fn"](self, *args, **kwargs)
+                ranks = [0] if rank_zero else list(range(self.world_size))
+                calls = [_call_for_rank(rank, split_args, split_kwargs) for rank in ranks]
+            with self.timer.phase(name, "execute"):
+                outputs = self._execute(remote_name, calls, ranks)
+                if spec.blocking:
+                    outputs = self._wait(name, outputs, ranks)
+            if rank_zero:
+                return outputs[0]
+            with self.timer.phase(name, "collect"):
+                return unpad(fns["collect_fn"](self, outputs), padding)
+
+        group_method.__name__ = name
+        group_method.__doc__ = (
+            f"Group call of worker method {remote_name!r} ({spec.dispatch_mode})."
+        )
+        return group_method
+
+    def _pad_arguments(
+        self, spec: MethodSpec, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any], Padding | None]:
+        divisor = self.world_size
+        if _is_mesh(spec):
+            dp_ranks, _ = self.dp_layout(str(spec.dispatch_mode["mesh_name"]))  # type: ignore[index]
+            divisor = max(dp_ranks) + 1
+        paddings: list[Padding] = []
+
+        def pad(value: Any) -> Any:
+            if not is_shardable(value) or not hasattr(value, "__len__"):
+                return value
+            padded, padding = pad_to_multiple(value, divisor)
+            paddings.append(padding)
+            return padded
+
+        new_args = tuple(pad(a) for a in args)
+        new_kwargs = {k: pad(v) for k, v in kwargs.items()}
+        return new_args, new_kwargs, paddings[0] if paddings else None
+
+    # ------------------------------------------------------------------ mesh layouts
+
+    def dp_layout(self, mesh_name: str) -> tuple[list[int], list[bool]]:
+        """Per-rank ``(dp_rank, is_collect)`` for ``mesh_name``, asked of the workers once."""
+        if mesh_name not in self._dp_layout_cache:
+            answers = self._query_dispatch_info(mesh_name)  # type: ignore[attr-defined]
+            dp_ranks = [int(a[0]) for a in answers]
+            collect = [bool(a[1]) for a in answers]
+            if sorted(set(dp_ranks)) != list(range(max(dp_ranks) + 1)):
+                raise ValueError(f"mesh {mesh_name!r}: dp ranks {dp_ranks} must cover 0..N-1")
+            self._dp_layout_cache[mesh_name] = (dp_ranks, collect)
+        return self._dp_layout_cache[mesh_name]
+
+    # ------------------------------------------------------------------ direct execution
+
+    def execute_all_async(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Start ``method_name`` on every worker; list arguments of world-size length are split."""
+        calls = [
+            _call_for_rank(r, *_maybe_split(self.world_size, args, kwargs))
+            for r in range(self.world_size)
+        ]
+        return self._execute(method_name, calls, list(range(self.world_size)))
+
+    def execute_all_sync(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Run ``method_name`` on every worker and return the results in rank order."""
+        handles = self.execute_all_async(method_name, *args, **kwargs)
+        return self._wait(method_name, handles, list(range(self.world_size)))
+
+    execute_all = execute_all_async
+
+    def execute_rank_zero_async(self, method_name: str, *args: Any, **kwargs: Any) -> Any:
+        """Start ``method_name`` on rank 0 only."""
+        return self._execute(method_name, [(args, kwargs)], [0])[0]
+
+    def execute_rank_zero_sync(self, method_name: str, *args: Any, **kwargs: Any) -> Any:
+        """Run ``method_name`` on rank 0 and return its result."""
+        return self._wait(
+            method_name, [self.execute_rank_zero_async(method_name, *args, **kwargs)], [0]
+        )[0]
+
+    execute_rank_zero = execute_rank_zero_async
+
+    # ------------------------------------------------------------------ colocated roles
+
+    def spawn(self, prefix_set: Iterable[str]) -> dict[str, WorkerGroup]:
+        """One group per colocated role, all sharing this group's workers.
+
+        Needs a worker class made by ``create_colocated_worker_cls(_fused)``.
+        """
+        from hf_controller.colocation import role_classes
+
+        roles = role_classes(self.cls_with_init)
+        views: dict[str, WorkerGroup] = {}
+        for prefix in prefix_set:
+            if prefix not in roles:
+                raise ValueError(f"no colocated role {prefix!r}; roles: {sorted(roles)}")
+            view = copy.copy(self)
+            WorkerGroup.__init__(view, f"{self.name}.{prefix}", self.world_size)
+            view._bind_worker_methods(roles[prefix], prefix=f"{prefix}_")
+            views[prefix] = view
+        return views
+
+    def fuse(self, prefix_set: Iterable[str]) -> None:
+        """Attach each role's group as an attribute: ``group.actor.update_actor(batch)``."""
+        for prefix, view in self.spawn(prefix_set).items():
+            if prefix in self.__dict__ or hasattr(type(self), prefix):
+                raise ValueError(
+                    f"cannot fuse role {prefix!r}: the group already has that attribute"
+                )
+            setattr(self, prefix, view)
+
+    # ------------------------------------------------------------------ observability
+
+    @property
+    def timings(self) -> list[CallTiming]:
+        """Dispatch / execute / collect timings of every call so far."""
+        return list(self.timer.records)
+
+    def export_trace(self, path: str | os.PathLike[str]) -> str:
+        """Write this group's call timeline as Chrome-trace JSON (open in ui.perfetto.dev)."""
+        return export_chrome_trace(self.timer.records, path)
+
+
+def _is_mesh(spec: MethodSpec) -> bool:
+    return isinstance(spec.dispatch_mode, dict) and "mesh_name" in spec.dispatch_mode
+
+
+def _call_for_rank(
+    rank: int, split_args: Sequence[Sequence[Any]], split_kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    return tuple(a[rank] for a in split_args), {k: v[rank] for k, v in split_kwargs.items()}
+
+
+def _maybe_split(
+    world_size: int, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[list[list[Any]], dict[str, list[Any]]]:
+    """verl's execute_all convention: world-size lists go one entry per rank, the rest to all."""
+
+    def per_rank(value: Any) -> list[Any]:
+        if isinstance(value, list) and len(value) == world_size:
+            return value
+        return [value] * world_size
+
+    return [per_rank(a) for a in args], {k: per_rank(v) for k, v in kwargs.items()}

@@ -1,0 +1,113 @@
+"""Dispatch modes and argument sharding, without any backend."""
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from rows import Rows
+
+from hf_controller import Dispatch, Execute, register, register_dispatch_mode, update_dispatch_mode
+from hf_controller.decorator import method_spec
+from hf_controller.dispatch import resolve_dispatch_mode
+from hf_controller.sharding import pad_to_multiple, shard, unpad
+
+
+@dataclass
+class FakeGroup:
+    world_size: int
+
+    def dp_layout(self, mesh_name: str) -> tuple[list[int], list[bool]]:
+        return [0, 0, 1, 1], [True, False, True, False]  # tp=2 inside dp=2
+
+
+def run(mode: Any, group: FakeGroup, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    fns = resolve_dispatch_mode(mode)
+    return fns["dispatch_fn"](group, *args, **kwargs)
+
+
+def test_dp_compute_proto_splits_ten_rows_three_three_two_two() -> None:
+    args, kwargs = run(
+        Dispatch.DP_COMPUTE_PROTO, FakeGroup(4), Rows(range(10)), extra=Rows("abcdefghij")
+    )
+    assert [len(p) for p in args[0]] == [3, 3, 2, 2]
+    assert kwargs["extra"][3] == Rows("ij")
+    collect = resolve_dispatch_mode(Dispatch.DP_COMPUTE_PROTO)["collect_fn"]
+    assert collect(FakeGroup(4), args[0]) == Rows(range(10))
+
+
+def test_one_to_all_and_all_to_all() -> None:
+    args, kwargs = run(Dispatch.ONE_TO_ALL, FakeGroup(3), 5, y="a")
+    assert args == ([5, 5, 5],) and kwargs == {"y": ["a", "a", "a"]}
+    args, _ = run(Dispatch.ALL_TO_ALL, FakeGroup(2), [1, 2])
+    assert args == ([1, 2],)
+    with pytest.raises(
+        ValueError, match=r"argument 0 must be a list with one entry per worker \(2\), got 3"
+    ):
+        run(Dispatch.DP_COMPUTE, FakeGroup(2), [1, 2, 3])
+
+
+def test_unshardable_argument_names_the_fix() -> None:
+    with pytest.raises(TypeError, match=r"argument 0 is a int, which cannot be split.*ONE_TO_ALL"):
+        run(Dispatch.DP_COMPUTE_PROTO, FakeGroup(2), 7)
+
+
+def test_with_func_sends_the_function_everywhere() -> None:
+    args, _ = run(Dispatch.DP_COMPUTE_PROTO_WITH_FUNC, FakeGroup(2), len, Rows([1, 2, 3]))
+    assert args[0] == [len, len] and args[1] == [Rows([1, 2]), Rows([3])]
+
+
+def test_mesh_dispatch_replicates_within_tp_and_collects_collect_ranks() -> None:
+    from hf_controller import make_nd_compute_dataproto_dispatch_fn
+
+    mode = make_nd_compute_dataproto_dispatch_fn("train")
+    args, _ = mode["dispatch_fn"](FakeGroup(4), Rows(range(5)))
+    assert args[0] == [Rows([0, 1, 2]), Rows([0, 1, 2]), Rows([3, 4]), Rows([3, 4])]
+    gathered = mode["collect_fn"](
+        FakeGroup(4), [Rows(["a"]), Rows(["x"]), Rows(["b"]), Rows(["y"])]
+    )
+    assert gathered == Rows(["a", "b"])
+
+
+def test_named_modes_can_be_added_and_replaced() -> None:
+    def dispatch_first_only(group: Any, value: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return ([value] + [None] * (group.world_size - 1),), {}
+
+    def collect_sum(group: Any, outputs: list[Any]) -> Any:
+        return sum(o for o in outputs if o is not None)
+
+    register_dispatch_mode("first_only_test", dispatch_first_only, collect_sum)
+    with pytest.raises(ValueError, match="already exists"):
+        register_dispatch_mode("first_only_test", dispatch_first_only, collect_sum)
+    assert run("first_only_test", FakeGroup(3), 4) == (([4, None, None],), {})
+    update_dispatch_mode("first_only_test", dispatch_first_only, lambda g, o: "replaced")
+    assert resolve_dispatch_mode("first_only_test")["collect_fn"](FakeGroup(1), []) == "replaced"
+    with pytest.raises(KeyError, match="unknown dispatch mode 'nope'"):
+        resolve_dispatch_mode("nope")
+
+
+def test_register_validates_and_records_metadata() -> None:
+    class W:
+        @register(Dispatch.DP_COMPUTE_PROTO, execute_mode=Execute.RANK_ZERO, blocking=False)
+        def f(self, x: int) -> int:
+            return x
+
+    spec = method_spec(W.f)
+    assert spec is not None and spec.dispatch_mode is Dispatch.DP_COMPUTE_PROTO
+    assert spec.execute_mode is Execute.RANK_ZERO and spec.blocking is False
+    assert W().f(3) == 3
+    with pytest.raises(ValueError, match="missing \\['collect_fn'\\]"):
+        register({"dispatch_fn": print})
+    with pytest.raises(TypeError, match="execute_mode"):
+        register(Dispatch.ONE_TO_ALL, execute_mode="all")  # type: ignore[arg-type]
+
+
+def test_padding_makes_equal_shards_and_is_removed() -> None:
+    padded, padding = pad_to_multiple(Rows(range(10)), 4)
+    assert len(padded) == 12 and padded.values[10:] == [0, 1]
+    parts, _ = shard(padded, 4)
+    assert {len(p) for p in parts} == {3}
+    assert unpad(padded, padding) == Rows(range(10))
+    tiny, padding = pad_to_multiple(Rows([7]), 4)
+    assert tiny == Rows([7, 7, 7, 7]) and padding.pad_size == 3
+    with pytest.raises(ValueError, match="one output row per input row"):
+        unpad(Rows([1]), padding)

@@ -1,0 +1,67 @@
+"""Failures are explained, not hung: exceptions and dead workers name group, rank and method."""
+
+import os
+import time
+from typing import Any
+
+import pytest
+
+from hf_controller import (
+    Dispatch,
+    RayClassWithInitArgs,
+    RayResourcePool,
+    RayWorkerGroup,
+    Worker,
+    WorkerDiedError,
+    WorkerGroupError,
+    register,
+)
+
+
+class FragileWorker(Worker):
+    @register(Dispatch.ONE_TO_ALL)
+    def fail_on(self, rank: int) -> int:
+        if self.rank == rank:
+            raise ValueError(f"bad input on rank {self.rank}")
+        return self.rank
+
+    @register(Dispatch.ONE_TO_ALL)
+    def die_on(self, rank: int, others_wait_s: float) -> int:
+        if self.rank == rank:
+            print("about to exit", flush=True)
+            os._exit(3)
+        time.sleep(others_wait_s)  # the other ranks look like they wait in a collective
+        return self.rank
+
+
+@pytest.fixture(scope="module")
+def fragile(ray_session: Any) -> RayWorkerGroup:
+    return RayWorkerGroup(
+        RayResourcePool([2], use_gpu=False),
+        RayClassWithInitArgs(FragileWorker),
+        name_prefix="fragile",
+    )
+
+
+def test_remote_exception_names_rank_method_and_keeps_traceback(fragile: RayWorkerGroup) -> None:
+    with pytest.raises(WorkerGroupError) as info:
+        fragile.fail_on(1)
+    error = info.value
+    assert (error.group, error.rank, error.method) == ("fragile", 1, "fail_on")
+    assert error.node == "127.0.0.1"
+    assert "ValueError: bad input on rank 1" in str(error)
+    assert "raise ValueError" in error.details  # the worker's own traceback
+    assert isinstance(error.__cause__, ValueError)
+    assert fragile.fail_on(5) == [0, 1]  # the group still works afterwards
+
+
+def test_dead_worker_is_reported_within_seconds_not_hung(fragile: RayWorkerGroup) -> None:
+    start = time.monotonic()
+    with pytest.raises(WorkerDiedError) as info:
+        fragile.die_on(0, others_wait_s=120)  # rank 1 would keep the call open for 2 minutes
+    elapsed = time.monotonic() - start
+    assert elapsed < 10, f"took {elapsed:.1f}s"
+    error = info.value
+    assert (error.group, error.rank, error.method) == ("fragile", 0, "die_on")
+    assert "died" in error.cause
+    assert "about to exit" in error.details  # last lines of the dead worker's log
