@@ -90,3 +90,11 @@ def test_restarted_driver_reuses_its_placement_group(ray_session: Any, tmp_path:
         assert run.returncode == 0, run.stderr[-2000:]
     first, second = (run.stdout.split()[-2:] for run in runs)
     assert first == second  # the second driver reattached to the same reservation
+
+
+def test_same_name_with_another_shape_is_refused_not_destroyed(ray_session: Any) -> None:
+    kept = RayResourcePool([2], use_gpu=False, name_prefix="shaped")
+    group = RayWorkerGroup(kept, RayClassWithInitArgs(WhereWorker))
+    with pytest.raises(ConfigurationError, match="'shaped_pg_0' already exists with bundles"):
+        RayResourcePool([3], use_gpu=False, name_prefix="shaped").slots()
+    assert group.where()[1][:2] == (1, 2)  # the first group's reservation is untouched

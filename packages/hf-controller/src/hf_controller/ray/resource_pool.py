@@ -9,6 +9,7 @@ CPU pools reserve a small CPU fraction per bundle, so a pool of 4 fits on a
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +43,7 @@ class RayResourcePool(ResourcePool):
     ) -> None:
         super().__init__(process_on_nodes, max_colocate_count)
         self.use_gpu = use_gpu
-        self.name_prefix = name_prefix or "hf_pool"
+        self.name_prefix = name_prefix or f"hf_pool_{uuid.uuid4().hex[:8]}"
         self.detached = detached
         self.cpus_per_bundle = (
             cpus_per_bundle if cpus_per_bundle is not None else (1.0 if use_gpu else 0.1)
@@ -81,7 +82,7 @@ class RayResourcePool(ResourcePool):
 
     def _placement_group(self, name: str, count: int) -> Any:
         import ray
-        from ray.util.placement_group import get_placement_group, remove_placement_group
+        from ray.util.placement_group import get_placement_group
 
         bundles = [self.bundle() for _ in range(count)]
         try:
@@ -89,9 +90,13 @@ class RayResourcePool(ResourcePool):
         except ValueError:
             existing = None
         if existing is not None:
-            if existing.bundle_specs == bundles:
-                return self._wait_ready(existing, name)  # a restarted driver reattaches
-            remove_placement_group(existing)  # a stale reservation of another shape
+            if existing.bundle_specs != bundles:
+                raise ConfigurationError(
+                    f"placement group {name!r} already exists with bundles "
+                    f"{existing.bundle_specs}, not {bundles}; use another name_prefix, or remove "
+                    f"it with ray.util.remove_placement_group if no group uses it any more"
+                )
+            return self._wait_ready(existing, name)  # a restarted driver reattaches
         lifetime = "detached" if self.detached else None
         group = ray.util.placement_group(
             bundles, strategy="STRICT_PACK", name=name, lifetime=lifetime
