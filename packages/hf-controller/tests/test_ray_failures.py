@@ -1,6 +1,7 @@
 """Failures are explained, not hung: exceptions and dead workers name group, rank and method."""
 
 import os
+import signal
 import time
 from typing import Any
 
@@ -26,15 +27,17 @@ class FragileWorker(Worker):
         return self.rank
 
     @register(Dispatch.ONE_TO_ALL)
-    def die_on(self, rank: int, others_wait_s: float) -> int:
+    def die_on(self, rank: int, others_wait_s: float, how: str = "exit") -> int:
         if self.rank == rank:
             print("about to exit", flush=True)
+            if how == "sigkill":  # what the kernel's OOM killer does
+                os.kill(os.getpid(), signal.SIGKILL)
             os._exit(3)
         time.sleep(others_wait_s)  # the other ranks look like they wait in a collective
         return self.rank
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def fragile(ray_session: Any) -> RayWorkerGroup:
     return RayWorkerGroup(
         RayResourcePool([2], use_gpu=False),
@@ -55,10 +58,11 @@ def test_remote_exception_names_rank_method_and_keeps_traceback(fragile: RayWork
     assert fragile.fail_on(5) == [0, 1]  # the group still works afterwards
 
 
-def test_dead_worker_is_reported_within_seconds_not_hung(fragile: RayWorkerGroup) -> None:
+@pytest.mark.parametrize("how", ["exit", "sigkill"])
+def test_dead_worker_is_reported_within_seconds_not_hung(fragile: RayWorkerGroup, how: str) -> None:
     start = time.monotonic()
     with pytest.raises(WorkerDiedError) as info:
-        fragile.die_on(0, others_wait_s=120)  # rank 1 would keep the call open for 2 minutes
+        fragile.die_on(0, others_wait_s=120, how=how)  # rank 1 would keep the call open 2 min
     elapsed = time.monotonic() - start
     assert elapsed < 10, f"took {elapsed:.1f}s"
     error = info.value
