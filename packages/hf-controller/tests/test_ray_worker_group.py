@@ -28,6 +28,14 @@ class MyWorker(Worker):
         return x + self.rank
 
 
+def dispatch_to_even_ranks(group: Any, value: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    return ([value if rank % 2 == 0 else None for rank in range(group.world_size)],), {}
+
+
+def collect_non_none(group: Any, outputs: list[Any]) -> list[Any]:
+    return [o for o in outputs if o is not None]
+
+
 class DataWorker(Worker):
     """A plain class (no @ray.remote): the group wraps it."""
 
@@ -62,6 +70,10 @@ class DataWorker(Worker):
     @register(Dispatch.DP_COMPUTE)
     def pick_dp(self, value: Any) -> Any:
         return value * 10
+
+    @register({"dispatch_fn": dispatch_to_even_ranks, "collect_fn": collect_non_none})
+    def maybe_square(self, value: int | None) -> int | None:
+        return None if value is None else value * value + self.rank
 
     @register(Dispatch.RANK_ZERO)
     def leader(self) -> int:
@@ -120,6 +132,7 @@ def test_all_to_all_dp_compute_and_rank_zero(data_group: RayWorkerGroup) -> None
     assert data_group.pick(["a", "b", "c", "d"]) == [(0, "a"), (1, "b"), (2, "c"), (3, "d")]
     assert data_group.pick_dp([1, 2, 3, 4]) == [10, 20, 30, 40]
     assert data_group.leader() == 0
+    assert data_group.maybe_square(3) == [9, 11]  # inline custom mode: ranks 0 and 2
     assert data_group.leader_echo(5) == (0, 5)
 
 
