@@ -1,0 +1,256 @@
+"""Typed configuration of a training engine, validated before any process group starts.
+
+Each component owns a small dataclass; :class:`EngineConfig` only groups them. Building a
+config (directly or with :func:`config_from_dict`) checks every value, so a wrong path, an
+unknown key or a batch size that does not divide fails in the driver, naming the value and
+the fix, rather than minutes later inside a worker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+DType = Literal["float32", "bfloat16", "float16"]
+_DTYPES = typing.get_args(DType)
+
+ConfigT = TypeVar("ConfigT")
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message names the value and how to fix it."""
+
+
+def _check_choice(name: str, value: object, choices: tuple[object, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{name}={value!r} is not one of {', '.join(map(repr, choices))}")
+
+
+def _check_positive(name: str, value: float, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigError(f"{name}={value!r} must be {bound}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Which model to train and how to materialise it."""
+
+    path: str | None = None
+    """Local Hugging Face model directory (with ``config.json``); no hub is reachable."""
+    hf_config: dict[str, Any] | None = None
+    """A Hugging Face config dict (with ``model_type``) for a randomly initialised model."""
+    dtype: DType = "float32"
+    """Dtype the parameters (and so the optimizer's master copy) are stored in."""
+    seed: int = 0
+    """Seed for random initialisation (model or new head); the same on every rank."""
+    head: Literal["causal_lm", "value"] = "causal_lm"
+    """``causal_lm`` for actor / reference log-probs; ``value`` adds a 1-output critic head."""
+    attn_implementation: str = "sdpa"
+    """Attention kernel passed to transformers (``sdpa``, ``eager``, ...)."""
+
+    def __post_init__(self) -> None:
+        if (self.path is None) == (self.hf_config is None):
+            raise ConfigError(
+                "model needs exactly one of model.path (a local Hugging Face model directory) "
+                "or model.hf_config (a config dict for random initialisation); "
+                f"got path={self.path!r} and hf_config={'set' if self.hf_config else None}"
+            )
+        if self.path is not None and not (Path(self.path) / "config.json").is_file():
+            problem = "does not exist" if not Path(self.path).exists() else "has no config.json"
+            raise ConfigError(
+                f"model.path={self.path!r} {problem}. Set model.path to a local Hugging Face "
+                "model directory (save one with model.save_pretrained(dir)); no model hub is "
+                "reachable at run time. For a randomly initialised model give model.hf_config."
+            )
+        if self.hf_config is not None and "model_type" not in self.hf_config:
+            raise ConfigError(
+                "model.hf_config has no 'model_type' key; add e.g. model_type='llama' so "
+                f"transformers knows the architecture (keys given: {sorted(self.hf_config)})"
+            )
+        _check_choice("model.dtype", self.dtype, _DTYPES)
+        _check_choice("model.head", self.head, ("causal_lm", "value"))
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """AdamW, gradient clipping and the learning-rate schedule."""
+
+    lr: float = 1e-5
+    """Peak learning rate."""
+    weight_decay: float = 0.01
+    """AdamW decoupled weight decay."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas."""
+    eps: float = 1e-8
+    """AdamW epsilon."""
+    grad_clip: float | None = 1.0
+    """Clip the global gradient norm to this value; ``None`` disables clipping."""
+    warmup_steps: int = 0
+    """Optimizer steps of linear warm-up from ``lr / warmup_steps`` to ``lr``."""
+    schedule: Literal["constant", "cosine"] = "constant"
+    """After warm-up: keep ``lr``, or decay it along a half cosine until ``total_steps``."""
+    total_steps: int | None = None
+    """Total optimizer steps of the run; required by the cosine schedule."""
+    min_lr_ratio: float = 0.0
+    """Cosine floor, as a fraction of ``lr``."""
+
+    def __post_init__(self) -> None:
+        _check_positive("optim.lr", self.lr)
+        _check_positive("optim.weight_decay", self.weight_decay, allow_zero=True)
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ConfigError(f"optim.betas={self.betas!r} must be two numbers in [0, 1)")
+        object.__setattr__(self, "betas", (float(self.betas[0]), float(self.betas[1])))
+        if self.grad_clip is not None:
+            _check_positive("optim.grad_clip", self.grad_clip)
+        _check_positive("optim.warmup_steps", self.warmup_steps, allow_zero=True)
+        _check_choice("optim.schedule", self.schedule, ("constant", "cosine"))
+        if self.schedule == "cosine" and (
+            self.total_steps is None or self.total_steps <= self.warmup_steps
+        ):
+            raise ConfigError(
+                f"optim.schedule='cosine' needs optim.total_steps > optim.warmup_steps "
+                f"(got total_steps={self.total_steps!r}, warmup_steps={self.warmup_steps}); "
+                "set total_steps to the number of optimizer steps of the run"
+            )
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ConfigError(f"optim.min_lr_ratio={self.min_lr_ratio!r} must be in [0, 1]")
+
+
+@dataclass(frozen=True)
+class FSDPConfig:
+    """FSDP2 layout and memory policy."""
+
+    dp_replicate: int = 1
+    """Replicas (HSDP); each shards the model over ``dp_shard`` ranks."""
+    dp_shard: int = -1
+    """Ranks one copy of the model is sharded over; -1 means world_size // dp_replicate."""
+    param_dtype: DType = "float32"
+    """Dtype of parameters during forward / backward (mixed precision)."""
+    reduce_dtype: DType = "float32"
+    """Dtype gradients are reduced in."""
+    activation_checkpointing: bool = False
+    """Recompute each transformer block's activations in backward to save memory."""
+    cpu_offload: bool = False
+    """Keep sharded parameters, gradients and optimizer state on the CPU (CUDA only)."""
+    reshard_after_forward: bool = True
+    """Free gathered parameters after forward (ZeRO-3); False keeps them until backward."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Compute device: ``auto`` picks CUDA when the process group backend is NCCL."""
+
+    def __post_init__(self) -> None:
+        _check_positive("fsdp.dp_replicate", self.dp_replicate)
+        if self.dp_shard != -1:
+            _check_positive("fsdp.dp_shard", self.dp_shard)
+        _check_choice("fsdp.param_dtype", self.param_dtype, _DTYPES)
+        _check_choice("fsdp.reduce_dtype", self.reduce_dtype, _DTYPES)
+        _check_choice("fsdp.device", self.device, ("auto", "cpu", "cuda"))
+
+    def mesh_shape(self, world_size: int) -> tuple[int, int]:
+        """Return ``(dp_replicate, dp_shard)`` for ``world_size`` ranks, or raise naming the fix."""
+        shard = world_size // self.dp_replicate if self.dp_shard == -1 else self.dp_shard
+        if shard < 1 or self.dp_replicate * shard != world_size:
+            raise ConfigError(
+                f"fsdp.dp_replicate={self.dp_replicate} x fsdp.dp_shard={self.dp_shard} does not "
+                f"cover world_size={world_size}; choose values whose product is {world_size} "
+                "(or dp_shard=-1)"
+            )
+        return self.dp_replicate, shard
+
+
+@dataclass(frozen=True)
+class MicroBatchConfig:
+    """How a mini-batch is split into micro-batches for gradient accumulation."""
+
+    micro_batch_size: int | None = 1
+    """Rows per micro-batch (ignored when ``max_tokens`` is set)."""
+    max_tokens: int | None = None
+    """Token budget per micro-batch (attention-mask tokens); rows are packed in order."""
+
+    def __post_init__(self) -> None:
+        if self.micro_batch_size is None and self.max_tokens is None:
+            raise ConfigError(
+                "micro_batch needs micro_batch_size or max_tokens; set micro_batch_size=1 "
+                "to process one row at a time"
+            )
+        if self.micro_batch_size is not None:
+            _check_positive("micro_batch.micro_batch_size", self.micro_batch_size)
+        if self.max_tokens is not None:
+            _check_positive("micro_batch.max_tokens", self.max_tokens)
+
+    def validate_for(self, mini_batch_size: int, dp_size: int) -> None:
+        """Check that a global mini-batch of ``mini_batch_size`` rows splits evenly.
+
+        It must divide over ``dp_size`` data-parallel ranks and, without a token budget,
+        each rank's share must divide into micro-batches of ``micro_batch_size`` rows.
+        """
+        if mini_batch_size % dp_size != 0:
+            raise ConfigError(
+                f"mini-batch size {mini_batch_size} is not divisible by the data-parallel size "
+                f"{dp_size}; use a multiple of {dp_size}"
+            )
+        per_rank = mini_batch_size // dp_size
+        rows = self.micro_batch_size
+        if self.max_tokens is None and rows is not None and per_rank % rows != 0:
+            raise ConfigError(
+                f"each rank's mini-batch of {per_rank} rows ({mini_batch_size} / {dp_size} "
+                f"ranks) is not divisible by micro_batch.micro_batch_size="
+                f"{self.micro_batch_size}; choose a divisor of {per_rank} or set "
+                "micro_batch.max_tokens"
+            )
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything one training engine needs; each part goes only to the code that uses it."""
+
+    model: ModelConfig
+    """The model to build."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """Optimizer and LR schedule."""
+    fsdp: FSDPConfig = field(default_factory=FSDPConfig)
+    """FSDP2 layout and memory policy."""
+    micro_batch: MicroBatchConfig = field(default_factory=MicroBatchConfig)
+    """Micro-batching for forward and training."""
+
+
+def config_from_dict(cls: type[ConfigT], data: Mapping[str, Any], where: str = "") -> ConfigT:
+    """Build the config dataclass ``cls`` from ``data``, recursing into nested configs.
+
+    Unknown keys are an error that names them and lists the valid keys; values are then
+    validated by the dataclass itself.
+    """
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a config dataclass")
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where or cls.__name__} must be a mapping, got {data!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        prefix = f"{where}." if where else ""
+        raise ConfigError(
+            f"unknown key(s) {', '.join(prefix + k for k in unknown)} in {cls.__name__}; "
+            f"valid keys: {', '.join(sorted(fields))}"
+        )
+    missing = sorted(
+        name
+        for name, f in fields.items()
+        if name not in data
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    )
+    if missing:
+        prefix = f"{where}." if where else ""
+        raise ConfigError(f"missing required key(s) {', '.join(prefix + k for k in missing)}")
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        hint = hints[name]
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint) and isinstance(value, Mapping):
+            value = config_from_dict(hint, value, f"{where}.{name}" if where else name)
+        kwargs[name] = value
+    return cls(**kwargs)

@@ -1,0 +1,98 @@
+"""The interface every training engine implements (FSDP2 now; Megatron-core planned).
+
+Batches are :class:`hf_protocol.DataProto` objects with the field names of DESIGN.md:
+``input_ids``, ``attention_mask``, ``position_ids`` of shape ``(B, T)`` for prompt +
+response (prompts left-padded, responses right-padded), ``responses`` and
+``response_mask`` of shape ``(B, R)``. Every per-token output is for the response tokens
+only, shape ``(B, R)``. The engine knows no RL: losses are pure functions handed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from os import PathLike
+from typing import Protocol, TypedDict, runtime_checkable
+
+import torch
+
+from hf_protocol import DataProto
+
+
+class ModelOutputs(TypedDict, total=False):
+    """What a loss function receives for one micro-batch; all shapes ``(b, R)``."""
+
+    log_probs: torch.Tensor
+    """Log-probability of each response token at the batch's temperature (causal LM head)."""
+    entropy: torch.Tensor
+    """Entropy of the predicted distribution at each response position (causal LM head)."""
+    values: torch.Tensor
+    """Value estimate at each response position (value head)."""
+
+
+LossOutput = tuple[torch.Tensor, dict[str, float]]
+"""A scalar loss to back-propagate, and metrics (name -> number) to report."""
+
+LossFn = Callable[[ModelOutputs, DataProto], LossOutput]
+"""``loss_fn(outputs, micro_batch) -> (loss, metrics)``, a pure function.
+
+The engine weights each micro-batch's loss by its share of the mini-batch's response tokens
+(``response_mask.sum()``, counted over all data-parallel ranks), so a loss that is a mean
+over the micro-batch's response tokens yields the token mean over the whole mini-batch,
+whatever the micro-batch split and the number of ranks.
+"""
+
+
+@runtime_checkable
+class TrainingEngine(Protocol):
+    """A model with its optimizer, sharded over the ranks of one worker group.
+
+    Every method is collective: all ranks of the group call it, in the same order, each
+    with its own data shard. ``torch.distributed`` must be initialised before building one.
+    """
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken so far (restored by :meth:`load_checkpoint`)."""
+        ...
+
+    def compute_log_prob(
+        self, batch: DataProto, temperature: float = 1.0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs and entropy of ``batch["responses"]``, no grad; each ``(B, R)`` float32."""
+        ...
+
+    def compute_values(self, batch: DataProto) -> torch.Tensor:
+        """Value-head outputs at the response positions, no grad; ``(B, R)`` float32."""
+        ...
+
+    def train_step(self, mini_batch: DataProto, loss_fn: LossFn) -> dict[str, float]:
+        """One optimizer step over ``mini_batch``: micro-batches, grad accumulation, clip, LR.
+
+        The temperature is read from ``mini_batch.meta_info["temperature"]`` (default 1.0).
+        Returns the averaged ``loss_fn`` metrics plus ``loss``, ``grad_norm`` and ``lr``.
+        """
+        ...
+
+    def save_checkpoint(self, directory: str | PathLike[str]) -> None:
+        """Save model, optimizer, LR scheduler, step and RNG state to ``directory``."""
+        ...
+
+    def load_checkpoint(self, directory: str | PathLike[str]) -> None:
+        """Restore everything :meth:`save_checkpoint` wrote."""
+        ...
+
+    def export_hf(self, directory: str | PathLike[str]) -> None:
+        """Write a Hugging Face model directory that ``from_pretrained`` loads."""
+        ...
+
+    def iter_full_params(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Yield ``(name, full tensor)`` one at a time, names as in the HF ``state_dict()``."""
+        ...
+
+    def offload(self) -> None:
+        """Move parameters and optimizer state to CPU memory between phases."""
+        ...
+
+    def onload(self) -> None:
+        """Bring parameters and optimizer state back to the compute device."""
+        ...

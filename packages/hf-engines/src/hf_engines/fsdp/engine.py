@@ -1,0 +1,233 @@
+"""The FSDP2 training engine: a transformers model sharded with ``fully_shard``.
+
+The same code runs on CPU with gloo and on CUDA with NCCL; the process group must be
+initialised by the caller (a worker does it from the controller's environment).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from os import PathLike
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
+from hf_engines.config import EngineConfig
+from hf_engines.engine import LossFn, ModelOutputs
+from hf_engines.fsdp import state
+from hf_engines.fsdp.sharding import build_mesh, resolve_device, shard_model
+from hf_engines.logprob import response_log_probs, response_positions
+from hf_engines.micro_batch import batch_tensors, split_micro_batches
+from hf_engines.models import build_hf_model
+from hf_engines.schedule import build_lr_scheduler
+from hf_protocol import DataProto
+
+_MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "responses")
+
+
+class FSDPEngine:
+    """A :class:`~hf_engines.engine.TrainingEngine` over FSDP2.
+
+    Every rank of the default process group holds one shard of the model and of the AdamW
+    state. Build it on every rank with the same ``config``.
+    """
+
+    def __init__(self, config: EngineConfig) -> None:
+        if not dist.is_initialized():
+            raise RuntimeError(
+                "FSDPEngine needs torch.distributed to be initialised first; call "
+                "torch.distributed.init_process_group('gloo') on CPU or ('nccl') on CUDA "
+                "(a worker group sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT for it)"
+            )
+        self.config = config
+        self.device = resolve_device(config.fsdp)
+        self.mesh = build_mesh(config.fsdp, self.device.type)
+        model = build_hf_model(config.model)
+        self._class_name = type(model).__name__  # before fully_shard renames the class
+        shard_model(model, self.mesh, config.fsdp)
+        self.model = model
+        optim = config.optim
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(),
+            lr=optim.lr,
+            betas=optim.betas,
+            eps=optim.eps,
+            weight_decay=optim.weight_decay,
+        )
+        self.scheduler = build_lr_scheduler(
+            self.optimizer,
+            optim.warmup_steps,
+            optim.schedule,
+            optim.total_steps,
+            optim.min_lr_ratio,
+        )
+        self._global_step = 0
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken so far."""
+        return self._global_step
+
+    # ------------------------------------------------------------------ forward
+
+    def _forward(self, micro_batch: DataProto, temperature: float) -> ModelOutputs:
+        """Run the model on one micro-batch; outputs at the response positions only."""
+        tensors = batch_tensors(micro_batch)
+        missing = [key for key in _MODEL_INPUTS if key not in tensors]
+        if missing:
+            raise KeyError(f"batch lacks {missing}; an engine needs the fields {_MODEL_INPUTS}")
+        inputs = {key: tensors[key].to(self.device) for key in _MODEL_INPUTS}
+        responses = inputs.pop("responses")
+        response_length = responses.shape[1]
+        if self.config.model.head == "value":
+            logits = self.model(**inputs).logits
+            return {"values": response_positions(logits, response_length).squeeze(-1).float()}
+        # Only the positions that predict response tokens need logits: saves a (B, T, V) tensor.
+        logits = self.model(**inputs, use_cache=False, logits_to_keep=response_length + 1).logits
+        log_probs, entropy = response_log_probs(logits[:, :-1], responses, temperature)
+        return {"log_probs": log_probs, "entropy": entropy}
+
+    def _aligned_micro_batches(self, batch: DataProto) -> list[tuple[DataProto, bool]]:
+        """Micro-batches of this rank, padded with repeats to the largest count over ranks.
+
+        FSDP2 gathers parameters collectively in every forward, so all ranks must run the
+        same number of them; the repeats (flag ``False``) are computed and then ignored.
+        """
+        if len(batch) == 0:
+            raise ValueError("got an empty batch; every rank needs at least one row")
+        micro_batches = split_micro_batches(batch, self.config.micro_batch)
+        count = torch.tensor([len(micro_batches)], dtype=torch.int64)
+        dist.all_reduce(count, op=dist.ReduceOp.MAX)
+        padding = [(micro_batches[0], False)] * (int(count.item()) - len(micro_batches))
+        return [(micro, True) for micro in micro_batches] + padding
+
+    @torch.no_grad()
+    def _forward_only(self, batch: DataProto, temperature: float) -> list[ModelOutputs]:
+        """Outputs of every real micro-batch of ``batch``, in order, without gradients."""
+        self.model.eval()
+        outputs: list[ModelOutputs] = []
+        try:
+            for micro, real in self._aligned_micro_batches(batch):
+                out = self._forward(micro, temperature)
+                if real:
+                    outputs.append(out)
+        finally:
+            self.model.train()
+        return outputs
+
+    def compute_log_prob(
+        self, batch: DataProto, temperature: float = 1.0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs and entropy of ``batch["responses"]``; each ``(B, R)`` float32 on CPU."""
+        if self.config.model.head != "causal_lm":
+            raise ValueError("compute_log_prob needs model.head='causal_lm'")
+        outputs = self._forward_only(batch, temperature)
+        log_probs = torch.cat([out["log_probs"] for out in outputs]).cpu()
+        entropy = torch.cat([out["entropy"] for out in outputs]).cpu()
+        return log_probs, entropy
+
+    def compute_values(self, batch: DataProto) -> torch.Tensor:
+        """Value-head outputs at the response positions; ``(B, R)`` float32 on CPU."""
+        if self.config.model.head != "value":
+            raise ValueError("compute_values needs model.head='value' (a critic engine)")
+        return torch.cat([out["values"] for out in self._forward_only(batch, 1.0)]).cpu()
+
+    # ------------------------------------------------------------------ training
+
+    def _global_sum(self, value: float) -> float:
+        total = torch.tensor([value], dtype=torch.float64)
+        dist.all_reduce(total)
+        return float(total.item())
+
+    def train_step(self, mini_batch: DataProto, loss_fn: LossFn) -> dict[str, float]:
+        """One optimizer step over this rank's ``mini_batch``; see :class:`TrainingEngine`.
+
+        Each micro-batch's loss is weighted by its share of the response tokens of the
+        mini-batch over all ranks (times the world size, since FSDP averages gradients
+        over ranks), so the step equals one over the whole mini-batch at once.
+        """
+        temperature = float(mini_batch.meta_info.get("temperature", 1.0))
+        aligned = self._aligned_micro_batches(mini_batch)
+        token_counts = [
+            float(batch_tensors(micro)["response_mask"].sum()) if real else 0.0
+            for micro, real in aligned
+        ]
+        global_tokens = self._global_sum(sum(token_counts))
+        if global_tokens == 0:
+            raise ValueError("the mini-batch has no response tokens (response_mask is all zero)")
+        world_size = dist.get_world_size()
+        weighted_loss = 0.0
+        sums: dict[str, float] = {}
+        real_count = 0
+        for (micro, real), tokens in zip(aligned, token_counts, strict=True):
+            loss, metrics = loss_fn(self._forward(micro, temperature), micro)
+            (loss * (tokens / global_tokens * world_size)).backward()
+            if real:
+                real_count += 1
+                weighted_loss += float(loss.detach()) * tokens
+                for name, value in metrics.items():
+                    sums[name] = sums.get(name, 0.0) + float(value)
+        grad_norm = self._clip_gradients()
+        # A non-finite norm (the same on every rank) would poison the weights: skip the
+        # update, but keep the schedule and step count moving so every rank stays aligned.
+        if math.isfinite(grad_norm):
+            self.optimizer.step()
+        lr = float(self.scheduler.get_last_lr()[0])
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self._global_step += 1
+        result = {name: total / real_count for name, total in sums.items()}
+        result.update(
+            loss=self._global_sum(weighted_loss) / global_tokens, grad_norm=grad_norm, lr=lr
+        )
+        return result
+
+    def _clip_gradients(self) -> float:
+        """Clip the global gradient norm (if configured) and return it before clipping."""
+        max_norm = self.config.optim.grad_clip
+        norm = torch.nn.utils.clip_grad_norm_(
+            self.model.parameters(), max_norm=math.inf if max_norm is None else max_norm
+        )
+        if isinstance(norm, DTensor):
+            norm = norm.full_tensor()
+        return float(norm)
+
+    # ------------------------------------------------------------------ state
+
+    def save_checkpoint(self, directory: str | PathLike[str]) -> None:
+        """Save model, optimizer, scheduler, step and RNG state (sharded, via DCP)."""
+        state.save_checkpoint(
+            Path(directory), self.model, self.optimizer, self.scheduler, self._global_step
+        )
+
+    def load_checkpoint(self, directory: str | PathLike[str]) -> None:
+        """Restore a checkpoint, possibly saved on a different number of ranks."""
+        self._global_step = state.load_checkpoint(
+            Path(directory), self.model, self.optimizer, self.scheduler
+        )
+
+    def export_hf(self, directory: str | PathLike[str]) -> None:
+        """Write a Hugging Face directory (config + safetensors) that ``from_pretrained`` loads."""
+        state.export_hf(Path(directory), self.model, self._class_name, self.config.model.path)
+
+    def iter_full_params(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Yield ``(name, full tensor)`` one at a time, with HF ``state_dict()`` names."""
+        return state.iter_full_params(self.model)
+
+    def offload(self) -> None:
+        """Move parameters and optimizer state to CPU memory (nothing to do on a CPU run)."""
+        if self.device.type == "cpu":
+            return
+        torch.nn.Module.to(self.model, "cpu")
+        state.move_optimizer_state(self.optimizer, torch.device("cpu"))
+        torch.cuda.empty_cache()
+
+    def onload(self) -> None:
+        """Bring parameters and optimizer state back to the compute device."""
+        if self.device.type == "cpu":
+            return
+        torch.nn.Module.to(self.model, self.device)
+        state.move_optimizer_state(self.optimizer, self.device)

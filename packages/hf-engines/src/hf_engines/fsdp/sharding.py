@@ -1,0 +1,72 @@
+"""Placing a model on a device mesh with FSDP2 (``fully_shard``)."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import (
+    CPUOffloadPolicy,
+    MixedPrecisionPolicy,
+    OffloadPolicy,
+    fully_shard,
+)
+from transformers import PreTrainedModel
+
+from hf_engines.config import FSDPConfig
+from hf_engines.models import transformer_blocks
+
+
+def resolve_device(config: FSDPConfig) -> torch.device:
+    """The compute device: CUDA when asked, or with ``auto`` when the backend is NCCL."""
+    use_cuda = config.device == "cuda" or (
+        config.device == "auto" and "nccl" in str(dist.get_backend()).lower()
+    )
+    if not use_cuda:
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "fsdp.device asks for CUDA but no CUDA device is visible; set fsdp.device='cpu' "
+            "and use the gloo backend to run on the CPU"
+        )
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def build_mesh(config: FSDPConfig, device_type: str) -> DeviceMesh:
+    """A 1-D ``("dp_shard",)`` mesh, or 2-D ``("dp_replicate", "dp_shard")`` for HSDP."""
+    replicate, shard = config.mesh_shape(dist.get_world_size())
+    if replicate == 1:
+        return init_device_mesh(device_type, (shard,), mesh_dim_names=("dp_shard",))
+    return init_device_mesh(
+        device_type, (replicate, shard), mesh_dim_names=("dp_replicate", "dp_shard")
+    )
+
+
+def shard_model(model: PreTrainedModel, mesh: DeviceMesh, config: FSDPConfig) -> None:
+    """Apply ``fully_shard`` to every transformer block, then to the root, in place.
+
+    Sharding per block lets FSDP2 gather one block's parameters at a time; the root
+    holds the rest (embeddings, final norm, head).
+    """
+    param_dtype = getattr(torch, config.param_dtype)
+    reduce_dtype = getattr(torch, config.reduce_dtype)
+    mixed_precision = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
+    offload = CPUOffloadPolicy() if config.cpu_offload else OffloadPolicy()
+    if config.activation_checkpointing:
+        # Non-reentrant checkpointing composes with FSDP2's per-block all-gathers.
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    for block in transformer_blocks(model):
+        fully_shard(
+            block,
+            mesh=mesh,
+            mp_policy=mixed_precision,
+            offload_policy=offload,
+            reshard_after_forward=config.reshard_after_forward,
+        )
+    fully_shard(
+        model,
+        mesh=mesh,
+        mp_policy=mixed_precision,
+        offload_policy=offload,
+        reshard_after_forward=config.reshard_after_forward,
+    )

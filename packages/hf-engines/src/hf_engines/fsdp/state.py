@@ -1,0 +1,160 @@
+"""Checkpoints, full-weight iteration, HF export and CPU offload of an FSDP2 model."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from safetensors.torch import save_file
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.tensor import DTensor
+from torch.optim.lr_scheduler import LRScheduler
+from transformers import PreTrainedModel
+
+# Tokenizer and chat-template files are copied from the source model directory on export.
+_TOKENIZER_FILES = (
+    "tokenizer*",
+    "special_tokens_map.json",
+    "vocab*",
+    "merges.txt",
+    "chat_template*",
+)
+_DCP_DIR = "dcp"
+
+
+def _extra_state_file(directory: Path, rank: int) -> Path:
+    return directory / f"extra_state_rank{rank}.pt"
+
+
+def rng_state() -> dict[str, Any]:
+    """This process's random number generator states (torch CPU, CUDA, Python)."""
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` returned."""
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(
+    directory: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: LRScheduler,
+    global_step: int,
+) -> None:
+    """Write a sharded checkpoint (collective): DCP for model + optimizer, a file per rank.
+
+    The DCP part can be loaded on a different number of ranks; the per-rank file holds the
+    scheduler, step and that rank's RNG state.
+    """
+    model_state, optim_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=directory / _DCP_DIR)
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    extra = {"scheduler": scheduler.state_dict(), "global_step": global_step, "rng": rng_state()}
+    torch.save(extra, _extra_state_file(directory, rank))
+    if rank == 0:
+        meta = {"global_step": global_step, "world_size": world_size, "format": "hf-engines/fsdp2"}
+        (directory / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    dist.barrier()
+
+
+def load_checkpoint(
+    directory: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: LRScheduler,
+) -> int:
+    """Restore a checkpoint written by :func:`save_checkpoint` (collective); return the step.
+
+    On a different number of ranks than at save time, ranks without their own RNG file take
+    rank 0's.
+    """
+    if not (directory / _DCP_DIR).is_dir():
+        raise FileNotFoundError(
+            f"{directory} holds no hf-engines checkpoint (no {_DCP_DIR}/ inside); pass the "
+            "directory given to save_checkpoint"
+        )
+    model_state, optim_state = get_state_dict(model, optimizer)
+    # DCP loads into these dicts in place, resharding to this run's layout.
+    dcp.load({"model": model_state, "optim": optim_state}, checkpoint_id=directory / _DCP_DIR)
+    set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
+    own = _extra_state_file(directory, dist.get_rank())
+    extra = torch.load(
+        own if own.is_file() else _extra_state_file(directory, 0), weights_only=False
+    )
+    scheduler.load_state_dict(extra["scheduler"])
+    set_rng_state(extra["rng"])
+    return int(extra["global_step"])
+
+
+def iter_full_params(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield ``(name, full tensor)`` for each ``state_dict()`` entry, gathering one at a time.
+
+    Collective: every rank must consume the whole iterator. Names are the HF model's own,
+    tied weights included under each of their names.
+    """
+    for name, tensor in model.state_dict().items():
+        if isinstance(tensor, DTensor):
+            yield name, tensor.full_tensor()
+        else:
+            yield name, tensor
+
+
+def _tied_names(model: PreTrainedModel) -> set[str]:
+    """State-dict names that transformers re-ties on load, so export must not duplicate."""
+    text_config = model.config.get_text_config()
+    if getattr(text_config, "tie_word_embeddings", False):
+        return {"lm_head.weight"}
+    return set()
+
+
+def export_hf(
+    directory: Path, model: PreTrainedModel, class_name: str, source_dir: str | None
+) -> None:
+    """Write ``config.json`` and ``model.safetensors`` (collective; rank 0 writes).
+
+    ``class_name`` is the transformers class to record in ``architectures`` (FSDP2 renames
+    the module's class). Tokenizer files from ``source_dir`` are copied alongside.
+    """
+    rank = dist.get_rank()
+    skip = _tied_names(model)
+    weights: dict[str, torch.Tensor] = {}
+    for name, full in iter_full_params(model):
+        if rank == 0 and name not in skip:
+            weights[name] = full.detach().to("cpu", copy=True).contiguous()
+    if rank == 0:
+        directory.mkdir(parents=True, exist_ok=True)
+        config = copy.deepcopy(model.config)
+        config.architectures = [class_name]
+        config.save_pretrained(directory)
+        if getattr(model, "generation_config", None) is not None:
+            model.generation_config.save_pretrained(directory)
+        save_file(weights, str(directory / "model.safetensors"), metadata={"format": "pt"})
+        if source_dir is not None:
+            for pattern in _TOKENIZER_FILES:
+                for path in Path(source_dir).glob(pattern):
+                    shutil.copy2(path, directory / path.name)
+    dist.barrier()
+
+
+def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    """Move every tensor of the optimizer's state to ``device`` in place."""
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor):
+                state[key] = value.to(device, non_blocking=True)

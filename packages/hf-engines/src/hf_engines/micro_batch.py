@@ -1,0 +1,76 @@
+"""Splitting a batch into micro-batches, by row count or by a token budget.
+
+Micro-batches keep the rows in order, so concatenating per-micro-batch results gives
+the batch's order back without any bookkeeping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tensordict import TensorDict
+
+from hf_engines.config import MicroBatchConfig
+from hf_protocol import DataProto
+
+
+def split_by_size(num_rows: int, micro_batch_size: int) -> list[list[int]]:
+    """Consecutive groups of ``micro_batch_size`` row indices; the last may be smaller."""
+    if micro_batch_size < 1:
+        raise ValueError(f"micro_batch_size={micro_batch_size} must be >= 1")
+    return [
+        list(range(start, min(start + micro_batch_size, num_rows)))
+        for start in range(0, num_rows, micro_batch_size)
+    ]
+
+
+def split_by_token_budget(token_counts: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Pack consecutive rows into groups whose token counts sum to at most ``max_tokens``.
+
+    Rows are never reordered. A row longer than the budget is an error, since no split
+    could hold it.
+    """
+    groups: list[list[int]] = []
+    current: list[int] = []
+    used = 0
+    for index, count in enumerate(token_counts):
+        if count > max_tokens:
+            raise ValueError(
+                f"row {index} has {count} tokens, more than micro_batch.max_tokens={max_tokens}; "
+                f"raise max_tokens to at least the longest sequence ({max(token_counts)})"
+            )
+        if current and used + count > max_tokens:
+            groups.append(current)
+            current, used = [], 0
+        current.append(index)
+        used += count
+    if current:
+        groups.append(current)
+    return groups
+
+
+def batch_tensors(batch: DataProto) -> TensorDict:
+    """The tensors of ``batch``; an error naming the fix if it has none."""
+    if batch.batch is None:
+        raise ValueError(
+            "the batch holds no tensors; an engine needs input_ids, attention_mask, "
+            "position_ids, responses and response_mask"
+        )
+    return batch.batch
+
+
+def split_micro_batches(batch: DataProto, config: MicroBatchConfig) -> list[DataProto]:
+    """Split ``batch`` into micro-batches as ``config`` says (token budget first).
+
+    The token count of a row is the sum of its ``attention_mask``.
+    """
+    rows = len(batch)
+    if config.max_tokens is not None:
+        counts = batch_tensors(batch)["attention_mask"].sum(dim=-1).tolist()
+        groups = split_by_token_budget([int(c) for c in counts], config.max_tokens)
+    else:
+        assert config.micro_batch_size is not None  # guaranteed by MicroBatchConfig
+        groups = split_by_size(rows, config.micro_batch_size)
+    if len(groups) == 1:
+        return [batch]
+    return [batch.slice(group[0], group[-1] + 1) for group in groups]

@@ -1,0 +1,179 @@
+"""Helpers for tests and examples: tiny local models, toy batches, multi-rank launches.
+
+Nothing here touches a model hub: tiny models are built from a config with random weights
+and saved to a local directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from hf_protocol import DataProto
+
+_TINY_COMMON: dict[str, Any] = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 128,
+    "max_position_embeddings": 256,
+}
+
+TINY_CONFIGS: dict[str, dict[str, Any]] = {
+    "llama": {"model_type": "llama", **_TINY_COMMON},
+    # Tied embeddings exercise the export path that must not write lm_head twice.
+    "qwen2": {"model_type": "qwen2", "tie_word_embeddings": True, **_TINY_COMMON},
+    "qwen3": {"model_type": "qwen3", "head_dim": 8, **_TINY_COMMON},
+}
+"""Tiny decoder configs by family: hidden 32, 2 layers, vocab 128 (random weights)."""
+
+
+def build_tiny_model(
+    directory: str | os.PathLike[str], family: str = "llama", seed: int = 0
+) -> Path:
+    """Save a randomly initialised tiny ``family`` causal LM to ``directory``; return it.
+
+    ``family`` is a key of :data:`TINY_CONFIGS`. The same seed gives the same weights.
+    """
+    if family not in TINY_CONFIGS:
+        raise ValueError(
+            f"unknown tiny model family {family!r}; choose from {sorted(TINY_CONFIGS)}"
+        )
+    options = dict(TINY_CONFIGS[family])
+    config = AutoConfig.for_model(options.pop("model_type"), **options)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    path = Path(directory)
+    model.save_pretrained(path)
+    return path
+
+
+def make_toy_batch(
+    batch_size: int,
+    prompt_length: int = 6,
+    response_length: int = 5,
+    vocab_size: int = 128,
+    seed: int = 0,
+) -> DataProto:
+    """A batch of the "count up" task: each response token is the previous token plus one.
+
+    Prompts of random length are left-padded, responses of random length right-padded
+    (pad id 0, never a real token). Fields: ``prompts``, ``responses``, ``response_mask``
+    (``(B, R)``), ``input_ids``, ``attention_mask``, ``position_ids`` (``(B, P + R)``).
+    """
+    generator = torch.Generator().manual_seed(seed)
+    prompts = torch.zeros(batch_size, prompt_length, dtype=torch.int64)
+    prompt_mask = torch.zeros_like(prompts)
+    responses = torch.zeros(batch_size, response_length, dtype=torch.int64)
+    response_mask = torch.zeros_like(responses)
+    for row in range(batch_size):
+        n_prompt = int(torch.randint(2, prompt_length + 1, (1,), generator=generator))
+        n_response = int(torch.randint(1, response_length + 1, (1,), generator=generator))
+        start = int(torch.randint(1, vocab_size, (1,), generator=generator))
+        tokens = [(start + i - 1) % (vocab_size - 1) + 1 for i in range(n_prompt + n_response)]
+        prompts[row, prompt_length - n_prompt :] = torch.tensor(tokens[:n_prompt])
+        prompt_mask[row, prompt_length - n_prompt :] = 1
+        responses[row, :n_response] = torch.tensor(tokens[n_prompt:])
+        response_mask[row, :n_response] = 1
+    attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
+    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+    return DataProto.from_dict(
+        tensors={
+            "prompts": prompts,
+            "responses": responses,
+            "response_mask": response_mask,
+            "input_ids": torch.cat([prompts, responses], dim=1),
+            "attention_mask": attention_mask,
+            "position_ids": position_ids,
+        },
+        meta_info={"temperature": 1.0},
+    )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def launch_ranks(
+    script: str | os.PathLike[str],
+    world_size: int,
+    args: Sequence[str] = (),
+    timeout: float = 120.0,
+    env: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Run ``python script *args`` as ``world_size`` ranks of one gloo job; return outputs.
+
+    Each rank gets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
+    ``MASTER_ADDR`` and ``MASTER_PORT``, as a worker group provides. All ranks are killed
+    when one fails or ``timeout`` seconds pass; the error names the rank and shows the end
+    of its output.
+    """
+    port = str(free_port())
+    logs = [Path(os.devnull)] * world_size
+    procs: list[subprocess.Popen[bytes]] = []
+    base_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    log_dir = Path(tempfile.mkdtemp(prefix="hf-engines-ranks-"))
+    for rank in range(world_size):
+        rank_env = {
+            **base_env,
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(world_size),
+            "LOCAL_WORLD_SIZE": str(world_size),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port,
+        }
+        log = log_dir / f"rank{rank}.log"
+        logs[rank] = log
+        with log.open("wb") as handle:
+            command = [sys.executable, str(script), *args]
+            procs.append(subprocess.Popen(command, env=rank_env, stdout=handle, stderr=handle))
+    try:
+        _wait_all(procs, logs, timeout)
+        return [log.read_text(errors="replace") for log in logs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def _wait_all(procs: list[subprocess.Popen[bytes]], logs: list[Path], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while any(proc.poll() is None for proc in procs):
+        failed = [r for r, proc in enumerate(procs) if proc.returncode not in (None, 0)]
+        if failed or time.monotonic() > deadline:
+            rank = failed[0] if failed else 0
+            why = (
+                f"exited with code {procs[rank].returncode}"
+                if failed
+                else f"timed out ({timeout}s)"
+            )
+            tail = logs[rank].read_text(errors="replace")[-4000:]
+            raise RuntimeError(f"rank {rank} of {len(procs)} {why}; its output ends with:\n{tail}")
+        time.sleep(0.1)
+    for rank, proc in enumerate(procs):
+        if proc.returncode != 0:
+            tail = logs[rank].read_text(errors="replace")[-4000:]
+            raise RuntimeError(
+                f"rank {rank} of {len(procs)} exited with code {proc.returncode}; "
+                f"its output ends with:\n{tail}"
+            )

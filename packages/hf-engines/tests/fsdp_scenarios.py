@@ -1,0 +1,136 @@
+"""Scenarios run as N gloo ranks by test_fsdp_engine.py (``launch_ranks``), not collected.
+
+Usage: ``python fsdp_scenarios.py {train,critic} MODEL_DIR OUT_DIR [RESUME_FROM]``. Each rank
+writes ``OUT_DIR/rank<r>.pt`` with what the tests compare.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from hf_engines import (
+    EngineConfig,
+    FSDPEngine,
+    LossOutput,
+    ModelOutputs,
+    config_from_dict,
+)
+from hf_engines.testing import make_toy_batch
+from hf_protocol import DataProto
+
+TRAIN_STEPS = 4
+CHECKPOINT_AFTER = 2  # steps; resuming from it must replay steps 3 and 4 exactly
+MINI_BATCH = 8
+
+
+def nll_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
+    """Token-mean negative log-likelihood of the responses."""
+    mask = micro_batch.batch["response_mask"].float()
+    loss = -(outputs["log_probs"] * mask).sum() / mask.sum()
+    return loss, {"nll": float(loss.detach())}
+
+
+def value_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
+    """Token-mean squared error of the values against a target of 1."""
+    mask = micro_batch.batch["response_mask"].float()
+    loss = (((outputs["values"] - 1.0) ** 2) * mask).sum() / mask.sum()
+    return loss, {"vf_loss": float(loss.detach())}
+
+
+def shard(batch: DataProto) -> DataProto:
+    """This rank's rows, as a worker group's DP dispatch would send them."""
+    return batch.chunk(dist.get_world_size())[dist.get_rank()]
+
+
+def train_losses(engine: FSDPEngine, steps: range) -> list[float]:
+    """Run the given steps (each on its own toy mini-batch) and return the global losses."""
+    losses = []
+    for step in steps:
+        batch = make_toy_batch(MINI_BATCH, seed=100 + step)
+        losses.append(engine.train_step(shard(batch), nll_loss)["loss"])
+    return losses
+
+
+def run_train(model_dir: str, out: Path, resume_from: str | None) -> dict[str, Any]:
+    """Log-probs, training, checkpoint + resume, export and full-parameter iteration."""
+    config = config_from_dict(
+        EngineConfig,
+        {
+            "model": {"path": model_dir},
+            "optim": {"lr": 1e-2, "warmup_steps": 1, "schedule": "cosine", "total_steps": 10},
+            "micro_batch": {"micro_batch_size": 2},
+        },
+    )
+    engine = FSDPEngine(config)
+    probe = make_toy_batch(5, seed=7)  # 5 rows: 3/2 over two ranks, uneven micro-batches
+    before, entropy = engine.compute_log_prob(shard(probe))
+    losses = train_losses(engine, range(CHECKPOINT_AFTER))
+    engine.save_checkpoint(out / "ckpt")
+    losses += train_losses(engine, range(CHECKPOINT_AFTER, TRAIN_STEPS))
+    after, _ = engine.compute_log_prob(shard(probe))
+    engine.export_hf(out / "hf")
+    params = {name: tensor.clone() for name, tensor in engine.iter_full_params()}
+
+    resumed = FSDPEngine(config)
+    resumed.load_checkpoint(out / "ckpt")
+    result: dict[str, Any] = {
+        "log_probs_before": before,
+        "entropy_before": entropy,
+        "losses": losses,
+        "log_probs_after": after,
+        "param_names": list(params),
+        "params": params if dist.get_rank() == 0 else {},
+        "resumed_step": resumed.global_step,
+        "resumed_losses": train_losses(resumed, range(CHECKPOINT_AFTER, TRAIN_STEPS)),
+    }
+    if resume_from is not None:
+        other = FSDPEngine(config)
+        other.load_checkpoint(resume_from)
+        result["cross_resumed_losses"] = train_losses(other, range(CHECKPOINT_AFTER, TRAIN_STEPS))
+    return result
+
+
+def run_critic(model_dir: str, out: Path) -> dict[str, Any]:
+    """A value-head engine with a token budget, so ranks get different micro-batch counts."""
+    config = config_from_dict(
+        EngineConfig,
+        {
+            "model": {"path": model_dir, "head": "value", "seed": 3},
+            "optim": {"lr": 1e-2},
+            "micro_batch": {"micro_batch_size": None, "max_tokens": 12},
+            "fsdp": {"activation_checkpointing": True},
+        },
+    )
+    engine = FSDPEngine(config)
+    probe = make_toy_batch(5, seed=7)
+    values = engine.compute_values(shard(probe))
+    losses = [engine.train_step(shard(probe), value_loss)["loss"] for _ in range(3)]
+    engine.export_hf(out / "hf")
+    return {"values": values, "losses": losses}
+
+
+def main() -> None:
+    """Run the scenario named on the command line on this rank."""
+    scenario, model_dir, out_dir = sys.argv[1:4]
+    resume_from = sys.argv[4] if len(sys.argv) > 4 else None
+    torch.use_deterministic_algorithms(True)
+    dist.init_process_group("gloo")
+    out = Path(out_dir)
+    if scenario == "train":
+        result = run_train(model_dir, out, resume_from)
+    elif scenario == "critic":
+        result = run_critic(model_dir, out)
+    else:
+        raise SystemExit(f"unknown scenario {scenario!r}")
+    torch.save(result, out / f"rank{dist.get_rank()}.pt")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
