@@ -82,3 +82,7 @@ class LocalWorkerGroup(WorkerGroup):
 
     def _wait(self, method: str, handles: list[Any], ranks: list[int]) -> list[Any]:
         return handles
+
+    def kill(self) -> None:
+        """Drop the worker objects (the counterpart of ``RayWorkerGroup.kill``)."""
+        self._workers = []

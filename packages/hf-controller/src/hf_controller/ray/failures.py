@@ -69,6 +69,9 @@ def _get_one(
 def _death_cause(message: str) -> str:
     """A one-line cause from Ray's actor-death message (which also lists *possible* causes)."""
     lowered = message.lower()
+    for line in message.splitlines():
+        if "ModuleNotFoundError" in line or "ImportError" in line:
+            return f"the worker could not import its code ({line.strip()})"
     if "memory monitor" in lowered or "outofmemoryerror" in lowered:
         return "the worker process was killed for using too much memory (OOM)"
     marker = "exit detail:"

@@ -42,8 +42,9 @@ def make_picklable_for_workers(cls: type) -> None:
     """Let workers unpickle ``cls`` even when they cannot import its module.
 
     Classes from installed distributions travel by reference as usual; classes
-    from scripts, notebooks and test files are sent by value. Colocated worker
-    classes bring their role classes along.
+    from scripts, notebooks, test files and source trees are sent by value,
+    together with their whole top-level package (sibling modules they import
+    included). Colocated worker classes bring their role classes along.
     """
     from ray import cloudpickle
 
@@ -51,10 +52,11 @@ def make_picklable_for_workers(cls: type) -> None:
 
     installed = importlib.metadata.packages_distributions()
     for klass in [cls, *getattr(cls, ROLES_ATTR, {}).values()]:
-        module = sys.modules.get(klass.__module__)
+        top_name = klass.__module__.split(".")[0]
+        module = sys.modules.get(top_name)
         if module is None or klass.__module__ == "__main__":
             continue  # __main__ is always sent by value
-        if klass.__module__.split(".")[0] in installed:
+        if top_name in installed:
             continue
         with contextlib.suppress(ValueError):  # not a regular module: stays by reference
             cloudpickle.register_pickle_by_value(module)
