@@ -55,16 +55,18 @@ def keep_ray_local() -> None:
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
 
-def start_ray(object_store_gb: float) -> ModuleType:
+def start_ray(object_store_gb: float, num_cpus: int = 1) -> ModuleType:
     """Start one local Ray node without a dashboard and return the ``ray`` module.
 
-    One CPU is enough: the benchmarks only ``put`` and ``get`` from the driver, and
-    fewer idle workers leave more of a small machine to the driver.
+    ``num_cpus`` is Ray's logical CPU count, not a limit on real cores. One is enough
+    when the driver only ``put``s and ``get``s (fewer idle workers leave more of a
+    small machine to the driver); worker-group benchmarks raise it so that every
+    placement-group bundle they ask for can be granted.
     """
     import ray
 
     ray.init(
-        num_cpus=1,
+        num_cpus=num_cpus,
         include_dashboard=False,
         object_store_memory=int(object_store_gb * GB),
         log_to_driver=False,

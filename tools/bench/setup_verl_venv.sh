@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Build tools/bench/.venv-verl: a throwaway venv in which both verl's DataProto and
-# hf-protocol's import, so bench_dataproto_transport.py can compare them on one Ray.
+# Build tools/bench/.venv-verl: a throwaway venv in which verl and our packages import
+# side by side, so the benchmarks compare them on one Ray: verl's DataProto with
+# hf-protocol's (bench_dataproto_transport.py), verl's single controller with
+# hf-controller (bench_controller.py).
 #
 # verl goes in with --no-deps: its full dependency list (vllm, wandb, datasets, ...)
-# is not needed to pickle a DataProto. Only what `from verl.protocol import DataProto`
-# imports is added: omegaconf and transformers (verl.utils imports both), packaging.
+# is not needed to pickle a DataProto or run a CPU worker group. Only what
+# `from verl.protocol import DataProto` imports is added: omegaconf and transformers
+# (verl.utils imports both), packaging. `from verl.single_controller.ray import
+# RayWorkerGroup` needs nothing beyond that (the check at the end imports it).
 # tensordict and transformers stay inside the ranges verl 0.9.1 declares, so verl is
 # measured as its users run it.
 #
@@ -51,8 +55,8 @@ echo "(pip's 'verl 0.9.1 requires ..., which is not installed' lines are expecte
 "${PIP[@]}" "${CONSTRAINTS[@]}" "$TORCH_PIN" "$TENSORDICT_SPEC" "$RAY_PIN" \
     packaging omegaconf "$TRANSFORMERS_SPEC"
 
-echo "installing hf-protocol (editable, no dependencies)"
-"${PIP[@]}" --no-deps -e "$ROOT/packages/hf-protocol"
+echo "installing hf-protocol and hf-controller (editable, no dependencies)"
+"${PIP[@]}" --no-deps -e "$ROOT/packages/hf-protocol" -e "$ROOT/packages/hf-controller"
 
 "$VENV/bin/python" - <<'EOF'
 import torch
@@ -60,15 +64,22 @@ import torch
 if torch.__version__.split("+")[0] != "2.13.0":
     raise SystemExit(f"torch {torch.__version__} was installed; the benchmark needs 2.13.0")
 
+import hf_controller
 import hf_protocol
 import ray
 import tensordict
 import verl
-from verl.protocol import DataProto  # noqa: F401  (the import this venv exists for)
+
+# The imports this venv exists for.
+from verl.protocol import DataProto  # noqa: F401
+from verl.single_controller.base import Worker  # noqa: F401
+from verl.single_controller.ray import RayWorkerGroup  # noqa: F401
 
 print(
     f"ok: torch {torch.__version__}, ray {ray.__version__}, tensordict {tensordict.__version__}, "
-    f"verl {verl.__version__}, hf-protocol {hf_protocol.__version__}"
+    f"verl {verl.__version__}, hf-protocol {hf_protocol.__version__}, "
+    f"hf-controller {hf_controller.__version__}"
 )
 EOF
 echo "run: $VENV/bin/python tools/bench/bench_dataproto_transport.py --output docs/benchmarks.md"
+echo " or: $VENV/bin/python tools/bench/bench_controller.py --output docs/benchmarks.md"
