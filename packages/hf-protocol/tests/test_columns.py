@@ -71,3 +71,20 @@ def test_dtype_from_name_rejects_non_dtypes() -> None:
     assert dtype_from_name("bfloat16") is torch.bfloat16
     with pytest.raises(ValueError, match="'load' is not a torch dtype"):
         dtype_from_name("load")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.bool])
+def test_cat_rows_matches_torch_cat_above_and_below_the_huge_page_threshold(
+    dtype: torch.dtype,
+) -> None:
+    from hf_protocol.columns import cat_rows
+
+    for rows in (3, 40_000):  # 40_000 x 64 x 4 bytes is above 4 MiB for float32
+        parts = [
+            (torch.randn(rows, 64) > 0).to(dtype),
+            (torch.randn(rows // 2 + 1, 64) > 0).to(dtype),
+        ]
+        joined = cat_rows(parts)
+        assert joined.dtype == dtype and torch.equal(joined, torch.cat(parts))
+    grad = torch.ones(2, 3, requires_grad=True)
+    assert cat_rows([grad, grad]).requires_grad

@@ -102,19 +102,20 @@ def register(
         if inspect.iscoroutinefunction(func):
 
             @functools.wraps(func)
-            async def async_inner(*args: Any, **kwargs: Any) -> Any:
+            async def async_inner(self: Any, *args: Any, **kwargs: Any) -> Any:
                 if materialize_futures:
                     args, kwargs = materialize(args, kwargs)
-                return await func(*args, **kwargs)
+                return await func(self, *args, **kwargs)
 
             setattr(async_inner, MAGIC_ATTR, spec)
             return async_inner  # type: ignore[return-value]
 
         @functools.wraps(func)
-        def inner(*args: Any, **kwargs: Any) -> Any:
+        def inner(self: Any, *args: Any, **kwargs: Any) -> Any:
+            # ``self`` is the worker: never mistaken for a future.
             if materialize_futures:
                 args, kwargs = materialize(args, kwargs)
-            return func(*args, **kwargs)
+            return func(self, *args, **kwargs)
 
         setattr(inner, MAGIC_ATTR, spec)
         return inner  # type: ignore[return-value]

@@ -26,12 +26,28 @@ class FutureLike(Protocol):
         ...
 
 
+_IS_FUTURE_TYPE: dict[type, bool] = {}
+
+
+def is_future(value: Any) -> bool:
+    """True for :class:`FutureLike` values; decided once per type (this runs on every call)."""
+    kind = type(value)
+    known = _IS_FUTURE_TYPE.get(kind)
+    if known is None:
+        known = _IS_FUTURE_TYPE[kind] = callable(getattr(kind, "get", None)) and hasattr(
+            value, "futures"
+        )
+    return known
+
+
 def materialize(
     args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Replace every future among the arguments by its value (runs inside the worker)."""
-    new_args = tuple(a.get() if isinstance(a, FutureLike) else a for a in args)
-    new_kwargs = {k: v.get() if isinstance(v, FutureLike) else v for k, v in kwargs.items()}
+    if not any(map(is_future, args)) and not any(map(is_future, kwargs.values())):
+        return args, kwargs
+    new_args = tuple(a.get() if is_future(a) else a for a in args)
+    new_kwargs = {k: v.get() if is_future(v) else v for k, v in kwargs.items()}
     return new_args, new_kwargs
 
 

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hf_controller.futures import is_future
+
 
 def is_shardable(value: Any) -> bool:
     """True for values the DP modes split: they offer ``chunk(n)``."""
@@ -51,7 +53,7 @@ def shard(
 ) -> tuple[list[Any], Padding | None]:
     """``world_size`` parts of a shardable value (balanced, order kept), and any padding."""
     padding = None
-    if pad_to_equal and not _is_future(value):
+    if pad_to_equal and not is_future(value):
         value, padding = pad_to_multiple(value, world_size)
     parts = value.chunk(world_size)
     if len(parts) != world_size:
@@ -73,10 +75,6 @@ def unpad(result: Any, padding: Padding | None) -> Any:
             f"output row per input row"
         )
     return result[0 : padding.original_length]
-
-
-def _is_future(value: Any) -> bool:
-    return hasattr(value, "futures") and callable(getattr(value, "get", None))
 
 
 def check_per_rank_lists(args: Sequence[Any], kwargs: dict[str, Any], world_size: int) -> None:

@@ -8,6 +8,7 @@ Trace Event format, which chrome://tracing and https://ui.perfetto.dev open.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
@@ -33,12 +34,11 @@ class CallTiming:
 
 
 class CallTimer:
-    """Collects :class:`CallTiming` records for one worker group."""
+    """Collects :class:`CallTiming` records for one worker group (the latest ``max_records``)."""
 
     def __init__(self, group: str, max_records: int = 100_000) -> None:
         self.group = group
-        self.max_records = max_records
-        self.records: list[CallTiming] = []
+        self.records: collections.deque[CallTiming] = collections.deque(maxlen=max_records)
 
     @contextlib.contextmanager
     def phase(self, method: str, phase: str) -> Iterator[None]:
@@ -47,8 +47,7 @@ class CallTimer:
         try:
             yield
         finally:
-            if len(self.records) < self.max_records:
-                self.records.append(CallTiming(self.group, method, phase, start, time.time()))
+            self.records.append(CallTiming(self.group, method, phase, start, time.time()))
 
     def summary(self) -> dict[str, dict[str, float]]:
         """Total seconds per ``method`` and phase."""

@@ -158,3 +158,27 @@ def as_row_indices(idxs: Any, length: int) -> np.ndarray:
     if bad.size:
         raise IndexError(f"indices {bad[:5].tolist()} are out of range for length {length}")
     return np.where(array < 0, array + length, array).astype(np.int64)
+
+
+_HUGE_PAGE_THRESHOLD = 1 << 22  # numpy asks the kernel for huge pages from about 4 MiB on
+
+
+def cat_rows(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """``torch.cat(tensors)`` along dim 0, faster for large CPU results.
+
+    A large output is allocated through numpy, which requests transparent huge
+    pages, so writing it takes far fewer page faults than torch's own allocation
+    (2x faster at 64-256 MiB on our CI machines; see docs/benchmarks.md).
+    """
+    first = tensors[0]
+    uniform = all(
+        t.dtype == first.dtype and t.device.type == "cpu" and t.shape[1:] == first.shape[1:]
+        for t in tensors
+    )
+    rows = sum(t.shape[0] for t in tensors)
+    nbytes = rows * first[:1].numel() * first.element_size()
+    if not uniform or nbytes < _HUGE_PAGE_THRESHOLD or any(t.requires_grad for t in tensors):
+        return torch.cat(tensors)
+    buffer = torch.from_numpy(np.empty(nbytes, dtype=np.uint8))
+    out = buffer.view(first.dtype).reshape(rows, *first.shape[1:])
+    return torch.cat(tensors, out=out)

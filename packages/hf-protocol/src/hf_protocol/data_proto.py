@@ -30,6 +30,7 @@ from tensordict import TensorDict
 from hf_protocol import reshaping, storage, transport
 from hf_protocol.columns import (
     as_row_indices,
+    cat_rows,
     check_tensor_column,
     tensor_columns,
     to_numpy_column,
@@ -339,7 +340,10 @@ class DataProto:
             _check_same_columns(first, part, index)
         batch = None
         if first.batch is not None:
-            batch = TensorDict.cat([part.batch for part in data if part.batch is not None])
+            columns = [tensor_columns(part.batch) for part in data if part.batch is not None]
+            joined = {key: cat_rows([c[key] for c in columns]) for key in columns[0]}
+            rows = sum(len(part) for part in data)
+            batch = TensorDict(joined, batch_size=[rows], device=first.batch.device)
         non_tensor = {
             key: np.concatenate([part.non_tensor_batch[key] for part in data])
             for key in first.non_tensor_batch

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
+import functools
+import json
 import os
+import subprocess
 import sys
+import tempfile
 import uuid
 from typing import Any
 
@@ -38,11 +41,34 @@ def _master_address() -> tuple[str, int]:
     return address, free_port(address)
 
 
+@functools.lru_cache(maxsize=1)
+def _worker_import_roots() -> frozenset[str]:
+    """The ``sys.path`` a fresh worker process of this interpreter starts with."""
+    probe = [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path))"]
+    result = subprocess.run(
+        probe, capture_output=True, text=True, timeout=60, cwd=tempfile.gettempdir(), check=False
+    )
+    paths = json.loads(result.stdout) if result.returncode == 0 else []
+    return frozenset(os.path.realpath(p) for p in paths if p)
+
+
+def _importable_by_workers(top_module: Any) -> bool:
+    """True when a fresh process could import ``top_module`` (a top-level module/package)."""
+    locations = list(getattr(top_module, "__path__", []))  # packages, namespace packages too
+    if not locations and getattr(top_module, "__file__", None):
+        locations = [top_module.__file__]
+    roots = _worker_import_roots()
+    return bool(locations) and all(
+        os.path.realpath(os.path.dirname(location)) in roots for location in locations
+    )
+
+
 def make_picklable_for_workers(cls: type) -> None:
     """Let workers unpickle ``cls`` even when they cannot import its module.
 
-    Classes from installed distributions travel by reference as usual; classes
-    from scripts, notebooks, test files and source trees are sent by value,
+    Classes whose top-level package a fresh process can import (installed,
+    editable or on ``PYTHONPATH``) travel by reference as usual; classes from
+    scripts, notebooks, test files and other source trees are sent by value,
     together with their whole top-level package (sibling modules they import
     included). Colocated worker classes bring their role classes along.
     """
@@ -50,16 +76,12 @@ def make_picklable_for_workers(cls: type) -> None:
 
     from hf_controller.colocation import ROLES_ATTR
 
-    installed = importlib.metadata.packages_distributions()
     for klass in [cls, *getattr(cls, ROLES_ATTR, {}).values()]:
-        top_name = klass.__module__.split(".")[0]
-        module = sys.modules.get(top_name)
-        if module is None or klass.__module__ == "__main__":
+        top = sys.modules.get(klass.__module__.split(".")[0])
+        if top is None or klass.__module__ == "__main__" or _importable_by_workers(top):
             continue  # __main__ is always sent by value
-        if top_name in installed:
-            continue
         with contextlib.suppress(ValueError):  # not a regular module: stays by reference
-            cloudpickle.register_pickle_by_value(module)
+            cloudpickle.register_pickle_by_value(top)
 
 
 class RayWorkerGroup(WorkerGroup):
