@@ -11,6 +11,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hf_controller import split_balanced
+
 
 @dataclass(frozen=True)
 class FileList:
@@ -30,15 +32,7 @@ class FileList:
 
     def chunk(self, chunks: int) -> list[FileList]:
         """``chunks`` consecutive parts whose sizes differ by at most one (10 on 4 -> 3/3/2/2)."""
-        if chunks < 1:
-            raise ValueError(f"chunk needs a positive number of parts, got {chunks}")
-        base, extra = divmod(len(self.paths), chunks)
-        parts, start = [], 0
-        for index in range(chunks):
-            size = base + (1 if index < extra else 0)
-            parts.append(FileList(self.paths[start : start + size]))
-            start += size
-        return parts
+        return [FileList(tuple(part)) for part in split_balanced(self.paths, chunks)]
 
     @staticmethod
     def concat(items: Sequence[FileList]) -> FileList:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from hf_controller import split_balanced
+
 
 class Rows:
     """An ordered list of values that splits into balanced parts."""
@@ -29,13 +31,7 @@ class Rows:
         return f"Rows({self.values})"
 
     def chunk(self, chunks: int) -> list[Rows]:
-        base, extra = divmod(len(self.values), chunks)
-        parts, start = [], 0
-        for i in range(chunks):
-            size = base + (1 if i < extra else 0)
-            parts.append(Rows(self.values[start : start + size]))
-            start += size
-        return parts
+        return [Rows(part) for part in split_balanced(self.values, chunks)]
 
     @staticmethod
     def concat(items: Sequence[Rows]) -> Rows:

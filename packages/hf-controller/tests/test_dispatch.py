@@ -111,3 +111,12 @@ def test_padding_makes_equal_shards_and_is_removed() -> None:
     assert tiny == Rows([7, 7, 7, 7]) and padding.pad_size == 3
     with pytest.raises(ValueError, match="one output row per input row"):
         unpad(Rows([1]), padding)
+
+
+def test_split_balanced_is_the_building_block_of_chunk() -> None:
+    from hf_controller import split_balanced
+
+    assert [len(p) for p in split_balanced(list(range(10)), 4)] == [3, 3, 2, 2]
+    assert split_balanced("abc", 5) == ["a", "b", "c", "", ""]
+    with pytest.raises(ValueError, match="got 0"):
+        split_balanced([1], 0)

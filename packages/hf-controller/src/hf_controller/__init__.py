@@ -23,6 +23,7 @@ from hf_controller.ray.resource_pool import (
     split_resource_pool,
 )
 from hf_controller.ray.worker_group import RayClassWithInitArgs, RayWorkerGroup
+from hf_controller.sharding import split_balanced
 from hf_controller.tracing import CallTiming, export_chrome_trace
 from hf_controller.worker import Worker
 from hf_controller.worker_group import ClassWithInitArgs, ResourcePool, WorkerGroup
@@ -53,6 +54,7 @@ __all__ = [
     "merge_resource_pool",
     "register",
     "register_dispatch_mode",
+    "split_balanced",
     "split_resource_pool",
     "update_dispatch_mode",
 ]

@@ -10,9 +10,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from hf_controller.futures import is_future
+
+T = TypeVar("T")
+
+
+def split_balanced(items: Sequence[T], parts: int) -> list[Sequence[T]]:
+    """``parts`` consecutive slices of ``items`` whose sizes differ by at most one.
+
+    10 items in 4 parts -> 3/3/2/2. The building block of a ``chunk(n)`` method for
+    any sequence-backed batch type (see ``recipes/parallel_map``).
+    """
+    if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
+        raise ValueError(f"parts must be a positive integer (e.g. a world size), got {parts!r}")
+    base, extra = divmod(len(items), parts)
+    slices, start = [], 0
+    for index in range(parts):
+        size = base + (1 if index < extra else 0)
+        slices.append(items[start : start + size])
+        start += size
+    return slices
 
 
 def is_shardable(value: Any) -> bool:
