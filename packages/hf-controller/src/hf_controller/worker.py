@@ -86,6 +86,12 @@ def free_port(address: str) -> int:
         return int(sock.getsockname()[1])
 
 
+def master_address() -> tuple[str, int]:
+    """This node's address and a free port on it, for the torch.distributed rendezvous."""
+    address = node_ip_address()
+    return address, free_port(address)
+
+
 class Worker:
     """Base class for a group member. Subclass it and mark methods with ``@register``."""
 
@@ -155,8 +161,7 @@ class Worker:
 
     def _hf_master_address(self) -> tuple[str, int]:
         """An address and free port on this node for the torch.distributed rendezvous."""
-        address = node_ip_address()
-        return address, free_port(address)
+        return master_address()
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO_WITH_FUNC)
     def execute_with_func(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

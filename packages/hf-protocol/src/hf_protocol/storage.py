@@ -27,11 +27,10 @@ import zipfile
 from typing import Any
 
 import numpy as np
-import torch
 from tensordict import TensorDict
 
 from hf_protocol.columns import dtype_from_name, tensor_columns
-from hf_protocol.transport import tensor_to_bytes_view
+from hf_protocol.transport import tensor_from_bytes, tensor_to_bytes_view
 
 FORMAT_NAME = "hf-protocol/dataproto"
 FORMAT_VERSION = 1
@@ -167,12 +166,10 @@ def _read_batch(archive: zipfile.ZipFile, entry: dict[str, Any] | None) -> Tenso
         return None
     tensors = {}
     for column in entry["columns"]:
-        raw = bytearray(archive.read(column["file"]))
-        flat = (
-            torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
-        )
+        # A bytearray is writable, so the loaded tensors own ordinary writable memory.
+        raw = np.frombuffer(bytearray(archive.read(column["file"])), dtype=np.uint8)
         dtype = dtype_from_name(column["dtype"])
-        tensors[column["key"]] = flat.view(dtype).reshape(column["shape"])
+        tensors[column["key"]] = tensor_from_bytes(raw, dtype, column["shape"])
     return TensorDict(tensors, batch_size=entry["batch_size"])
 
 

@@ -41,8 +41,7 @@ def tensor_to_bytes_view(tensor: torch.Tensor) -> np.ndarray:
 def tensor_from_bytes(data: np.ndarray, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
     """Rebuild a tensor from the bytes made by :func:`tensor_to_bytes_view`.
 
-    Shares memory with ``data`` unless ``HF_PROTOCOL_COPY_ON_RECEIVE=1`` is set or the
-    buffer is read-only and copying was requested.
+    Shares memory with ``data`` unless ``HF_PROTOCOL_COPY_ON_RECEIVE=1`` is set.
     """
     if os.environ.get(COPY_ON_RECEIVE_ENV, "0") == "1":
         data = np.array(data, copy=True)

@@ -28,10 +28,3 @@ def ensure_ray(**init_kwargs: Any) -> None:
     init_kwargs.setdefault("include_dashboard", False)
     init_kwargs.setdefault("namespace", "hybridflow")
     ray.init(**init_kwargs)
-
-
-def node_addresses() -> list[str]:
-    """The addresses of the live Ray nodes (``127.0.0.1`` for a local cluster)."""
-    import ray
-
-    return [n["NodeManagerAddress"] for n in ray.nodes() if n.get("Alive")]

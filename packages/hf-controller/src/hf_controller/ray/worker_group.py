@@ -16,7 +16,7 @@ from hf_controller.errors import ConfigurationError
 from hf_controller.ray.cluster import LOOPBACK_ENV, ensure_ray
 from hf_controller.ray.failures import wait_for_results
 from hf_controller.ray.resource_pool import BundleSlot, RayResourcePool
-from hf_controller.worker import GROUP_NAME_ENV, RESERVED_ENV
+from hf_controller.worker import GROUP_NAME_ENV, RESERVED_ENV, master_address
 from hf_controller.worker_group import ClassWithInitArgs, WorkerGroup, unwrap_worker_class
 
 BACKEND_ENV = "HF_CONTROLLER_BACKEND"
@@ -32,13 +32,6 @@ class RayClassWithInitArgs(ClassWithInitArgs):
     def update_options(self, options: dict[str, Any]) -> None:
         """Extra ``ray.remote`` options for every actor (e.g. ``max_concurrency``)."""
         self.options.update(options)
-
-
-def _master_address() -> tuple[str, int]:
-    from hf_controller.worker import free_port, node_ip_address
-
-    address = node_ip_address()
-    return address, free_port(address)
 
 
 @functools.lru_cache(maxsize=1)
@@ -156,7 +149,7 @@ class RayWorkerGroup(WorkerGroup):
         local_ranks, local_sizes = _local_layout(slots)
         first = PlacementGroupSchedulingStrategy(slots[0].placement_group, slots[0].bundle_index)
         master_addr, master_port = ray.get(
-            ray.remote(_master_address).options(num_cpus=0, scheduling_strategy=first).remote()
+            ray.remote(master_address).options(num_cpus=0, scheduling_strategy=first).remote()
         )
         user_class = unwrap_worker_class(cls_with_init.cls)
         make_picklable_for_workers(user_class)
@@ -193,7 +186,7 @@ class RayWorkerGroup(WorkerGroup):
         return workers
 
     def _worker_info(self) -> dict[int, dict[str, Any]]:
-
+        """pid and node of every worker (asked once; used in failure reports)."""
         refs = [w._hf_process_info.remote() for w in self._workers]
         infos = wait_for_results(self.name, "__init__", refs, list(range(len(refs))), {})
         return dict(enumerate(infos))
