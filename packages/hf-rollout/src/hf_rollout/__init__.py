@@ -1,0 +1,40 @@
+"""hf-rollout: generation engines (native torch, vLLM, SGLang) behind one small interface."""
+
+from hf_rollout.base import (
+    RolloutEngine,
+    build_rollout_output,
+    check_prompt_lengths,
+    left_pad,
+    mask_through_first_stop,
+    position_ids_from_mask,
+    read_prompts,
+    right_pad,
+    stop_ids_for,
+)
+from hf_rollout.config import RolloutConfig, SamplingConfig
+from hf_rollout.registry import (
+    ROLLOUT_BACKENDS,
+    build_rollout,
+    register_rollout_backend,
+    rollout_backend_class,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ROLLOUT_BACKENDS",
+    "RolloutConfig",
+    "RolloutEngine",
+    "SamplingConfig",
+    "build_rollout",
+    "build_rollout_output",
+    "check_prompt_lengths",
+    "left_pad",
+    "mask_through_first_stop",
+    "position_ids_from_mask",
+    "read_prompts",
+    "register_rollout_backend",
+    "right_pad",
+    "rollout_backend_class",
+    "stop_ids_for",
+]
