@@ -1,0 +1,91 @@
+"""``compute_advantage``: run a registered estimator on a DataProto (or on tensors)."""
+
+from __future__ import annotations
+
+from typing import Any, overload
+
+import torch
+
+from hf_algos.advantages.registry import AdvantageEstimator, get_advantage_estimator
+from hf_protocol import DataProto
+
+
+def _check_hyperparameters(estimator: AdvantageEstimator, kwargs: dict[str, Any]) -> None:
+    allowed = estimator.hyperparameters
+    unknown = sorted(set(kwargs) - set(allowed) - set(estimator.inputs))
+    if unknown:
+        raise TypeError(
+            f"advantage estimator {estimator.name!r} takes no {unknown}; its hyper-parameters "
+            f"are {allowed or '(none)'} and it reads {list(estimator.inputs)} from the batch"
+        )
+
+
+def _batch_inputs(
+    data: DataProto, estimator: AdvantageEstimator, given: dict[str, Any]
+) -> dict[str, Any]:
+    """The estimator's batch inputs: from ``given`` if passed, else from ``data``."""
+    tensors = data.batch
+    # TensorDict refuses `in`; compare against its key list instead.
+    held = sorted(tensors.keys()) if tensors is not None else []
+    inputs: dict[str, Any] = {}
+    for name in estimator.inputs:
+        if name in given:
+            inputs[name] = given[name]
+        elif name == "index":
+            if "uid" not in data.non_tensor_batch:
+                raise KeyError(
+                    f"advantage estimator {estimator.name!r} groups rows by the non-tensor "
+                    "column 'uid' (one id per prompt, repeated for its n responses), which "
+                    "the batch lacks; add it in the data loader or pass index=..."
+                )
+            inputs[name] = data.non_tensor_batch["uid"]
+        elif tensors is not None and name in held:
+            inputs[name] = tensors[name]
+        else:
+            raise KeyError(
+                f"advantage estimator {estimator.name!r} needs batch field {name!r}; the batch "
+                f"holds {held}"
+            )
+    return inputs
+
+
+@overload
+def compute_advantage(data: DataProto, estimator: str, **kwargs: Any) -> DataProto: ...
+
+
+@overload
+def compute_advantage(
+    data: str, estimator: None = None, **kwargs: Any
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+def compute_advantage(
+    data: DataProto | str, estimator: str | None = None, **kwargs: Any
+) -> DataProto | tuple[torch.Tensor, torch.Tensor]:
+    """Run the advantage estimator named ``estimator`` (see ``ADVANTAGE_ESTIMATORS``).
+
+    DataProto form, ``compute_advantage(batch, "grpo", norm_adv_by_std=False)``: reads the
+    estimator's inputs from ``batch`` (``token_level_rewards``, ``response_mask``, ``values``,
+    ``reward_baselines`` from the tensors; the group ``index`` from the non-tensor ``uid``),
+    writes ``advantages`` and ``returns`` ``(B, R)`` into ``batch`` and returns it. Keyword
+    arguments are hyper-parameters; a batch input passed as a keyword overrides the batch.
+
+    Tensor form, ``compute_advantage("gae", token_level_rewards=..., values=...,
+    response_mask=..., gamma=1.0, lam=0.95)``: returns ``(advantages, returns)``.
+    Unknown keywords are an error naming the accepted ones.
+    """
+    if isinstance(data, str):
+        chosen = get_advantage_estimator(data)
+        _check_hyperparameters(chosen, kwargs)
+        return chosen.fn(**kwargs)
+    if estimator is None:
+        raise TypeError("compute_advantage(batch, estimator): name the estimator, e.g. 'grpo'")
+    chosen = get_advantage_estimator(estimator)
+    _check_hyperparameters(chosen, kwargs)
+    inputs = _batch_inputs(data, chosen, kwargs)
+    params = {k: v for k, v in kwargs.items() if k not in inputs}
+    advantages, returns = chosen.fn(**inputs, **params)
+    assert data.batch is not None  # _batch_inputs read tensors from it
+    data.batch["advantages"] = advantages
+    data.batch["returns"] = returns
+    return data
