@@ -1,0 +1,78 @@
+"""Prompt text from a dataset row: chat template or raw text, then token ids."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+Messages = list[dict[str, str]]
+
+
+def as_messages(prompt: str | Sequence[Mapping[str, Any]]) -> Messages:
+    """A prompt as chat messages: a string becomes one user message."""
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    messages = []
+    for index, message in enumerate(prompt):
+        if not isinstance(message, Mapping) or "role" not in message or "content" not in message:
+            raise ValueError(
+                f"prompt message {index} is {message!r:.80}; a chat prompt is a list of "
+                f'{{"role": ..., "content": ...}} dicts (or give the prompt as a string)'
+            )
+        messages.append({"role": str(message["role"]), "content": str(message["content"])})
+    return messages
+
+
+def as_raw_text(prompt: str | Sequence[Mapping[str, Any]]) -> str:
+    """A prompt as plain text: a string as is, messages' contents joined by newlines."""
+    if isinstance(prompt, str):
+        return prompt
+    return "\n".join(message["content"] for message in as_messages(prompt))
+
+
+def resolve_chat_template(
+    tokenizer: PreTrainedTokenizerBase, use_chat_template: bool | None
+) -> bool:
+    """Whether prompts go through the chat template: ``None`` means "if the tokenizer has one"."""
+    has_template = getattr(tokenizer, "chat_template", None) is not None
+    if use_chat_template is None:
+        return has_template
+    if use_chat_template and not has_template:
+        raise ValueError(
+            "use_chat_template=True but the tokenizer has no chat_template; set one on the "
+            "tokenizer, or use use_chat_template=None/False for raw-text prompts."
+        )
+    return use_chat_template
+
+
+def prompt_text(
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: str | Sequence[Mapping[str, Any]],
+    use_chat_template: bool,
+) -> str:
+    """The text the model sees for ``prompt``, ending with the generation prompt if templated."""
+    if use_chat_template:
+        text = tokenizer.apply_chat_template(
+            as_messages(prompt), tokenize=False, add_generation_prompt=True
+        )
+        if not isinstance(text, str):
+            raise TypeError(f"apply_chat_template returned {type(text).__name__}, not text")
+        return text
+    return as_raw_text(prompt)
+
+
+def encode_prompt(
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: str | Sequence[Mapping[str, Any]],
+    use_chat_template: bool,
+) -> list[int]:
+    """Token ids of :func:`prompt_text`.
+
+    A templated text already holds the template's special tokens, so none are added; raw
+    text gets the tokenizer's usual ones (e.g. a BOS).
+    """
+    text = prompt_text(tokenizer, prompt, use_chat_template)
+    ids = tokenizer(text, add_special_tokens=not use_chat_template)["input_ids"]
+    return [int(token) for token in ids]
