@@ -1,0 +1,34 @@
+"""Losses: aggregation modes, policy / value losses, entropy, and engine loss functions."""
+
+from hf_algos.losses.actor_loss import ppo_actor_loss
+from hf_algos.losses.aggregation import LOSS_AGG_MODES, aggregate_loss, check_loss_agg_mode
+from hf_algos.losses.critic import critic_loss
+from hf_algos.losses.entropy import entropy_bonus
+from hf_algos.losses.policy import (
+    POLICY_LOSSES,
+    PolicyLossOutput,
+    get_policy_loss,
+    gspo_policy_loss,
+    ppo_policy_loss,
+    register_policy_loss,
+    reinforce_policy_loss,
+)
+from hf_algos.losses.value import ValueLossOutput, clipped_value_loss
+
+__all__ = [
+    "LOSS_AGG_MODES",
+    "POLICY_LOSSES",
+    "PolicyLossOutput",
+    "ValueLossOutput",
+    "aggregate_loss",
+    "check_loss_agg_mode",
+    "clipped_value_loss",
+    "critic_loss",
+    "entropy_bonus",
+    "get_policy_loss",
+    "gspo_policy_loss",
+    "ppo_actor_loss",
+    "ppo_policy_loss",
+    "register_policy_loss",
+    "reinforce_policy_loss",
+]

@@ -1,0 +1,89 @@
+"""The actor's loss in the engine calling convention ``loss_fn(outputs, micro_batch)``.
+
+Bind the hyper-parameters with :func:`functools.partial` (a module-level function, so the
+partial pickles through Ray)::
+
+    loss_fn = functools.partial(ppo_actor_loss, clip_low=0.2, clip_high=0.28,
+                                loss_agg_mode="token-mean", entropy_coeff=0.0,
+                                kl_coeff=0.001, kl_kind="low_var_kl")
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from hf_algos.kl import kl_penalty
+from hf_algos.losses.aggregation import aggregate_loss
+from hf_algos.losses.entropy import entropy_bonus
+from hf_algos.losses.fields import batch_field
+from hf_algos.losses.policy import get_policy_loss
+from hf_protocol import DataProto
+
+if TYPE_CHECKING:  # hf_engines imports transformers; only its types are needed here
+    from hf_engines import ModelOutputs
+
+
+def ppo_actor_loss(
+    outputs: ModelOutputs,
+    micro_batch: DataProto,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    clip_c: float | None = None,
+    loss_agg_mode: str = "token-mean",
+    entropy_coeff: float = 0.0,
+    kl_coeff: float = 0.0,
+    kl_kind: str = "low_var_kl",
+    policy_loss: str = "ppo",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Policy loss ``- entropy_coeff * entropy + kl_coeff * KL(policy || ref)``.
+
+    Reads ``outputs["log_probs"]`` (with gradient) and ``outputs["entropy"]``, and from
+    ``micro_batch.batch``: ``old_log_probs``, ``advantages``, ``response_mask`` and, when
+    ``kl_coeff > 0``, ``ref_log_prob`` (all ``(b, R)``). ``policy_loss`` names an entry of
+    ``POLICY_LOSSES`` (``ppo``, ``gspo``, ``reinforce``). Metrics: ``pg_loss``,
+    ``pg_clipfrac``, ``pg_clipfrac_lower``, ``ppo_kl``, ``entropy`` (when the engine gives
+    it) and ``kl_loss`` (when ``ref_log_prob`` is in the batch).
+    """
+    log_prob = outputs["log_probs"]
+    device = log_prob.device
+    mask = batch_field(micro_batch, "response_mask", device, "the rollout writes")
+    old = batch_field(micro_batch, "old_log_probs", device, "actor.compute_log_prob writes")
+    advantages = batch_field(micro_batch, "advantages", device, "compute_advantage writes")
+    policy = get_policy_loss(policy_loss)(
+        log_prob,
+        old,
+        advantages,
+        mask,
+        clip_low=clip_low,
+        clip_high=clip_high,
+        clip_c=clip_c,
+        loss_agg_mode=loss_agg_mode,
+    )
+    loss = policy.loss
+    metrics = {
+        "pg_loss": float(policy.loss.detach()),
+        "pg_clipfrac": float(policy.clipfrac),
+        "pg_clipfrac_lower": float(policy.clipfrac_lower),
+        "ppo_kl": float(policy.approx_kl),
+    }
+    entropy = outputs.get("entropy")
+    if entropy is None and entropy_coeff != 0:
+        raise KeyError("entropy_coeff != 0 needs outputs['entropy'] (a causal_lm engine head)")
+    if entropy is not None:
+        # Without a coefficient the entropy is a metric only: keep it out of the graph.
+        bonus = entropy_bonus(entropy if entropy_coeff else entropy.detach(), mask, loss_agg_mode)
+        metrics["entropy"] = float(bonus.detach())
+        if entropy_coeff:
+            loss = loss - entropy_coeff * bonus
+    has_ref = micro_batch.batch is not None and "ref_log_prob" in micro_batch.batch
+    if kl_coeff or has_ref:
+        ref = batch_field(micro_batch, "ref_log_prob", device, "ref.compute_ref_log_prob writes")
+        kl_source = log_prob if kl_coeff else log_prob.detach()
+        kl_loss = aggregate_loss(kl_penalty(kl_source, ref, kl_kind), mask, loss_agg_mode)
+        metrics["kl_loss"] = float(kl_loss.detach())
+        if kl_coeff:
+            loss = loss + kl_coeff * kl_loss
+    return loss, metrics
