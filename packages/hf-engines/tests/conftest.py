@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from hf_engines.testing import build_tiny_model
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
 @pytest.fixture(scope="session")
@@ -16,3 +21,15 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {
         family: build_tiny_model(root / family, family) for family in ("llama", "qwen2", "qwen3")
     }
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[Any]:
+    """A local Ray cluster on loopback, shared by every test of the session."""
+    import ray
+
+    from hf_controller import ensure_ray
+
+    ensure_ray(num_cpus=4, log_to_driver=False)
+    yield ray
+    ray.shutdown()

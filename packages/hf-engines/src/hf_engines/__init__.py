@@ -19,11 +19,23 @@ from hf_engines.logprob import (
 )
 from hf_engines.micro_batch import split_by_size, split_by_token_budget, split_micro_batches
 from hf_engines.schedule import build_lr_scheduler, lr_multiplier
+from hf_engines.workers import (
+    ActorConfig,
+    ActorWorker,
+    CriticConfig,
+    CriticWorker,
+    ReferenceWorker,
+    RewardModelWorker,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ActorConfig",
+    "ActorWorker",
     "ConfigError",
+    "CriticConfig",
+    "CriticWorker",
     "EngineConfig",
     "FSDPConfig",
     "FSDPEngine",
@@ -33,6 +45,8 @@ __all__ = [
     "ModelConfig",
     "ModelOutputs",
     "OptimConfig",
+    "ReferenceWorker",
+    "RewardModelWorker",
     "TrainingEngine",
     "build_lr_scheduler",
     "config_from_dict",

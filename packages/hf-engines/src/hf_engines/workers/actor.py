@@ -1,0 +1,63 @@
+"""``ActorWorker``: the policy's log-probs and its PPO-style updates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hf_controller import Dispatch, register
+from hf_engines.engine import LossFn
+from hf_engines.workers.base import TrainableEngineWorker, check_head, metrics_proto
+from hf_engines.workers.updates import UpdateConfig, run_update
+from hf_protocol import DataProto
+
+
+@dataclass(frozen=True)
+class ActorConfig(UpdateConfig):
+    """The actor: a causal-LM engine and how a batch is cut into optimizer steps."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_head("ActorWorker", self.engine, "causal_lm")
+
+
+def require_loss_fn(role: str, loss_fn: LossFn | None) -> LossFn:
+    """``loss_fn``, or an error naming the fix when the worker was built without one."""
+    if loss_fn is None:
+        raise ValueError(
+            f"{role} was built without a loss_fn, so it cannot update; pass "
+            "loss_fn=functools.partial(<module-level loss>, ...) when creating the worker"
+        )
+    return loss_fn
+
+
+class ActorWorker(TrainableEngineWorker):
+    """The policy model as one rank of an SPMD group (FSDP2 engine).
+
+    ``loss_fn(outputs, micro_batch) -> (loss, metrics)`` is a pure function (build it with
+    ``functools.partial`` over a module-level function so it pickles through Ray).
+    """
+
+    def __init__(self, config: ActorConfig, loss_fn: LossFn | None = None) -> None:
+        super().__init__(config.engine)
+        self.config = config
+        self.loss_fn = loss_fn
+        self._updates = 0
+
+    def _before_init(self) -> None:
+        self.config.validate_for(self.world_size)
+
+    @register(Dispatch.DP_COMPUTE_PROTO)
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        """``old_log_probs`` and ``entropys`` ``(B, R)`` of the responses, at
+        ``meta_info["temperature"]`` (default 1.0)."""
+        temperature = float(data.meta_info.get("temperature", 1.0))
+        log_probs, entropy = self.engine.compute_log_prob(data, temperature)
+        return DataProto.from_dict(tensors={"old_log_probs": log_probs, "entropys": entropy})
+
+    @register(Dispatch.DP_COMPUTE_PROTO)
+    def update_actor(self, data: DataProto) -> DataProto:
+        """``ppo_epochs`` passes of mini-batch steps; metrics ``actor/<name>`` as lists."""
+        loss_fn = require_loss_fn("ActorWorker", self.loss_fn)
+        metrics = run_update(self.engine, data, self.config, loss_fn, "actor", self._updates)
+        self._updates += 1
+        return metrics_proto(metrics)

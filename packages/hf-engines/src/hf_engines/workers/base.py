@@ -1,0 +1,123 @@
+"""``EngineWorker``: what every engine role shares (process group, engine, memory moves).
+
+Each role (actor, critic, reference, reward model) is its own subclass; colocating roles
+in one process is the controller's job (``create_colocated_worker_cls_fused``), not flags.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+
+import torch
+
+from hf_controller import Dispatch, Worker, register
+from hf_engines.config import ConfigError, EngineConfig
+from hf_engines.engine import TrainingEngine
+from hf_engines.fsdp import FSDPEngine
+from hf_engines.workers.distributed import init_distributed
+from hf_protocol import DataProto
+
+
+def check_head(role: str, config: EngineConfig, head: str) -> None:
+    """Raise naming the fix unless ``config`` builds a model with ``head``."""
+    if config.model.head != head:
+        raise ConfigError(
+            f"{role} needs model.head={head!r}, got {config.model.head!r}; set model.head="
+            f"{head!r} in this role's engine config"
+        )
+
+
+def build_engine(config: EngineConfig) -> TrainingEngine:
+    """The engine ``config.backend`` names (``fsdp`` unless the config says otherwise)."""
+    backend = getattr(config, "backend", "fsdp")
+    if backend == "fsdp":
+        return FSDPEngine(config)
+    if backend == "megatron":
+        # Imported only when asked for: megatron-core is an optional extra.
+        engine_class = importlib.import_module("hf_engines.megatron").MegatronEngine
+        engine: TrainingEngine = engine_class(config)
+        return engine
+    raise ConfigError(f"backend={backend!r} is not one of 'fsdp', 'megatron'")
+
+
+class EngineWorker(Worker):
+    """A worker that owns one training engine; ``init_model`` builds it on every rank.
+
+    The engine is built lazily (not in ``__init__``) so the driver can create all groups
+    first and then initialise models in the order memory allows, as verl users expect.
+    """
+
+    def __init__(self, engine_config: EngineConfig) -> None:
+        super().__init__()
+        self._engine_config = engine_config
+        self._engine: TrainingEngine | None = None
+
+    @property
+    def engine(self) -> TrainingEngine:
+        """The engine; an error naming the fix before ``init_model`` ran."""
+        if self._engine is None:
+            raise RuntimeError(
+                f"{type(self).__name__} rank {self.rank} has no model yet; call "
+                "init_model() on the worker group first"
+            )
+        return self._engine
+
+    def _before_init(self) -> None:
+        """Checks that need the group's size; roles override to add theirs."""
+
+    @register(Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Join the group's process group and build the engine (collective)."""
+        self._before_init()
+        config = self._engine_config
+        part = config.megatron if getattr(config, "backend", "fsdp") == "megatron" else config.fsdp
+        init_distributed(self.rank, self.world_size, self.local_rank, part.device)
+        self._engine = build_engine(self._engine_config)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def offload(self) -> None:
+        """Move parameters and optimizer state to CPU memory (e.g. while rollout runs)."""
+        self.engine.offload()
+
+    @register(Dispatch.ONE_TO_ALL)
+    def onload(self) -> None:
+        """Bring parameters and optimizer state back to the compute device."""
+        self.engine.onload()
+
+    def iter_full_params(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The engine's ``(name, full tensor)`` iterator, HF names (in-process weight sync).
+
+        Collective: every rank must consume it, so a fused rollout role calls it on all ranks.
+        """
+        return self.engine.iter_full_params()
+
+
+class TrainableEngineWorker(EngineWorker):
+    """An engine worker that trains, so it also saves, loads and exports its model."""
+
+    @register(Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, path: str) -> None:
+        """Save model, optimizer, scheduler, step and RNG state to ``path`` (shared storage)."""
+        self.engine.save_checkpoint(path)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, path: str) -> int:
+        """Restore a checkpoint (any number of ranks at save time); return the global step."""
+        self.engine.load_checkpoint(path)
+        return self.engine.global_step
+
+    @register(Dispatch.ONE_TO_ALL)
+    def export_hf(self, path: str) -> None:
+        """Write a Hugging Face model directory that ``from_pretrained`` loads."""
+        self.engine.export_hf(path)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def global_step(self) -> int:
+        """Optimizer steps taken so far."""
+        return self.engine.global_step
+
+
+def metrics_proto(metrics: dict[str, list[float]]) -> DataProto:
+    """An empty-batch DataProto carrying ``metrics`` in ``meta_info`` (what updates return)."""
+    return DataProto(meta_info={"metrics": metrics})

@@ -1,0 +1,47 @@
+"""``CriticWorker``: value estimates and value-function updates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hf_controller import Dispatch, register
+from hf_engines.engine import LossFn
+from hf_engines.workers.actor import require_loss_fn
+from hf_engines.workers.base import TrainableEngineWorker, check_head, metrics_proto
+from hf_engines.workers.updates import UpdateConfig, run_update
+from hf_protocol import DataProto
+
+
+@dataclass(frozen=True)
+class CriticConfig(UpdateConfig):
+    """The critic: a value-head engine and how a batch is cut into optimizer steps."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_head("CriticWorker", self.engine, "value")
+
+
+class CriticWorker(TrainableEngineWorker):
+    """The value model as one rank of an SPMD group (FSDP2 engine, ``model.head='value'``)."""
+
+    def __init__(self, config: CriticConfig, loss_fn: LossFn | None = None) -> None:
+        super().__init__(config.engine)
+        self.config = config
+        self.loss_fn = loss_fn
+        self._updates = 0
+
+    def _before_init(self) -> None:
+        self.config.validate_for(self.world_size)
+
+    @register(Dispatch.DP_COMPUTE_PROTO)
+    def compute_values(self, data: DataProto) -> DataProto:
+        """``values`` ``(B, R)``: the value head at the positions predicting each response token."""
+        return DataProto.from_dict(tensors={"values": self.engine.compute_values(data)})
+
+    @register(Dispatch.DP_COMPUTE_PROTO)
+    def update_critic(self, data: DataProto) -> DataProto:
+        """``ppo_epochs`` passes of mini-batch steps; metrics ``critic/<name>`` as lists."""
+        loss_fn = require_loss_fn("CriticWorker", self.loss_fn)
+        metrics = run_update(self.engine, data, self.config, loss_fn, "critic", self._updates)
+        self._updates += 1
+        return metrics_proto(metrics)

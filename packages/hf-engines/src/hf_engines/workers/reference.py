@@ -1,0 +1,23 @@
+"""``ReferenceWorker``: log-probs of the frozen reference policy (for the KL term)."""
+
+from __future__ import annotations
+
+from hf_controller import Dispatch, register
+from hf_engines.config import EngineConfig
+from hf_engines.workers.base import EngineWorker, check_head
+from hf_protocol import DataProto
+
+
+class ReferenceWorker(EngineWorker):
+    """A causal-LM engine that never trains; it only scores responses."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        check_head("ReferenceWorker", config, "causal_lm")
+        super().__init__(config)
+
+    @register(Dispatch.DP_COMPUTE_PROTO)
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        """``ref_log_prob`` ``(B, R)`` at ``meta_info["temperature"]`` (default 1.0)."""
+        temperature = float(data.meta_info.get("temperature", 1.0))
+        log_probs, _ = self.engine.compute_log_prob(data, temperature)
+        return DataProto.from_dict(tensors={"ref_log_prob": log_probs})

@@ -1,0 +1,234 @@
+"""The role workers through real worker groups: 2 CPU ranks on Ray (gloo), and the local
+backend at world size 1. Tiny models, a handful of tokens, one group per test."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+from ray import cloudpickle
+from transformers import AutoModelForCausalLM
+
+from hf_controller import (
+    LocalWorkerGroup,
+    RayClassWithInitArgs,
+    RayResourcePool,
+    RayWorkerGroup,
+    create_colocated_worker_cls,
+    create_colocated_worker_cls_fused,
+)
+from hf_engines import (
+    ActorConfig,
+    ActorWorker,
+    CriticConfig,
+    CriticWorker,
+    EngineConfig,
+    LossOutput,
+    ModelConfig,
+    ModelOutputs,
+    ReferenceWorker,
+    RewardModelWorker,
+    config_from_dict,
+)
+from hf_engines.models import build_hf_model
+from hf_engines.testing import make_toy_batch
+from hf_protocol import DataProto
+
+# Loss functions below travel to the Ray workers by value: workers cannot import tests/.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+ACTOR_METRICS = {"actor/nll", "actor/loss", "actor/grad_norm", "actor/lr"}
+CRITIC_METRICS = {"critic/vf_loss", "critic/loss", "critic/grad_norm", "critic/lr"}
+
+
+def nll_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
+    """Token-mean negative log-likelihood of the responses."""
+    mask = micro_batch.batch["response_mask"].float()
+    loss = -(outputs["log_probs"] * mask).sum() / mask.sum()
+    return loss, {"nll": float(loss.detach())}
+
+
+def value_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
+    """Token-mean squared error of the values against a target of 1."""
+    mask = micro_batch.batch["response_mask"].float()
+    loss = (((outputs["values"] - 1.0) ** 2) * mask).sum() / mask.sum()
+    return loss, {"vf_loss": float(loss.detach())}
+
+
+def engine_config(model: Path, **model_options: Any) -> EngineConfig:
+    return config_from_dict(
+        EngineConfig,
+        {
+            "model": {"path": str(model), **model_options},
+            "optim": {"lr": 1e-2},
+            "micro_batch": {"micro_batch_size": 2},
+        },
+    )
+
+
+def actor_config(model: Path) -> ActorConfig:
+    return ActorConfig(
+        engine=engine_config(model), ppo_mini_batch_size=4, ppo_epochs=2, shuffle=True
+    )
+
+
+def pool() -> RayResourcePool:
+    return RayResourcePool([2], use_gpu=False)
+
+
+def probe() -> DataProto:
+    return make_toy_batch(5, seed=7)  # 5 rows: 3/2 over two ranks
+
+
+def masked(values: torch.Tensor) -> torch.Tensor:
+    return values * probe().batch["response_mask"]
+
+
+def model_logits(model: torch.nn.Module, batch: DataProto) -> torch.Tensor:
+    """Plain transformers forward on the whole (padded) batch, one process."""
+    with torch.no_grad():
+        return model(
+            input_ids=batch.batch["input_ids"],
+            attention_mask=batch.batch["attention_mask"],
+            position_ids=batch.batch["position_ids"],
+        ).logits.float()
+
+
+def plain_log_probs(model_dir: Path) -> torch.Tensor:
+    """Response log-probs computed with plain transformers."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    batch = probe()
+    responses = batch.batch["responses"]
+    logits = model_logits(model, batch)[:, -responses.shape[1] - 1 : -1]
+    return torch.log_softmax(logits, -1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
+
+
+def check_actor_metrics(metrics: dict[str, list[float]], steps_per_rank: int) -> None:
+    assert set(metrics) == ACTOR_METRICS
+    for name in ACTOR_METRICS:
+        assert len(metrics[name]) == 2 * steps_per_rank, name  # gathered from both ranks
+    # The engine's loss, norm and lr are global: both ranks report the same.
+    for name in ("actor/loss", "actor/grad_norm", "actor/lr"):
+        assert metrics[name][:steps_per_rank] == metrics[name][steps_per_rank:], name
+
+
+@pytest.mark.timeout(240)
+def test_actor_log_probs_update_and_export(
+    ray_session: Any, tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
+    model_dir = tiny_models["qwen2"]
+    group = RayWorkerGroup(
+        pool(), RayClassWithInitArgs(ActorWorker, actor_config(model_dir), loss_fn=nll_loss)
+    )
+    group.init_model()
+    out = group.compute_log_prob(probe())
+    assert set(out.batch.keys()) == {"old_log_probs", "entropys"}
+    assert out.batch["old_log_probs"].shape == (5, 5)
+    expected = plain_log_probs(model_dir)
+    torch.testing.assert_close(
+        masked(out.batch["old_log_probs"]), masked(expected), atol=1e-5, rtol=0
+    )
+
+    batch = make_toy_batch(8, seed=11)
+    metrics = group.update_actor(batch).meta_info["metrics"]
+    check_actor_metrics(metrics, steps_per_rank=4)  # 8 rows / 4 per mini-batch x 2 epochs
+    assert metrics["actor/loss"][-1] < metrics["actor/loss"][0]
+    assert group.global_step() == [4, 4]
+
+    group.export_hf(str(tmp_path / "hf"))
+    after = group.compute_log_prob(probe()).batch["old_log_probs"]
+    assert not torch.allclose(masked(after), masked(expected), atol=1e-3)
+    torch.testing.assert_close(
+        masked(after), masked(plain_log_probs(tmp_path / "hf")), atol=1e-5, rtol=0
+    )
+
+
+@pytest.mark.timeout(240)
+def test_critic_and_reward_model_colocated(ray_session: Any, tiny_models: dict[str, Path]) -> None:
+    model_dir = tiny_models["llama"]
+    critic = CriticConfig(
+        engine=engine_config(model_dir, head="value", seed=3), ppo_mini_batch_size=4
+    )
+    roles = {
+        "critic": RayClassWithInitArgs(CriticWorker, critic, loss_fn=value_loss),
+        "rm": RayClassWithInitArgs(
+            RewardModelWorker, engine_config(model_dir, head="value", seed=5)
+        ),
+    }
+    views = RayWorkerGroup(pool(), create_colocated_worker_cls(roles)).spawn({"critic", "rm"})
+    views["critic"].init_model()
+    views["rm"].init_model()
+    batch = probe()
+    tensors = batch.batch
+    response_length = tensors["responses"].shape[1]
+
+    value_model = build_hf_model(ModelConfig(path=str(model_dir), head="value", seed=3))
+    expected_values = model_logits(value_model, batch)[:, -response_length - 1 : -1, 0]
+    values = views["critic"].compute_values(batch).batch["values"]
+    torch.testing.assert_close(masked(values), masked(expected_values), atol=1e-5, rtol=0)
+
+    rm_model = build_hf_model(ModelConfig(path=str(model_dir), head="value", seed=5))
+    at_tokens = model_logits(rm_model, batch)[:, -response_length:, 0]
+    last = tensors["response_mask"].sum(-1) - 1
+    expected_scores = torch.zeros(5, response_length)
+    expected_scores[torch.arange(5), last] = at_tokens[torch.arange(5), last]
+    scores = views["rm"].compute_rm_score(batch).batch["rm_scores"]
+    torch.testing.assert_close(scores, expected_scores, atol=1e-5, rtol=0)
+
+    metrics = views["critic"].update_critic(make_toy_batch(8, seed=3)).meta_info["metrics"]
+    assert set(metrics) == CRITIC_METRICS
+    assert len(metrics["critic/vf_loss"]) == 4  # 2 mini-batches on each of 2 ranks
+
+
+@pytest.mark.timeout(240)
+def test_fused_actor_and_reference_share_a_process(
+    ray_session: Any, tiny_models: dict[str, Path]
+) -> None:
+    model_dir = tiny_models["qwen3"]
+    roles = {
+        "actor": RayClassWithInitArgs(ActorWorker, actor_config(model_dir), loss_fn=nll_loss),
+        "ref": RayClassWithInitArgs(ReferenceWorker, engine_config(model_dir)),
+    }
+    group = RayWorkerGroup(pool(), create_colocated_worker_cls_fused(roles))
+    group.fuse({"actor", "ref"})
+    group.actor.init_model()  # type: ignore[attr-defined]
+    group.ref.init_model()  # type: ignore[attr-defined]
+    batch = probe()
+    old = group.actor.compute_log_prob(batch).batch["old_log_probs"]  # type: ignore[attr-defined]
+    ref = group.ref.compute_ref_log_prob(batch).batch["ref_log_prob"]  # type: ignore[attr-defined]
+    torch.testing.assert_close(masked(old), masked(ref), atol=1e-6, rtol=0)
+
+    group.actor.update_actor(make_toy_batch(8, seed=11))  # type: ignore[attr-defined]
+    new = group.actor.compute_log_prob(batch).batch["old_log_probs"]  # type: ignore[attr-defined]
+    ref_again = group.ref.compute_ref_log_prob(batch).batch["ref_log_prob"]  # type: ignore[attr-defined]
+    torch.testing.assert_close(ref_again, ref, atol=0, rtol=0)  # the reference never moves
+    assert not torch.allclose(masked(new), masked(ref), atol=1e-3)
+
+
+@pytest.mark.timeout(240)
+def test_local_worker_group_world_size_one(tiny_models: dict[str, Path]) -> None:
+    model_dir = tiny_models["qwen2"]
+    group = LocalWorkerGroup(
+        world_size=1,
+        ray_cls_with_init=RayClassWithInitArgs(
+            ActorWorker, actor_config(model_dir), loss_fn=nll_loss
+        ),
+    )
+    try:
+        group.init_model()
+        log_probs = group.compute_log_prob(probe()).batch["old_log_probs"]
+        torch.testing.assert_close(
+            masked(log_probs), masked(plain_log_probs(model_dir)), atol=1e-5, rtol=0
+        )
+        metrics = group.update_actor(make_toy_batch(8, seed=11)).meta_info["metrics"]
+        assert set(metrics) == ACTOR_METRICS
+        assert len(metrics["actor/loss"]) == 4  # 2 mini-batches x 2 epochs, one rank
+        names = [name for name, _ in group.workers[0].iter_full_params()]
+        assert names == list(AutoModelForCausalLM.from_pretrained(model_dir).state_dict())
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

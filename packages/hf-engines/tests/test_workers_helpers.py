@@ -1,0 +1,74 @@
+"""The workers' pure helpers and config checks (no processes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from hf_engines import (
+    ActorConfig,
+    ConfigError,
+    CriticConfig,
+    EngineConfig,
+    ModelConfig,
+    ReferenceWorker,
+    RewardModelWorker,
+)
+from hf_engines.testing import make_toy_batch
+from hf_engines.workers import count_mini_batches, split_mini_batches
+from hf_engines.workers.reward_model import place_on_last_token, with_one_more_position
+
+
+def test_mini_batches_cut_each_shard_the_same_number_of_times() -> None:
+    assert count_mini_batches(8, 4) == 2
+    assert count_mini_batches(9, 4) == 3  # the last global mini-batch is short
+    parts = split_mini_batches(make_toy_batch(5), 2)
+    assert [len(p) for p in parts] == [3, 2]
+    shuffled = split_mini_batches(make_toy_batch(4), 2, torch.tensor([3, 2, 1, 0]))
+    expected = make_toy_batch(4).batch["input_ids"].flip(0)
+    assert torch.equal(torch.cat([p.batch["input_ids"] for p in shuffled]), expected)
+    with pytest.raises(ValueError, match="fewer than the 3 mini-batches"):
+        split_mini_batches(make_toy_batch(2), 3)
+
+
+def test_score_goes_on_the_last_response_token() -> None:
+    values = torch.arange(12, dtype=torch.float32).view(3, 4)
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]])
+    expected = torch.tensor([[0, 1.0, 0, 0], [0, 0, 0, 7.0], [0, 0, 0, 0]])
+    assert torch.equal(place_on_last_token(values, mask), expected)
+
+
+def test_one_more_position_is_masked_out() -> None:
+    batch = make_toy_batch(3)
+    longer = with_one_more_position(dict(batch.batch.items()))
+    tensors = longer.batch
+    assert tensors["input_ids"].shape == (3, 12) and tensors["responses"].shape == (3, 6)
+    assert tensors["attention_mask"][:, -1].eq(0).all()
+    assert torch.equal(tensors["input_ids"][:, :-1], batch.batch["input_ids"])
+    assert torch.equal(tensors["position_ids"][:, -1], batch.batch["position_ids"][:, -1] + 1)
+
+
+def test_roles_check_the_model_head(tiny_models: dict[str, Path]) -> None:
+    lm = EngineConfig(model=ModelConfig(path=str(tiny_models["llama"])))
+    value = EngineConfig(model=ModelConfig(path=str(tiny_models["llama"]), head="value"))
+    with pytest.raises(ConfigError, match=r"CriticWorker needs model\.head"):
+        CriticConfig(engine=lm, ppo_mini_batch_size=2)
+    with pytest.raises(ConfigError, match=r"ActorWorker needs model\.head"):
+        ActorConfig(engine=value, ppo_mini_batch_size=2)
+    with pytest.raises(ConfigError, match=r"RewardModelWorker needs model\.head"):
+        RewardModelWorker(lm)
+    with pytest.raises(ConfigError, match=r"ReferenceWorker needs model\.head"):
+        ReferenceWorker(value)
+    with pytest.raises(ConfigError, match="ppo_mini_batch_size=0"):
+        ActorConfig(engine=lm, ppo_mini_batch_size=0)
+    config = ActorConfig(engine=lm, ppo_mini_batch_size=3)
+    with pytest.raises(ConfigError, match="not divisible by the data-parallel size 2"):
+        config.validate_for(2)
+
+
+def test_engine_methods_before_init_model_name_the_fix(tiny_models: dict[str, Path]) -> None:
+    worker = ReferenceWorker(EngineConfig(model=ModelConfig(path=str(tiny_models["llama"]))))
+    with pytest.raises(RuntimeError, match="call init_model"):
+        worker.compute_ref_log_prob(make_toy_batch(2))
