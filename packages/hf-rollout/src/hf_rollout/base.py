@@ -212,9 +212,9 @@ def build_rollout_output(
     offsets = torch.arange(1, width + 1, device=prompt_pos.device).unsqueeze(0)
     tensors: dict[str, torch.Tensor] = {}
     if prompts.batch is not None:
-        for key in prompts.batch:
+        for key in prompts.batch.keys():  # noqa: SIM118 (iterating a TensorDict walks rows)
             if key not in PROMPT_KEYS:
-                tensors[key] = rep(prompts.batch[key])
+                tensors[str(key)] = rep(prompts.batch[key])
     tensors.update(
         prompts=prompt_ids,
         responses=responses,

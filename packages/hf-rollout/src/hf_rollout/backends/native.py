@@ -1,0 +1,260 @@
+"""The ``native`` backend: batched sampling in pure torch over a transformers causal LM.
+
+It is the embedded default on CPU and the reference the other backends are checked against.
+One ``generate`` call repeats each prompt ``n`` times, runs one prefill forward, then one
+forward per new token over a transformers ``DynamicCache``; sampling is batched tensor ops,
+rows that hit a stop token stop being counted, rows are dropped from the cache once many have
+finished, and the loop ends as soon as every row has.
+
+``engine_kwargs`` options:
+
+* ``attn_implementation`` (str, default ``"sdpa"``): passed to transformers.
+* ``compact_fraction`` (float, default ``0.5``): drop finished rows from the KV cache when at
+  least this fraction of the active rows has finished (``1.0`` never drops).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache, PreTrainedModel
+
+from hf_protocol import DataProto
+from hf_rollout.base import (
+    build_rollout_output,
+    check_prompt_lengths,
+    read_prompts,
+    stop_ids_for,
+)
+from hf_rollout.config import RolloutConfig, SamplingConfig
+from hf_rollout.sampling import sample_next_tokens
+
+_KWARGS = {"attn_implementation", "compact_fraction"}
+
+
+def load_causal_lm(config: RolloutConfig) -> PreTrainedModel:
+    """The model of ``config``: ``from_pretrained`` on a local path, or random from a dict."""
+    attn = config.engine_kwargs.get("attn_implementation", "sdpa")
+    if config.model_path is not None:
+        model = AutoModelForCausalLM.from_pretrained(
+            config.model_path, dtype=config.torch_dtype, attn_implementation=attn
+        )
+    else:
+        options = dict(config.model_config or {})
+        hf_config = AutoConfig.for_model(options.pop("model_type"), **options)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            model = AutoModelForCausalLM.from_config(
+                hf_config, dtype=config.torch_dtype, attn_implementation=attn
+            )
+    model.eval().requires_grad_(False)
+    return model
+
+
+def model_eos_ids(model: PreTrainedModel) -> list[int]:
+    """The eos id(s) of the model's generation config (else its config); may be empty."""
+    generation = getattr(model, "generation_config", None)
+    eos = getattr(generation, "eos_token_id", None)
+    if eos is None:
+        eos = getattr(model.config, "eos_token_id", None)
+    if eos is None:
+        return []
+    return [int(e) for e in eos] if isinstance(eos, list | tuple) else [int(eos)]
+
+
+def copy_named_tensors(
+    model: torch.nn.Module, named_tensors: Iterable[tuple[str, torch.Tensor]]
+) -> int:
+    """Copy each ``(name, full tensor)`` into the model's state of that name; return the count.
+
+    Names are those of ``model.state_dict()`` (tied weights answer to both of their names).
+    An unknown name or a shape mismatch is an error.
+    """
+    targets = model.state_dict(keep_vars=True)
+    count = 0
+    for name, tensor in named_tensors:
+        target = targets.get(name)
+        if target is None:
+            known = sorted(targets)
+            raise KeyError(
+                f"update_weights: the rollout model has no tensor {name!r}; names must match "
+                f"the Hugging Face state_dict, e.g. {known[:4]} ({len(known)} in all)"
+            )
+        if tuple(target.shape) != tuple(tensor.shape):
+            raise ValueError(
+                f"update_weights: {name!r} has shape {tuple(tensor.shape)}, the rollout model "
+                f"expects {tuple(target.shape)}; are both sides the same architecture?"
+            )
+        with torch.no_grad():
+            target.data.copy_(tensor.detach().to(device=target.device, dtype=target.dtype))
+        count += 1
+    return count
+
+
+class NativeRollout:
+    """A :class:`~hf_rollout.RolloutEngine` in pure torch over a transformers model."""
+
+    def __init__(self, config: RolloutConfig) -> None:
+        unknown = sorted(set(config.engine_kwargs) - _KWARGS)
+        if unknown:
+            raise ValueError(
+                f"native rollout: unknown engine_kwargs {unknown}; valid are {sorted(_KWARGS)}"
+            )
+        self.config = config
+        self.device = config.resolve_device()
+        model = load_causal_lm(config)
+        self.eos_ids = model_eos_ids(model)
+        self.hf_config = model.config
+        self.model: torch.nn.Module = model.to(self.device)  # type: ignore[arg-type]
+        self.pad_token_id = self._resolve_pad_id()
+        self.compact_fraction = float(config.engine_kwargs.get("compact_fraction", 0.5))
+        self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
+        self.asleep = False
+        self.closed = False
+
+    def _resolve_pad_id(self) -> int:
+        if self.config.pad_token_id is not None:
+            return self.config.pad_token_id
+        pad = getattr(self.hf_config, "pad_token_id", None)
+        if pad is not None:
+            return int(pad)
+        return self.eos_ids[0] if self.eos_ids else 0
+
+    # ------------------------------------------------------------------ generation
+
+    @torch.no_grad()  # not inference_mode: outputs must be usable in autograd later
+    def generate(self, prompts: DataProto, sampling: SamplingConfig) -> DataProto:
+        """Sample ``sampling.n`` responses per prompt (see ``hf_rollout.build_rollout_output``)."""
+        if self.closed:
+            raise RuntimeError("native rollout was shut down; build a new engine")
+        if self.asleep:
+            raise RuntimeError("native rollout is asleep; call wake_up() before generate()")
+        prompt_tensors = read_prompts(prompts, self.pad_token_id)
+        input_ids, attention_mask, _ = prompt_tensors
+        longest = check_prompt_lengths(attention_mask, self.config.max_model_len)
+        rows = input_ids.shape[0] * sampling.n
+        if rows == 0:
+            empty = torch.zeros((0, 0), dtype=torch.long)
+            return build_rollout_output(
+                prompts, prompt_tensors, empty, empty, empty.float(), sampling.n,
+                sampling.effective_temperature, self.pad_token_id,
+            )  # fmt: skip
+        budget = min(sampling.max_new_tokens, self.config.max_model_len - longest)
+        # Columns that are padding in every row cost compute and change nothing.
+        keep_from = int((attention_mask.sum(dim=0) > 0).long().argmax())
+        ids, mask, pos = (
+            t[:, keep_from:].repeat_interleave(sampling.n, dim=0).to(self.device)
+            for t in prompt_tensors
+        )
+        generator = self.generator
+        if sampling.seed is not None:
+            generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
+        tokens, mask, log_probs = self._decode(ids, mask, pos, sampling, budget, generator)
+        return build_rollout_output(
+            prompts, prompt_tensors, tokens.cpu(), mask.cpu(), log_probs.cpu(), sampling.n,
+            sampling.effective_temperature, self.pad_token_id,
+        )  # fmt: skip
+
+    def _decode(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        sampling: SamplingConfig,
+        budget: int,
+        generator: torch.Generator,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The decode loop; returns ``(B, R)`` tokens, response mask and log-probs."""
+        rows = input_ids.shape[0]
+        stop_ids = torch.tensor(stop_ids_for(sampling, self.eos_ids), device=self.device)
+        out_tokens = torch.full((rows, budget), self.pad_token_id, device=self.device)
+        out_mask = torch.zeros((rows, budget), dtype=torch.long, device=self.device)
+        out_log_probs = torch.zeros((rows, budget), dtype=torch.float32, device=self.device)
+        active = torch.arange(rows, device=self.device)  # output row of each cache row
+        finished = torch.zeros(rows, dtype=torch.bool, device=self.device)
+        cache = DynamicCache(config=self.hf_config)
+        next_pos = position_ids[:, -1:] + 1
+        logits = self._forward(input_ids, attention_mask, position_ids, cache)
+        steps = budget
+        for step in range(budget):
+            uniform = None
+            if not sampling.is_greedy:  # drawn for every row, so compaction keeps streams
+                uniform = torch.rand(rows, generator=generator, device=self.device)[active]
+            tokens, log_probs = sample_next_tokens(logits, sampling, uniform)
+            # Rows finished earlier (not yet compacted away) keep decoding; mask them out.
+            out_tokens[active, step] = tokens.masked_fill(finished, self.pad_token_id)
+            out_mask[active, step] = (~finished).long()
+            out_log_probs[active, step] = log_probs.masked_fill(finished, 0.0)
+            finished = finished | torch.isin(tokens, stop_ids)
+            n_finished = int(finished.sum())
+            if n_finished == len(active) or step + 1 == budget:
+                steps = step + 1
+                break
+            if n_finished and n_finished >= self.compact_fraction * len(active):
+                keep = (~finished).nonzero().flatten()
+                cache.batch_select_indices(keep)
+                active, tokens, finished = active[keep], tokens[keep], finished[keep]
+                attention_mask, next_pos = attention_mask[keep], next_pos[keep]
+            attention_mask = torch.cat(
+                [attention_mask, attention_mask.new_ones((len(active), 1))], 1
+            )
+            logits = self._forward(tokens[:, None], attention_mask, next_pos, cache)
+            next_pos = next_pos + 1
+        return out_tokens[:, :steps], out_mask[:, :steps], out_log_probs[:, :steps]
+
+    def _forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        cache: DynamicCache,
+    ) -> torch.Tensor:
+        """Last-position logits ``(B, V)`` of one forward that extends ``cache``."""
+        output = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        logits: torch.Tensor = output.logits[:, -1, :]
+        return logits
+
+    # ------------------------------------------------------------------ weights and memory
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load full tensors named as in the Hugging Face ``state_dict()`` (allowed asleep)."""
+        copy_named_tensors(self.model, named_tensors)
+
+    def sleep(self) -> None:
+        """Free generation memory; on an accelerator the weights also move to host memory.
+
+        The KV cache lives only inside ``generate``, so on CPU there is nothing else to free.
+        """
+        if self.asleep:
+            return
+        if self.device.type != "cpu":
+            self.model.to("cpu")
+            torch.cuda.empty_cache()
+        self.asleep = True
+
+    def wake_up(self) -> None:
+        """Restore what :meth:`sleep` freed."""
+        if not self.asleep:
+            return
+        if self.device.type != "cpu":
+            self.model.to(self.device)
+        self.asleep = False
+
+    def shutdown(self) -> None:
+        """Drop the model; the engine is unusable afterwards."""
+        del self.model
+        self.closed = True
+
+    def __repr__(self) -> str:
+        name: Any = self.config.model_path or (self.config.model_config or {}).get("model_type")
+        state = "closed" if self.closed else "asleep" if self.asleep else "awake"
+        return f"NativeRollout(model={name!r}, device={self.device}, {state})"

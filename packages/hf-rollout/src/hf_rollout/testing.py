@@ -1,0 +1,93 @@
+"""Helpers for tests, benchmarks and examples: tiny local models and prompt batches.
+
+Nothing here touches a model hub: models are built from a config with random weights.
+The weights are initialised wider than transformers' default (``initializer_range=0.2``)
+so that greedy decoding of a tiny model does not just repeat one token, which would make
+"same output" checks weak.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from hf_protocol import DataProto
+from hf_rollout.base import left_pad
+
+_TINY_COMMON: dict[str, Any] = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 128,
+    "max_position_embeddings": 256,
+    "initializer_range": 0.2,
+}
+
+TINY_CONFIGS: dict[str, dict[str, Any]] = {
+    "llama": {"model_type": "llama", **_TINY_COMMON},
+    "qwen2": {"model_type": "qwen2", "tie_word_embeddings": True, **_TINY_COMMON},
+}
+"""Tiny decoder configs by family: hidden 32, 2 layers, vocab 128 (random weights)."""
+
+
+def tiny_model_config(family: str = "qwen2", **overrides: Any) -> dict[str, Any]:
+    """The config dict of a tiny ``family`` model (a key of :data:`TINY_CONFIGS`)."""
+    if family not in TINY_CONFIGS:
+        raise ValueError(
+            f"unknown tiny model family {family!r}; choose from {sorted(TINY_CONFIGS)}"
+        )
+    return {**TINY_CONFIGS[family], **overrides}
+
+
+def build_tiny_model(
+    directory: str | os.PathLike[str], family: str = "qwen2", seed: int = 0, **overrides: Any
+) -> Path:
+    """Save a randomly initialised tiny ``family`` causal LM to ``directory``; return it.
+
+    The same seed gives the same weights; ``overrides`` change config fields.
+    """
+    options = tiny_model_config(family, **overrides)
+    config = AutoConfig.for_model(options.pop("model_type"), **options)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    path = Path(directory)
+    model.save_pretrained(path)
+    return path
+
+
+def random_prompt_ids(
+    batch_size: int,
+    min_length: int = 2,
+    max_length: int = 8,
+    vocab_size: int = 128,
+    low: int = 3,
+    seed: int = 0,
+) -> list[list[int]]:
+    """``batch_size`` token lists of random length in ``[min_length, max_length]``.
+
+    Ids are drawn from ``[low, vocab_size)`` so small ids stay free for pad / eos / stop.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(min_length, max_length + 1, (batch_size,), generator=generator)
+    return [
+        torch.randint(low, vocab_size, (int(n),), generator=generator).tolist() for n in lengths
+    ]
+
+
+def make_prompts(token_lists: list[list[int]], pad_token_id: int = 0) -> DataProto:
+    """A prompt batch: left-padded ``input_ids``, ``attention_mask``, ``position_ids``."""
+    input_ids, attention_mask, position_ids = left_pad(token_lists, pad_token_id)
+    return DataProto.from_dict(
+        tensors={
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": position_ids,
+        }
+    )

@@ -1,0 +1,26 @@
+"""Shared fixtures: tiny models built locally (no hub), once per test session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from hf_rollout.testing import build_tiny_model
+
+torch.set_num_threads(1)  # several test runs share two cores
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Directories of tiny random models: ``llama``, ``qwen2`` and ``qwen2_other``.
+
+    ``qwen2_other`` has the architecture of ``qwen2`` with different weights (another seed).
+    """
+    root = tmp_path_factory.mktemp("tiny-models")
+    return {
+        "llama": build_tiny_model(root / "llama", "llama"),
+        "qwen2": build_tiny_model(root / "qwen2", "qwen2"),
+        "qwen2_other": build_tiny_model(root / "qwen2_other", "qwen2", seed=1),
+    }

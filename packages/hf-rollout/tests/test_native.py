@@ -1,0 +1,202 @@
+"""The native backend checked against transformers on tiny local models (CPU, fp32)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from hf_protocol import DataProto
+from hf_rollout import RolloutConfig, SamplingConfig
+from hf_rollout.backends.native import NativeRollout
+from hf_rollout.testing import make_prompts, random_prompt_ids
+
+PAD = 0
+
+
+def engine_for(path: Path, **options: object) -> NativeRollout:
+    return NativeRollout(RolloutConfig(model_path=str(path), pad_token_id=PAD, **options))  # type: ignore[arg-type]
+
+
+def hf_greedy(path: Path, prompts: DataProto, max_new_tokens: int, eos: int) -> torch.Tensor:
+    """transformers ``generate`` (greedy) on the same prompts; returns the new tokens."""
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    ids, mask = prompts.batch["input_ids"], prompts.batch["attention_mask"]
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        do_sample=False,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=eos,
+        pad_token_id=PAD,
+    )
+    return out[:, ids.shape[1] :]
+
+
+def trim(tokens: torch.Tensor, width: int) -> torch.Tensor:
+    """``tokens`` right-padded (or cut) to ``width`` columns."""
+    if tokens.shape[1] >= width:
+        return tokens[:, :width]
+    pad = torch.full((tokens.shape[0], width - tokens.shape[1]), PAD, dtype=tokens.dtype)
+    return torch.cat([tokens, pad], dim=1)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_greedy_equals_transformers_generate(tiny_models: dict[str, Path], family: str) -> None:
+    prompts = make_prompts(random_prompt_ids(12, seed=1), PAD)
+    # An eos that shows up in some greedy outputs, so early exit of finished rows is exercised.
+    reference = hf_greedy(tiny_models[family], prompts, max_new_tokens=10, eos=PAD + 127)
+    eos = int(reference[:, :5].flatten().mode().values)
+    reference = hf_greedy(tiny_models[family], prompts, max_new_tokens=10, eos=eos)
+    out = engine_for(tiny_models[family]).generate(
+        prompts, SamplingConfig(greedy=True, max_new_tokens=10, eos_token_id=eos)
+    )
+    responses = out.batch["responses"]
+    assert torch.equal(responses, trim(reference, responses.shape[1]))
+    finished = (responses == eos).any(dim=1)
+    assert finished.any() and not finished.all()
+    assert out.batch["response_mask"].sum() == (responses != PAD).sum()
+
+
+def test_log_probs_agree_with_a_forward_pass(tiny_models: dict[str, Path]) -> None:
+    prompts = make_prompts(random_prompt_ids(6, seed=2), PAD)
+    sampling = SamplingConfig(n=2, temperature=0.7, top_p=0.9, max_new_tokens=8, seed=3)
+    out = engine_for(tiny_models["qwen2"]).generate(prompts, sampling)
+    model = AutoModelForCausalLM.from_pretrained(tiny_models["qwen2"], dtype=torch.float32)
+    logits = model(
+        input_ids=out.batch["input_ids"],
+        attention_mask=out.batch["attention_mask"],
+        position_ids=out.batch["position_ids"],
+    ).logits
+    width = out.batch["responses"].shape[1]
+    response_logits = logits[:, -width - 1 : -1, :].float() / 0.7
+    expected = torch.log_softmax(response_logits, dim=-1)
+    expected = expected.gather(-1, out.batch["responses"][..., None]).squeeze(-1)
+    mask = out.batch["response_mask"].bool()
+    assert torch.allclose(out.batch["rollout_log_probs"][mask], expected[mask], atol=1e-5)
+    assert (out.batch["rollout_log_probs"][~mask] == 0).all()
+    assert out.meta_info["temperature"] == 0.7
+
+
+def test_update_weights_switches_to_the_other_model(tiny_models: dict[str, Path]) -> None:
+    prompts = make_prompts(random_prompt_ids(8, seed=4), PAD)
+    sampling = SamplingConfig(greedy=True, max_new_tokens=6, eos_token_id=1)
+    engine = engine_for(tiny_models["qwen2"])
+    before = engine.generate(prompts, sampling).batch["responses"]
+    other = AutoModelForCausalLM.from_pretrained(tiny_models["qwen2_other"], dtype=torch.float32)
+    engine.update_weights(iter(other.state_dict().items()))  # tied names included
+    after = engine.generate(prompts, sampling).batch["responses"]
+    expected = hf_greedy(tiny_models["qwen2_other"], prompts, max_new_tokens=6, eos=1)
+    assert torch.equal(after, trim(expected, after.shape[1]))
+    assert not torch.equal(before, after)
+
+
+def test_update_weights_rejects_unknown_names_and_shapes(tiny_models: dict[str, Path]) -> None:
+    engine = engine_for(tiny_models["qwen2"])
+    with pytest.raises(KeyError, match=r"no tensor 'model\.nope'"):
+        engine.update_weights([("model.nope", torch.zeros(1))])
+    with pytest.raises(ValueError, match=r"'model.norm.weight' has shape \(3,\)"):
+        engine.update_weights([("model.norm.weight", torch.zeros(3))])
+
+
+def test_n_samples_are_interleaved_and_seeded(tiny_models: dict[str, Path]) -> None:
+    prompts = make_prompts(random_prompt_ids(3, seed=5), PAD)
+    prompts.non_tensor_batch["uid"] = np.array(["a", "b", "c"], dtype=object)
+    engine = engine_for(tiny_models["llama"])
+    sampling = SamplingConfig(n=4, max_new_tokens=6, seed=11, eos_token_id=1)
+    out = engine.generate(prompts, sampling)
+    assert len(out) == 12
+    assert out.non_tensor_batch["uid"].tolist() == [u for u in "abc" for _ in range(4)]
+    assert torch.equal(out.batch["prompts"], prompts.batch["input_ids"].repeat_interleave(4, 0))
+    assert len({tuple(row.tolist()) for row in out.batch["responses"][:4]}) > 1
+    again = engine.generate(prompts, sampling)
+    assert torch.equal(out.batch["responses"], again.batch["responses"])
+
+
+def test_stop_tokens_end_a_row_and_are_kept(tiny_models: dict[str, Path]) -> None:
+    prompts = make_prompts(random_prompt_ids(10, seed=6), PAD)
+    engine = engine_for(tiny_models["llama"])
+    free = engine.generate(prompts, SamplingConfig(greedy=True, max_new_tokens=8, eos_token_id=1))
+    stop = int(free.batch["responses"][0, 1])  # the 2nd token of row 0 becomes a stop token
+    first = free.batch["responses"][0].tolist().index(stop)
+    out = engine.generate(
+        prompts, SamplingConfig(greedy=True, max_new_tokens=8, stop_token_ids=(stop,))
+    )
+    responses, mask = out.batch["responses"], out.batch["response_mask"]
+    for row in range(len(out)):
+        tokens = responses[row][mask[row].bool()].tolist()
+        if stop in tokens:
+            assert tokens.index(stop) == len(tokens) - 1  # stop kept, nothing after it
+        else:
+            assert len(tokens) == 8
+    assert mask[0].sum() == first + 1
+
+
+def test_max_new_tokens_and_max_model_len_cap_the_length(tiny_models: dict[str, Path]) -> None:
+    prompts = make_prompts([[5, 6, 7], [8, 9]], PAD)
+    sampling = SamplingConfig(max_new_tokens=5, eos_token_id=1, seed=0)
+    out = engine_for(tiny_models["qwen2"]).generate(prompts, sampling)
+    assert out.batch["responses"].shape[1] <= 5
+    capped = engine_for(tiny_models["qwen2"], max_model_len=6).generate(prompts, sampling)
+    assert capped.batch["response_mask"][0].sum() <= 3  # 3 prompt tokens + 3 new = 6
+
+
+def test_empty_prompt_list_gives_an_empty_batch(tiny_models: dict[str, Path]) -> None:
+    prompts = make_prompts([], PAD)
+    out = engine_for(tiny_models["qwen2"]).generate(prompts, SamplingConfig(n=2))
+    assert len(out) == 0
+    assert set(out.batch.keys()) >= {"responses", "response_mask", "rollout_log_probs"}
+
+
+def test_over_long_prompt_names_the_limit(tiny_models: dict[str, Path]) -> None:
+    prompts = make_prompts([[5] * 3, [5] * 20], PAD)
+    engine = engine_for(tiny_models["qwen2"], max_model_len=16)
+    with pytest.raises(ValueError, match=r"row 1 has 20 tokens, but max_model_len=16"):
+        engine.generate(prompts, SamplingConfig())
+
+
+def test_raw_token_lists_give_the_same_result(tiny_models: dict[str, Path]) -> None:
+    token_lists = random_prompt_ids(5, seed=7)
+    raw = DataProto.from_dict(non_tensors={"raw_prompt_ids": token_lists})
+    engine = engine_for(tiny_models["qwen2"])
+    sampling = SamplingConfig(greedy=True, max_new_tokens=5, eos_token_id=1)
+    from_raw = engine.generate(raw, sampling)
+    from_tensors = engine.generate(make_prompts(token_lists, PAD), sampling)
+    for key in ("input_ids", "attention_mask", "position_ids", "rollout_log_probs"):
+        assert torch.equal(from_raw.batch[key], from_tensors.batch[key])
+
+
+def test_top_k_one_is_greedy(tiny_models: dict[str, Path]) -> None:
+    prompts = make_prompts(random_prompt_ids(6, seed=8), PAD)
+    engine = engine_for(tiny_models["llama"])
+    greedy = engine.generate(prompts, SamplingConfig(greedy=True, max_new_tokens=6, eos_token_id=1))
+    top1 = engine.generate(prompts, SamplingConfig(top_k=1, max_new_tokens=6, eos_token_id=1))
+    assert torch.equal(greedy.batch["responses"], top1.batch["responses"])
+
+
+def test_compacting_finished_rows_changes_nothing(tiny_models: dict[str, Path]) -> None:
+    prompts = make_prompts(random_prompt_ids(12, seed=1), PAD)
+    sampling = SamplingConfig(n=2, max_new_tokens=10, seed=5, stop_token_ids=(3, 4, 5, 6, 7))
+    always = engine_for(tiny_models["llama"], engine_kwargs={"compact_fraction": 0.0})
+    never = engine_for(tiny_models["llama"], engine_kwargs={"compact_fraction": 1.0})
+    a, b = always.generate(prompts, sampling), never.generate(prompts, sampling)
+    assert torch.equal(a.batch["responses"], b.batch["responses"])
+    assert torch.allclose(a.batch["rollout_log_probs"], b.batch["rollout_log_probs"], atol=1e-5)
+
+
+def test_sleep_and_wake_up(tiny_models: dict[str, Path]) -> None:
+    engine = engine_for(tiny_models["qwen2"])
+    prompts = make_prompts([[5, 6]], PAD)
+    engine.sleep()
+    with pytest.raises(RuntimeError, match="asleep; call wake_up"):
+        engine.generate(prompts, SamplingConfig())
+    engine.wake_up()
+    assert len(engine.generate(prompts, SamplingConfig(max_new_tokens=2))) == 1
+
+
+def test_unknown_engine_kwargs_are_an_error(tiny_models: dict[str, Path]) -> None:
+    with pytest.raises(ValueError, match=r"unknown engine_kwargs \['gpu_memory'\]"):
+        engine_for(tiny_models["qwen2"], engine_kwargs={"gpu_memory": 0.5})
