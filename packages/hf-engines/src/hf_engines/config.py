@@ -9,6 +9,7 @@ the fix, rather than minutes later inside a worker.
 from __future__ import annotations
 
 import dataclasses
+import json
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -204,6 +205,93 @@ class MicroBatchConfig:
             )
 
 
+_MEGATRON_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+
+
+@dataclass(frozen=True)
+class MegatronConfig:
+    """Megatron-core layout: tensor / pipeline parallel sizes (data parallel is the rest)."""
+
+    tensor_model_parallel_size: int = 1
+    """Ranks each layer's weight matrices are split over (heads and MLP columns)."""
+    pipeline_model_parallel_size: int = 1
+    """Stages the transformer layers are split over, consecutive layers per stage."""
+    layer_spec: Literal["auto", "local", "transformer_engine"] = "auto"
+    """Layer implementation: megatron's ``local`` modules, ``transformer_engine`` ones, or
+    ``auto`` (Transformer Engine when it is installed and CUDA is used, else local)."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Compute device: ``auto`` picks CUDA when the process group backend is NCCL."""
+
+    def __post_init__(self) -> None:
+        _check_positive("megatron.tensor_model_parallel_size", self.tensor_model_parallel_size)
+        _check_positive("megatron.pipeline_model_parallel_size", self.pipeline_model_parallel_size)
+        _check_choice(
+            "megatron.layer_spec", self.layer_spec, ("auto", "local", "transformer_engine")
+        )
+        _check_choice("megatron.device", self.device, ("auto", "cpu", "cuda"))
+
+    def data_parallel_size(self, world_size: int) -> int:
+        """Data-parallel ranks for ``world_size`` ranks, or raise naming the fix."""
+        model_parallel = self.tensor_model_parallel_size * self.pipeline_model_parallel_size
+        if world_size % model_parallel != 0:
+            raise ConfigError(
+                f"world_size={world_size} is not divisible by megatron.tensor_model_parallel_"
+                f"size={self.tensor_model_parallel_size} x megatron.pipeline_model_parallel_"
+                f"size={self.pipeline_model_parallel_size} = {model_parallel}; use a multiple "
+                f"of {model_parallel} ranks or smaller parallel sizes"
+            )
+        return world_size // model_parallel
+
+    def validate_model(self, hf_config: Mapping[str, Any]) -> None:
+        """Check that a Hugging Face config (as a dict) splits over this layout."""
+        model_type = hf_config.get("model_type")
+        if model_type not in _MEGATRON_MODEL_TYPES:
+            raise ConfigError(
+                f"model_type={model_type!r} is not supported by the Megatron engine; it "
+                f"converts {', '.join(_MEGATRON_MODEL_TYPES)} (use backend='fsdp' for others)"
+            )
+        tp, pp = self.tensor_model_parallel_size, self.pipeline_model_parallel_size
+        heads = int(hf_config.get("num_attention_heads", 0))
+        kv_heads = int(hf_config.get("num_key_value_heads") or heads)
+        checks = (
+            ("num_attention_heads", heads, tp, "megatron.tensor_model_parallel_size"),
+            ("num_key_value_heads", kv_heads, tp, "megatron.tensor_model_parallel_size"),
+            (
+                "vocab_size",
+                int(hf_config.get("vocab_size", 0)),
+                tp,
+                "megatron.tensor_model_parallel_size",
+            ),
+            (
+                "intermediate_size",
+                int(hf_config.get("intermediate_size", 0)),
+                tp,
+                "megatron.tensor_model_parallel_size",
+            ),
+            (
+                "num_hidden_layers",
+                int(hf_config.get("num_hidden_layers", 0)),
+                pp,
+                "megatron.pipeline_model_parallel_size",
+            ),
+        )
+        for name, value, size, option in checks:
+            if value % size != 0:
+                raise ConfigError(
+                    f"{option}={size} does not divide the model's {name}={value}; choose a "
+                    f"{option} that divides {value}"
+                )
+
+
+def _hf_config_dict(model: ModelConfig) -> dict[str, Any]:
+    """The model's Hugging Face config as a plain dict (``config.json`` or ``hf_config``)."""
+    if model.hf_config is not None:
+        return dict(model.hf_config)
+    assert model.path is not None  # guaranteed by ModelConfig
+    loaded: dict[str, Any] = json.loads((Path(model.path) / "config.json").read_text())
+    return loaded
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Everything one training engine needs; each part goes only to the code that uses it."""
@@ -216,6 +304,15 @@ class EngineConfig:
     """FSDP2 layout and memory policy."""
     micro_batch: MicroBatchConfig = field(default_factory=MicroBatchConfig)
     """Micro-batching for forward and training."""
+    backend: Literal["fsdp", "megatron"] = "fsdp"
+    """Which engine trains the model: ``fsdp`` (FSDPEngine) or ``megatron`` (MegatronEngine)."""
+    megatron: MegatronConfig = field(default_factory=MegatronConfig)
+    """Megatron-core layout, used when ``backend='megatron'``."""
+
+    def __post_init__(self) -> None:
+        _check_choice("backend", self.backend, ("fsdp", "megatron"))
+        if self.backend == "megatron":
+            self.megatron.validate_model(_hf_config_dict(self.model))
 
 
 def config_from_dict(cls: type[ConfigT], data: Mapping[str, Any], where: str = "") -> ConfigT:

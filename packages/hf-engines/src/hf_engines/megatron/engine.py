@@ -1,0 +1,272 @@
+"""The Megatron-core training engine: a ``GPTModel`` split by tensor / pipeline parallelism.
+
+Data parallelism is plain replication: every data-parallel replica holds the whole (TP/PP
+sharded) model and its own AdamW state; gradients are summed over replicas before the step.
+All ranks of one tensor / pipeline group must be handed the same batch; each data-parallel
+replica gets its own shard. The process group must be initialised by the caller.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from os import PathLike
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from megatron.core import parallel_state
+
+from hf_engines.config import ConfigError, EngineConfig
+from hf_engines.engine import LossFn, ModelOutputs
+from hf_engines.logprob import response_log_probs
+from hf_engines.megatron import checkpoint
+from hf_engines.megatron.convert import hf_to_mcore
+from hf_engines.megatron.cpu_compat import seed_model_parallel_rng
+from hf_engines.megatron.grads import clip_gradients, reduce_gradients
+from hf_engines.megatron.model import build_gpt_model, head_dim
+from hf_engines.megatron.parallel import initialize_parallel, pipeline_rank_of_stage
+from hf_engines.megatron.pipeline import StageInput, prepare, response_outputs, run_schedule
+from hf_engines.megatron.weights import iter_full_tensors, load_full_weights
+from hf_engines.micro_batch import batch_tensors, split_micro_batches
+from hf_engines.models import build_hf_model
+from hf_engines.schedule import build_lr_scheduler
+from hf_protocol import DataProto
+
+
+class MegatronEngine:
+    """A :class:`~hf_engines.engine.TrainingEngine` over megatron-core (TP / PP / DP).
+
+    Build it on every rank with the same ``config`` (``backend='megatron'``). Weights come
+    from the Hugging Face model named by ``config.model`` (loaded, or randomly initialised
+    with its seed) and are converted to megatron's layout on the fly.
+    """
+
+    def __init__(self, config: EngineConfig) -> None:
+        if config.backend != "megatron":
+            raise ConfigError(
+                f"MegatronEngine got backend={config.backend!r}; set backend='megatron'"
+            )
+        self.config = config
+        self.device = initialize_parallel(config.megatron)
+        seed_model_parallel_rng(config.model.seed)
+        hf_model = build_hf_model(config.model)
+        self.hf_config = hf_model.config
+        self._hf_class = type(hf_model).__name__
+        self._hf_names = list(hf_model.state_dict())
+        self._value = config.model.head == "value"
+        self._groups = self.hf_config.num_key_value_heads or self.hf_config.num_attention_heads
+        self._layers = self.hf_config.num_hidden_layers
+        full = hf_to_mcore(hf_model.state_dict(), self._layers, self._groups, self._value)
+        self._shapes = {name: (tuple(t.shape), t.dtype) for name, t in full.items()}
+        self.model = build_gpt_model(self.hf_config, config.model, config.megatron, self.device)
+        load_full_weights(self.model, full)
+        del hf_model, full
+        optim = config.optim
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(),
+            lr=optim.lr,
+            betas=optim.betas,
+            eps=optim.eps,
+            weight_decay=optim.weight_decay,
+        )
+        self.scheduler = build_lr_scheduler(
+            self.optimizer,
+            optim.warmup_steps,
+            optim.schedule,
+            optim.total_steps,
+            optim.min_lr_ratio,
+        )
+        self._global_step = 0
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken so far."""
+        return self._global_step
+
+    # ------------------------------------------------------------------ forward
+
+    def _head(self, output: torch.Tensor, item: StageInput, temperature: float) -> ModelOutputs:
+        """Per-token outputs of the last stage at the response positions."""
+        logits = response_outputs(output, item.response_index)
+        if self._value:
+            return {"values": logits[..., 0].float()}
+        log_probs, entropy = response_log_probs(logits, item.responses, temperature)
+        return {"log_probs": log_probs, "entropy": entropy}
+
+    def _inputs(self, batch: DataProto) -> list[StageInput]:
+        if len(batch) == 0:
+            raise ValueError("got an empty batch; every data-parallel rank needs at least one row")
+        return [
+            prepare(micro, self.device)
+            for micro in split_micro_batches(batch, self.config.micro_batch)
+        ]
+
+    @torch.no_grad()
+    def _forward_only(
+        self, batch: DataProto, temperature: float, keys: tuple[str, ...]
+    ) -> list[torch.Tensor]:
+        """``keys`` outputs for the whole batch, ``(B, R)`` each, on every pipeline stage."""
+        self.model.eval()
+        collected: list[ModelOutputs] = []
+
+        def keep(output: torch.Tensor, item: StageInput) -> None:
+            collected.append(self._head(output, item, temperature))
+
+        try:
+            run_schedule(self.model, self._inputs(batch), keep, self.hf_config.hidden_size, False)
+        finally:
+            self.model.train()
+        shape = tuple(batch_tensors(batch)["responses"].shape)
+        results = []
+        for key in keys:
+            if collected:
+                result = torch.cat([out[key] for out in collected])  # type: ignore[literal-required]
+            else:
+                result = torch.empty(shape, dtype=torch.float32, device=self.device)
+            if parallel_state.get_pipeline_model_parallel_world_size() > 1:
+                dist.broadcast(
+                    result,
+                    src=pipeline_rank_of_stage(
+                        parallel_state.get_pipeline_model_parallel_world_size() - 1
+                    ),
+                    group=parallel_state.get_pipeline_model_parallel_group(),
+                )
+            results.append(result.cpu())
+        return results
+
+    def compute_log_prob(
+        self, batch: DataProto, temperature: float = 1.0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs and entropy of ``batch["responses"]``; each ``(B, R)`` float32 on CPU."""
+        if self._value:
+            raise ValueError("compute_log_prob needs model.head='causal_lm'")
+        log_probs, entropy = self._forward_only(batch, temperature, ("log_probs", "entropy"))
+        return log_probs, entropy
+
+    def compute_values(self, batch: DataProto) -> torch.Tensor:
+        """Value-head outputs at the response positions; ``(B, R)`` float32 on CPU."""
+        if not self._value:
+            raise ValueError("compute_values needs model.head='value' (a critic engine)")
+        return self._forward_only(batch, 1.0, ("values",))[0]
+
+    # ------------------------------------------------------------------ training
+
+    def train_step(self, mini_batch: DataProto, loss_fn: LossFn) -> dict[str, float]:
+        """One optimizer step over this replica's ``mini_batch``; see :class:`TrainingEngine`.
+
+        Each micro-batch's loss is weighted by its share of the response tokens of the
+        mini-batch over all data-parallel replicas, and gradients are summed over replicas,
+        so the step equals one over the whole mini-batch at once.
+        """
+        temperature = float(mini_batch.meta_info.get("temperature", 1.0))
+        inputs = self._inputs(mini_batch)
+        tokens = [float(batch_tensors(item.micro_batch)["response_mask"].sum()) for item in inputs]
+        global_tokens = self._data_parallel_sum(sum(tokens))
+        if global_tokens == 0:
+            raise ValueError("the mini-batch has no response tokens (response_mask is all zero)")
+        sums: dict[str, float] = {}
+        weighted = [0.0]
+
+        def loss_head(output: torch.Tensor, item: StageInput) -> torch.Tensor:
+            loss, metrics = loss_fn(self._head(output, item, temperature), item.micro_batch)
+            share = float(batch_tensors(item.micro_batch)["response_mask"].sum())
+            weighted[0] += float(loss.detach()) * share
+            for name, value in metrics.items():
+                sums[name] = sums.get(name, 0.0) + float(value)
+            return loss * (share / global_tokens)
+
+        run_schedule(self.model, inputs, loss_head, self.hf_config.hidden_size, True)
+        reduce_gradients(self.model)
+        grad_norm = clip_gradients(self.model, self.config.optim.grad_clip)
+        # A non-finite norm is the same on every rank: skip the update, keep ranks aligned.
+        if math.isfinite(grad_norm):
+            self.optimizer.step()
+        lr = float(self.scheduler.get_last_lr()[0])
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self._global_step += 1
+        result = {name: value / len(inputs) for name, value in sums.items()}
+        result["loss"] = self._data_parallel_sum(weighted[0]) / global_tokens
+        result = _from_last_stage(result)
+        result.update(grad_norm=grad_norm, lr=lr)
+        return result
+
+    def _data_parallel_sum(self, value: float) -> float:
+        total = torch.tensor([value], dtype=torch.float64, device=self.device)
+        dist.all_reduce(total, group=parallel_state.get_data_parallel_group())
+        return float(total.item())
+
+    # ------------------------------------------------------------------ state
+
+    def save_checkpoint(self, directory: str | PathLike[str]) -> None:
+        """Save model, optimizer, scheduler, step and RNG state, one file per rank."""
+        checkpoint.save(
+            Path(directory),
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            self._global_step,
+            self.config.megatron,
+        )
+
+    def load_checkpoint(self, directory: str | PathLike[str]) -> None:
+        """Restore a checkpoint saved with the same world size and parallel layout."""
+        self._global_step = checkpoint.load(
+            Path(directory), self.model, self.optimizer, self.scheduler, self.config.megatron
+        )
+
+    def iter_full_params(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Yield ``(name, full tensor)`` one at a time, names as in the HF ``state_dict()``.
+
+        Collective over the model-parallel group: every rank must consume the whole
+        iterator. One decoder layer is gathered at a time.
+        """
+        return checkpoint.iter_hf_params(
+            iter_full_tensors(self.model, self._shapes, self._layers),
+            self._hf_names,
+            self._groups,
+            head_dim(self.hf_config),
+            self._value,
+        )
+
+    def export_hf(self, directory: str | PathLike[str]) -> None:
+        """Write a Hugging Face directory (config + safetensors) that ``from_pretrained`` loads."""
+        checkpoint.export_hf(
+            Path(directory),
+            self.iter_full_params(),
+            self.hf_config,
+            self._hf_class,
+            self.config.model.path,
+        )
+
+    def offload(self) -> None:
+        """Move parameters and optimizer state to CPU memory (nothing to do on a CPU run)."""
+        if self.device.type == "cpu":
+            return
+        self.model.to("cpu")
+        checkpoint.move_optimizer_state(self.optimizer, torch.device("cpu"))
+        torch.cuda.empty_cache()
+
+    def onload(self) -> None:
+        """Bring parameters and optimizer state back to the compute device."""
+        if self.device.type == "cpu":
+            return
+        self.model.to(self.device)
+        checkpoint.move_optimizer_state(self.optimizer, self.device)
+
+
+def _from_last_stage(values: dict[str, float]) -> dict[str, float]:
+    """The last pipeline stage's ``values`` (where the loss is computed), on every stage."""
+    size = parallel_state.get_pipeline_model_parallel_world_size()
+    if size == 1:
+        return values
+    box: list[object] = [values]
+    dist.broadcast_object_list(
+        box,
+        src=pipeline_rank_of_stage(size - 1),
+        group=parallel_state.get_pipeline_model_parallel_group(),
+    )
+    received = box[0]
+    assert isinstance(received, dict)
+    return received

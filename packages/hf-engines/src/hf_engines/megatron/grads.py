@@ -1,0 +1,72 @@
+"""Gradient reduction over data-parallel replicas, and global-norm clipping, for megatron.
+
+Without sequence parallelism every tensor-parallel rank computes identical gradients for
+its replicated parameters (norms, a value head), so only data-parallel replicas and the
+pipeline's two copies of tied embeddings need summing.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+from megatron.core import parallel_state
+from megatron.core.models.gpt import GPTModel
+from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
+from megatron.core.transformer.module import param_is_not_shared
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+
+def _grads(model: GPTModel) -> list[torch.Tensor]:
+    """Gradients of every trainable parameter, zeros where a parameter got none."""
+    grads = []
+    for param in model.parameters():
+        if not param.requires_grad:
+            continue
+        if param.grad is None:
+            param.grad = torch.zeros_like(param)
+        grads.append(param.grad)
+    return grads
+
+
+def reduce_gradients(model: GPTModel) -> None:
+    """Sum gradients over data-parallel replicas and over tied-embedding copies (in place).
+
+    Losses are already weighted by each replica's share of the tokens, so a sum (not a mean)
+    gives the gradient of the whole mini-batch.
+    """
+    grads = _grads(model)
+    if parallel_state.get_data_parallel_world_size() > 1 and grads:
+        flat = _flatten_dense_tensors(grads)
+        dist.all_reduce(flat, group=parallel_state.get_data_parallel_group())
+        for grad, reduced in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
+            grad.copy_(reduced)
+    pipeline = parallel_state.get_pipeline_model_parallel_world_size() > 1
+    tied = model.share_embeddings_and_output_weights
+    if pipeline and tied and parallel_state.is_rank_in_embedding_group():
+        weight = model.shared_embedding_or_output_weight()
+        assert weight.grad is not None
+        dist.all_reduce(weight.grad, group=parallel_state.get_embedding_group())
+
+
+def clip_gradients(model: GPTModel, max_norm: float | None) -> float:
+    """Clip the global gradient norm to ``max_norm`` (``None``: no clip); return the norm.
+
+    Each gradient element is counted once over the model-parallel group: tensor-parallel
+    duplicates and the pipeline's second copy of tied embeddings are left out of the norm.
+    """
+    squares = torch.zeros(1, dtype=torch.float64, device=next(model.parameters()).device)
+    for param in model.parameters():
+        if param.grad is None or not param_is_not_shared(param):
+            continue
+        if param_is_not_tensor_parallel_duplicate(param):
+            squares += param.grad.detach().double().pow(2).sum()
+    dist.all_reduce(squares, group=parallel_state.get_model_parallel_group())
+    norm = math.sqrt(float(squares.item()))
+    if max_norm is not None and math.isfinite(norm):
+        coefficient = max_norm / (norm + 1e-6)
+        if coefficient < 1.0:
+            for grad in _grads(model):
+                grad.mul_(coefficient)
+    return norm

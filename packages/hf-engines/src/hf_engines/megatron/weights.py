@@ -1,0 +1,100 @@
+"""Moving full Hugging Face weights into a megatron model stage, and gathering them back."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+
+import torch
+import torch.distributed as dist
+from megatron.core import parallel_state
+from megatron.core.models.gpt import GPTModel
+
+from hf_engines.megatron.convert import tp_merge, tp_shard
+from hf_engines.megatron.parallel import pipeline_rank_of_stage, tensor_parallel_gather
+
+_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.*)$")
+
+
+def local_to_global_names(model: GPTModel) -> dict[str, str]:
+    """This stage's parameter names -> names with global layer numbers (local-spec names).
+
+    Transformer Engine names (pre-norms fused into the next linear layer) are mapped back to
+    the local spec's, so the converter sees one naming.
+    """
+    offsets = {i: int(layer.layer_number) - 1 for i, layer in enumerate(model.decoder.layers)}
+    names: dict[str, str] = {}
+    for name in model.state_dict(keep_vars=True):
+        if name.endswith("_extra_state"):
+            continue
+        canonical = name.replace(
+            "self_attention.linear_qkv.layer_norm_weight", "input_layernorm.weight"
+        ).replace("mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight")
+        match = _LAYER.match(canonical)
+        if match:
+            canonical = f"decoder.layers.{offsets[int(match.group(1))]}.{match.group(2)}"
+        names[name] = canonical
+    return names
+
+
+@torch.no_grad()
+def load_full_weights(model: GPTModel, full: Mapping[str, torch.Tensor]) -> None:
+    """Copy this rank's shard of every tensor of ``full`` (global megatron names) into ``model``.
+
+    Every parameter of the stage must be found in ``full`` (an error names what is missing).
+    """
+    tp_rank = parallel_state.get_tensor_model_parallel_rank()
+    tp_size = parallel_state.get_tensor_model_parallel_world_size()
+    state = model.state_dict(keep_vars=True)
+    for local, global_name in local_to_global_names(model).items():
+        if global_name not in full:
+            raise KeyError(
+                f"no weight for megatron parameter {global_name!r}; the converter produced "
+                f"{sorted(full)[:8]}..."
+            )
+        shard = tp_shard(global_name, full[global_name], tp_rank, tp_size)
+        target = state[local]
+        if tuple(target.shape) != tuple(shard.shape):
+            raise ValueError(
+                f"{global_name}: converted shard {tuple(shard.shape)} does not fit the "
+                f"model's {tuple(target.shape)}"
+            )
+        target.copy_(shard)
+
+
+def _owner_stage(global_name: str, num_layers: int, pp_size: int) -> int:
+    """The pipeline stage holding ``global_name`` (uniform split of layers over stages)."""
+    match = _LAYER.match(global_name)
+    if match:
+        return int(match.group(1)) // (num_layers // pp_size)
+    return 0 if global_name.startswith("embedding.") else pp_size - 1
+
+
+def iter_full_tensors(
+    model: GPTModel,
+    shapes: Mapping[str, tuple[tuple[int, ...], torch.dtype]],
+    num_layers: int,
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield ``(global megatron name, full tensor)`` in ``shapes`` order, on every rank.
+
+    Collective over the whole model-parallel group: each tensor is gathered over tensor-
+    parallel ranks on its owning stage, then broadcast along the pipeline.
+    """
+    pp_size = parallel_state.get_pipeline_model_parallel_world_size()
+    pp_rank = parallel_state.get_pipeline_model_parallel_rank()
+    device = next(model.parameters()).device
+    local = {global_name: name for name, global_name in local_to_global_names(model).items()}
+    state = model.state_dict()
+    for name, (shape, dtype) in shapes.items():
+        owner = _owner_stage(name, num_layers, pp_size)
+        if pp_rank == owner:
+            full = tp_merge(name, tensor_parallel_gather(state[local[name]].detach()))
+        else:
+            full = torch.empty(shape, dtype=dtype, device=device)
+        if pp_size > 1:
+            dist.broadcast(
+                full,
+                src=pipeline_rank_of_stage(owner),
+                group=parallel_state.get_pipeline_model_parallel_group(),
+            )
+        yield name, full
