@@ -1,5 +1,32 @@
 """hf-algos: RL algorithm math (advantages, losses, KL, DPO), rewards and data for HybridFlow."""
 
+from hf_algos.advantages import ADVANTAGE_ESTIMATORS, compute_advantage
+from hf_algos.dpo import build_preference_pairs, dpo_loss, dpo_loss_fn, make_preference_batch
+from hf_algos.kl import AdaptiveKLController, FixedKLController, apply_kl_penalty, kl_penalty
+from hf_algos.losses import (
+    LOSS_AGG_MODES,
+    POLICY_LOSSES,
+    aggregate_loss,
+    critic_loss,
+    ppo_actor_loss,
+)
+
 __version__ = "0.1.0"
 
-__all__: list[str] = []
+__all__: list[str] = [
+    "ADVANTAGE_ESTIMATORS",
+    "LOSS_AGG_MODES",
+    "POLICY_LOSSES",
+    "AdaptiveKLController",
+    "FixedKLController",
+    "aggregate_loss",
+    "apply_kl_penalty",
+    "build_preference_pairs",
+    "compute_advantage",
+    "critic_loss",
+    "dpo_loss",
+    "dpo_loss_fn",
+    "kl_penalty",
+    "make_preference_batch",
+    "ppo_actor_loss",
+]
