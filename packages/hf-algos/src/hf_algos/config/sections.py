@@ -1,0 +1,274 @@
+"""The sections of a trainer's configuration, one small frozen dataclass per component.
+
+Each section checks its own values in ``__post_init__``; checks that need several sections
+(batch sizes against each other and the world size) are in
+:mod:`hf_algos.config.validation`. Engine settings reuse :class:`hf_engines.EngineConfig`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from hf_engines.config import ConfigError, EngineConfig
+
+
+def _positive(name: str, value: float, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(f"{name}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
+
+
+def _existing_files(name: str, paths: tuple[str, ...]) -> None:
+    missing = [p for p in paths if not Path(p).exists()]
+    if missing:
+        raise ConfigError(
+            f"{name} lists files that do not exist: {missing}; give paths to local .jsonl or "
+            ".parquet files (relative paths are taken from the working directory "
+            f"{str(Path.cwd())!r})"
+        )
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where prompts come from and how many a step uses."""
+
+    train_files: tuple[str, ...] = ()
+    """Training prompt files (.jsonl / .parquet), rows as in :mod:`hf_algos.data`."""
+    val_files: tuple[str, ...] = ()
+    """Held-out prompt files for validation (greedy decoding); empty disables validation."""
+    tokenizer_path: str | None = None
+    """Local Hugging Face tokenizer directory; ``None`` uses the actor model's directory."""
+    prompt_key: str = "prompt"
+    """Column holding the prompt text (or chat messages)."""
+    max_prompt_length: int = 64
+    """Prompts are left-padded to this many tokens; a longer prompt is an error."""
+    train_batch_size: int = 8
+    """Prompts per training step (each sampled ``rollout.n`` times)."""
+    val_batch_size: int | None = None
+    """Prompts per validation batch; ``None`` takes the whole validation set at once."""
+    shuffle: bool = True
+    """Shuffle the training prompts every epoch (reproducibly, from ``seed``)."""
+    seed: int = 0
+    """Seed of the shuffling order."""
+
+    def __post_init__(self) -> None:
+        _existing_files("data.train_files", self.train_files)
+        _existing_files("data.val_files", self.val_files)
+        if self.tokenizer_path is not None and not Path(self.tokenizer_path).is_dir():
+            raise ConfigError(
+                f"data.tokenizer_path={self.tokenizer_path!r} is not a directory; give a local "
+                "tokenizer directory (tokenizer.save_pretrained(dir)) or leave it unset to "
+                "use the actor model's directory"
+            )
+        _positive("data.max_prompt_length", self.max_prompt_length)
+        _positive("data.train_batch_size", self.train_batch_size)
+        if self.val_batch_size is not None:
+            _positive("data.val_batch_size", self.val_batch_size)
+
+
+@dataclass(frozen=True)
+class RolloutSection:
+    """Generation: backend and sampling; the weights come from the actor."""
+
+    backend: str = "native"
+    """Rollout backend name in ``hf_rollout.ROLLOUT_BACKENDS`` (native, vllm, sglang)."""
+    n: int = 1
+    """Responses sampled per prompt (the group size of GRPO / RLOO)."""
+    temperature: float = 1.0
+    """Sampling temperature (also used to recompute log-probs)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass; 1.0 disables it."""
+    top_k: int = -1
+    """Top-k sampling; -1 disables it."""
+    max_new_tokens: int = 32
+    """Longest response, in tokens."""
+    max_model_len: int = 2048
+    """Longest prompt + response the backend must hold."""
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Backend-specific options, passed through."""
+
+    def __post_init__(self) -> None:
+        _positive("rollout.n", self.n)
+        _positive("rollout.temperature", self.temperature)
+        _positive("rollout.max_new_tokens", self.max_new_tokens)
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"rollout.top_p={self.top_p!r} must be in (0, 1]")
+
+
+@dataclass(frozen=True)
+class ActorSection:
+    """The policy: its engine, mini-batching and policy-loss settings."""
+
+    engine: EngineConfig
+    """Model, optimizer, FSDP layout and micro-batching of the actor."""
+    ppo_mini_batch_size: int = 8
+    """Rows (responses, not prompts) per optimizer step, over all ranks together."""
+    ppo_epochs: int = 1
+    """Passes over each batch."""
+    shuffle: bool = False
+    """Shuffle rows between mini-batches."""
+    policy_loss: str = "ppo"
+    """Policy loss name in ``hf_algos.losses.POLICY_LOSSES`` (ppo, gspo, reinforce)."""
+    clip_ratio_low: float = 0.2
+    """Lower ratio clip ``1 - clip_ratio_low``."""
+    clip_ratio_high: float = 0.2
+    """Upper ratio clip ``1 + clip_ratio_high`` (clip-higher: raise it, e.g. 0.28)."""
+    clip_ratio_c: float | None = None
+    """Dual-clip bound for negative advantages (> 1, e.g. 3.0); ``None`` disables it."""
+    loss_agg_mode: str = "token-mean"
+    """How token losses are reduced (``hf_algos.losses.LOSS_AGG_MODES``)."""
+    entropy_coeff: float = 0.0
+    """Weight of the entropy bonus."""
+    use_kl_loss: bool = False
+    """Add ``kl_loss_coef * KL(policy || reference)`` to the loss (GRPO style)."""
+    kl_loss_coef: float = 0.001
+    """Weight of the KL loss."""
+    kl_loss_type: str = "low_var_kl"
+    """KL estimator of the KL loss (``hf_algos.kl.KL_ESTIMATORS``)."""
+
+    def __post_init__(self) -> None:
+        _positive("actor.ppo_mini_batch_size", self.ppo_mini_batch_size)
+        _positive("actor.ppo_epochs", self.ppo_epochs)
+        _positive("actor.entropy_coeff", self.entropy_coeff, allow_zero=True)
+        _positive("actor.kl_loss_coef", self.kl_loss_coef, allow_zero=True)
+
+
+@dataclass(frozen=True)
+class CriticSection:
+    """The value model (PPO with GAE only)."""
+
+    engine: EngineConfig
+    """Model (``head`` is forced to ``value``), optimizer and layout of the critic."""
+    ppo_mini_batch_size: int = 8
+    """Rows per critic optimizer step, over all ranks together."""
+    ppo_epochs: int = 1
+    """Passes over each batch."""
+    cliprange_value: float = 0.5
+    """Clip of the value update around the old values."""
+    loss_agg_mode: str = "token-mean"
+    """How token losses are reduced."""
+
+    def __post_init__(self) -> None:
+        _positive("critic.ppo_mini_batch_size", self.ppo_mini_batch_size)
+        _positive("critic.ppo_epochs", self.ppo_epochs)
+        _positive("critic.cliprange_value", self.cliprange_value)
+
+
+@dataclass(frozen=True)
+class KLControlConfig:
+    """KL penalty in the reward (``algorithm.use_kl_in_reward``)."""
+
+    type: Literal["fixed", "adaptive"] = "fixed"
+    """A fixed coefficient, or one adapted toward ``target_kl``."""
+    kl_coef: float = 0.001
+    """The (initial) coefficient."""
+    target_kl: float = 0.1
+    """Adaptive only: the KL to track."""
+    horizon: float = 10000.0
+    """Adaptive only: steps over which the coefficient adapts."""
+
+    def __post_init__(self) -> None:
+        _positive("algorithm.kl_ctrl.kl_coef", self.kl_coef, allow_zero=True)
+        _positive("algorithm.kl_ctrl.target_kl", self.target_kl)
+        _positive("algorithm.kl_ctrl.horizon", self.horizon)
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    """Advantage estimation and the reward-side KL penalty."""
+
+    adv_estimator: str = "grpo"
+    """Estimator in ``hf_algos.advantages.ADVANTAGE_ESTIMATORS`` (gae needs a critic)."""
+    gamma: float = 1.0
+    """Discount."""
+    lam: float = 1.0
+    """GAE lambda."""
+    norm_adv_by_std_in_grpo: bool = True
+    """GRPO: divide by the group's standard deviation (False gives Dr. GRPO)."""
+    use_kl_in_reward: bool = False
+    """Subtract ``beta * KL(policy || reference)`` from the token rewards."""
+    kl_penalty: str = "kl"
+    """KL estimator of the reward penalty."""
+    kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+    """The penalty's coefficient controller."""
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """How responses are scored."""
+
+    manager: str = "naive"
+    """Reward manager name (rule-based scoring by ``data_source``)."""
+    model: EngineConfig | None = None
+    """A reward model (value head) scored by a ``RewardModelWorker``; ``None`` = rules only."""
+
+
+@dataclass(frozen=True)
+class TrainerSection:
+    """The driver: steps, placement, logging, checkpoints, validation."""
+
+    total_epochs: int = 1
+    """Passes over the training prompts."""
+    total_training_steps: int | None = None
+    """Stop after this many steps (default: all epochs)."""
+    placement: Literal["hybrid", "separate"] = "hybrid"
+    """``hybrid``: actor, rollout and reference fused in one process per slot, weights synced
+    in process; ``separate``: each role its own pool, weights sent through the object store."""
+    n_workers: int = 1
+    """Processes per role group (one per GPU, or CPU slots)."""
+    rollout_workers: int | None = None
+    """``separate`` placement: processes of the rollout group (default ``n_workers``)."""
+    use_gpu: bool = False
+    """Reserve one GPU per worker."""
+    backend: Literal["ray", "local"] = "ray"
+    """``local`` runs the workers inside the driver process (one worker only; for debugging
+    and the lowest per-step overhead)."""
+    project_name: str = "hybridflow"
+    """Tracking project name."""
+    experiment_name: str = "run"
+    """Tracking run name."""
+    loggers: tuple[str, ...] = ("console",)
+    """Metric sinks from ``hf_algos.tracking.LOGGERS`` (console, jsonl, tensorboard, wandb,
+    mlflow)."""
+    log_dir: str = "outputs/logs"
+    """Directory of file-based loggers (jsonl, tensorboard, mlflow store, wandb offline)."""
+    progress_bar: bool = True
+    """Show a tqdm progress bar over the steps."""
+    test_freq: int = 0
+    """Validate every this many steps (and at the end); 0 disables."""
+    val_before_train: bool = False
+    """Validate once before the first step."""
+    save_freq: int = 0
+    """Checkpoint every this many steps (and at the end); 0 disables."""
+    checkpoint_dir: str = "outputs/checkpoints"
+    """Where ``global_step_<k>`` checkpoint directories go."""
+    resume_mode: Literal["auto", "disable", "path"] = "auto"
+    """``auto``: continue from the latest checkpoint in ``checkpoint_dir`` if any;
+    ``path``: from ``resume_from``; ``disable``: start fresh."""
+    resume_from: str | None = None
+    """A ``global_step_<k>`` directory (``resume_mode=path``)."""
+    max_checkpoints: int | None = None
+    """Keep only this many newest checkpoints; ``None`` keeps all."""
+    seed: int = 0
+    """Seed of the driver's RNGs (sampling seeds derive from it)."""
+
+    def __post_init__(self) -> None:
+        _positive("trainer.total_epochs", self.total_epochs)
+        if self.total_training_steps is not None:
+            _positive("trainer.total_training_steps", self.total_training_steps)
+        _positive("trainer.n_workers", self.n_workers)
+        _positive("trainer.test_freq", self.test_freq, allow_zero=True)
+        _positive("trainer.save_freq", self.save_freq, allow_zero=True)
+        resume_dir = Path(self.resume_from) if self.resume_from is not None else None
+        if self.resume_mode == "path" and (resume_dir is None or not resume_dir.is_dir()):
+            raise ConfigError(
+                f"trainer.resume_mode='path' needs trainer.resume_from to be an existing "
+                f"checkpoint directory (global_step_<k>); got {self.resume_from!r}"
+            )
+        if self.backend == "local" and (self.n_workers != 1 or self.placement != "hybrid"):
+            raise ConfigError(
+                f"trainer.backend='local' runs one worker in the driver process; it needs "
+                f"trainer.n_workers=1 and placement='hybrid' (got {self.n_workers}, "
+                f"{self.placement!r}); use backend='ray' for more"
+            )

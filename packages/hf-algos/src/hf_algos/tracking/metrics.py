@@ -1,0 +1,161 @@
+"""Training metrics computed from a batch, with verl's names, as pure functions.
+
+Every function reads tensors of a :class:`hf_protocol.DataProto` (field names of DESIGN.md)
+and returns ``{name: float}``. They are cheap (a few reductions over ``(B, R)`` tensors) so
+a trainer can call them every step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import torch
+
+from hf_protocol import DataProto
+
+
+def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
+    """``{prefix}/mean``, ``/max``, ``/min`` of a 1-D tensor (zeros when empty)."""
+    if values.numel() == 0:
+        return {f"{prefix}/mean": 0.0, f"{prefix}/max": 0.0, f"{prefix}/min": 0.0}
+    values = values.float()
+    return {
+        f"{prefix}/mean": float(values.mean()),
+        f"{prefix}/max": float(values.max()),
+        f"{prefix}/min": float(values.min()),
+    }
+
+
+def prompt_and_response_lengths(batch: DataProto) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens per prompt and per response, each ``(B,)`` float.
+
+    Reads ``prompts`` (for the prompt width P), ``attention_mask`` ``(B, P + R)`` and
+    ``response_mask`` ``(B, R)``.
+    """
+    tensors = batch.batch
+    assert tensors is not None, "the batch holds no tensors"
+    prompt_width = tensors["prompts"].shape[-1]
+    prompt_length = tensors["attention_mask"][:, :prompt_width].sum(-1).float()
+    response_length = tensors["response_mask"].sum(-1).float()
+    return prompt_length, response_length
+
+
+def compute_data_metrics(
+    batch: DataProto, max_response_length: int | None = None, max_prompt_length: int | None = None
+) -> dict[str, float]:
+    """Scores, rewards, advantages, returns, values and lengths of a step's batch.
+
+    Names: ``critic/score/{mean,max,min}`` (sequence sum of ``token_level_scores``),
+    ``critic/rewards/...`` (of ``token_level_rewards``), ``critic/advantages/...`` and
+    ``critic/returns/...`` (over valid response tokens), ``critic/values/...`` and
+    ``critic/vf_explained_var`` (when ``values`` is present), ``response_length/...``,
+    ``prompt_length/...`` and their ``clip_ratio`` (share at the maximum length, when given).
+    Missing fields are skipped.
+    """
+    tensors = batch.batch
+    if tensors is None:
+        return {}
+    mask = tensors["response_mask"].bool()
+    keys = set(tensors.keys())  # TensorDict has no `in`; its keys view does
+    metrics: dict[str, float] = {}
+    if "token_level_scores" in keys:
+        metrics.update(_stats("critic/score", tensors["token_level_scores"].sum(-1)))
+    if "token_level_rewards" in keys:
+        metrics.update(_stats("critic/rewards", tensors["token_level_rewards"].sum(-1)))
+    for key, name in (("advantages", "advantages"), ("returns", "returns")):
+        if key in keys:
+            metrics.update(_stats(f"critic/{name}", tensors[key][mask]))
+    if "values" in keys:
+        values = tensors["values"][mask]
+        metrics.update(_stats("critic/values", values))
+        if "returns" in keys:
+            returns = tensors["returns"][mask].float()
+            residual_var = torch.var(returns - values.float(), unbiased=False)
+            return_var = torch.var(returns, unbiased=False)
+            metrics["critic/vf_explained_var"] = float(1.0 - residual_var / (return_var + 1e-5))
+    prompt_length, response_length = prompt_and_response_lengths(batch)
+    metrics.update(_stats("response_length", response_length))
+    metrics.update(_stats("prompt_length", prompt_length))
+    if max_response_length:
+        clipped = (response_length >= max_response_length).float().mean()
+        metrics["response_length/clip_ratio"] = float(clipped)
+    if max_prompt_length:
+        metrics["prompt_length/clip_ratio"] = float(
+            (prompt_length >= max_prompt_length).float().mean()
+        )
+    return metrics
+
+
+def compute_timing_metrics(batch: DataProto, timing: Mapping[str, float]) -> dict[str, float]:
+    """``timing_s/<stage>`` for every stage, and ``timing_per_token_ms/<stage>``.
+
+    Per-token time divides by the tokens the stage processed: response tokens for ``gen``,
+    prompt + response tokens for the others.
+    """
+    prompt_length, response_length = prompt_and_response_lengths(batch)
+    response_tokens = float(response_length.sum())
+    all_tokens = response_tokens + float(prompt_length.sum())
+    metrics = {f"timing_s/{name}": float(value) for name, value in timing.items()}
+    for name, value in timing.items():
+        tokens = response_tokens if name == "gen" else all_tokens
+        if tokens > 0 and name != "step":
+            metrics[f"timing_per_token_ms/{name}"] = 1000.0 * float(value) / tokens
+    return metrics
+
+
+def compute_throughput_metrics(
+    batch: DataProto, step_seconds: float, n_workers: int
+) -> dict[str, float]:
+    """``perf/total_num_tokens``, ``perf/time_per_step`` and ``perf/throughput``.
+
+    Throughput is tokens (prompt + response, unpadded) per second per worker.
+    """
+    tensors = batch.batch
+    assert tensors is not None, "the batch holds no tensors"
+    total_tokens = float(tensors["attention_mask"].sum())
+    throughput = total_tokens / max(step_seconds, 1e-9) / max(n_workers, 1)
+    return {
+        "perf/total_num_tokens": total_tokens,
+        "perf/time_per_step": float(step_seconds),
+        "perf/throughput": throughput,
+    }
+
+
+def reduce_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """Means of metric lists (workers return one value per mini-batch); scalars pass through."""
+    reduced: dict[str, float] = {}
+    for name, value in metrics.items():
+        if isinstance(value, torch.Tensor):
+            value = value.detach().float().cpu().numpy()
+        if isinstance(value, Sequence | np.ndarray) and not isinstance(value, str):
+            array = np.asarray(value, dtype=np.float64)
+            if array.size:
+                reduced[name] = float(array.mean())
+        else:
+            reduced[name] = float(value)
+    return reduced
+
+
+def merge_worker_metrics(outputs: Sequence[DataProto | Mapping[str, Any]]) -> dict[str, float]:
+    """Collect ``meta_info["metrics"]`` of worker outputs (or plain dicts) and average lists."""
+    merged: dict[str, list[float]] = {}
+    for output in outputs:
+        metrics = output.meta_info.get("metrics", {}) if isinstance(output, DataProto) else output
+        for name, value in metrics.items():
+            values = value if isinstance(value, list | tuple) else [value]
+            merged.setdefault(name, []).extend(float(v) for v in values)
+    return reduce_metrics(merged)
+
+
+@contextmanager
+def timed(name: str, timing: dict[str, float]) -> Iterator[None]:
+    """Add the wall time of the ``with`` block, in seconds, to ``timing[name]``."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timing[name] = timing.get(name, 0.0) + time.perf_counter() - start

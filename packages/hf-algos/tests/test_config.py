@@ -1,0 +1,138 @@
+"""Config loading: YAML + dotted overrides, typed conversion, and errors that name the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hf_algos.config import (
+    ConfigError,
+    DPOConfig,
+    RLConfig,
+    SFTConfig,
+    apply_overrides,
+    config_to_dict,
+    load_config,
+    parse_override,
+)
+
+MODEL = ["actor.engine.model.hf_config.model_type=llama"]
+BASE = [*MODEL, "rollout.n=4", "data.train_batch_size=4", "actor.ppo_mini_batch_size=8"]
+
+
+def load(*overrides: str) -> RLConfig:
+    return load_config(RLConfig, overrides=[*BASE, *overrides])
+
+
+def test_yaml_then_overrides_with_types(tmp_path: Path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        "actor:\n  engine:\n    model: {hf_config: {model_type: llama, hidden_size: 32}}\n"
+        "    optim: {lr: 1e-5, betas: [0.9, 0.95]}\n  ppo_mini_batch_size: 8\n"
+        "data: {train_batch_size: 4}\nrollout: {n: 4}\n"
+        "trainer: {loggers: [console, jsonl], use_gpu: 'false'}\n"
+    )
+    config = load_config(
+        RLConfig, path, ["actor.engine.optim.lr=2e-6", "trainer.save_freq=3", "rollout.top_k=5"]
+    )
+    assert config.actor.engine.optim.lr == pytest.approx(2e-6)
+    assert isinstance(config.actor.engine.optim.lr, float)
+    assert config.actor.engine.optim.betas == (0.9, 0.95)
+    assert config.actor.engine.model.hf_config == {"model_type": "llama", "hidden_size": 32}
+    assert config.trainer.loggers == ("console", "jsonl")
+    assert config.trainer.use_gpu is False
+    assert (config.trainer.save_freq, config.rollout.top_k) == (3, 5)
+    # YAML's "1e-5" (a string to PyYAML) became a float before validation
+    assert load_config(RLConfig, path).actor.engine.optim.lr == pytest.approx(1e-5)
+    assert config_to_dict(config)["rollout"]["n"] == 4
+
+
+def test_optional_section_and_comma_lists() -> None:
+    config = load(
+        "algorithm.adv_estimator=gae",
+        "critic.engine.model.hf_config.model_type=llama",
+        "critic.ppo_mini_batch_size=16",
+        "trainer.loggers=console,tensorboard",
+    )
+    assert config.critic is not None and config.critic.ppo_mini_batch_size == 16
+    assert config.trainer.loggers == ("console", "tensorboard")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["actor.bogus=1"], "valid keys: clip_ratio_c"),
+        (["trainer.nope.deeper=1"], "trainer.nope"),
+        (["actor.engine.optim.lr=fast"], "actor.engine.optim.lr='fast' is not a valid float"),
+        (["rollout.n=2.5"], "rollout.n=2.5 is not a valid int"),
+        (["trainer.progress_bar=maybe"], "use true or false"),
+        (["trainer.placement=cloud"], "'hybrid', 'separate'"),
+        (["data.train_files=[missing.jsonl]"], "do not exist: ['missing.jsonl']"),
+        (
+            ["actor.engine.model.path=/nowhere", "actor.engine.model.hf_config=null"],
+            "model.path='/nowhere' does not exist",
+        ),
+        (["actor.ppo_mini_batch_size=3"], "choose one of 1, 2, 4, 8, 16"),
+        (["actor.ppo_mini_batch_size=32"], "does not divide the 16 rows"),
+        (["trainer.n_workers=3"], "over 3 actor workers"),
+        (["actor.engine.micro_batch.micro_batch_size=3"], "micro_batch_size=3"),
+        (["trainer.n_workers=16"], "not divisible by the data-parallel size 16"),
+        (["algorithm.adv_estimator=gae"], "needs a value model"),
+        (["rollout.n=1", "data.train_batch_size=8"], "rollout.n >= 2"),
+        (["trainer.test_freq=2"], "data.val_files is empty"),
+        (["trainer.resume_mode=path"], "resume_from"),
+        (["trainer.backend=local", "trainer.n_workers=2"], "n_workers=1"),
+    ],
+)
+def test_errors_name_value_and_fix(overrides: list[str], expected: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        load(*overrides)
+    assert expected in str(error.value)
+
+
+def test_mini_batch_rule_counts_rows_not_prompts() -> None:
+    # 4 prompts x 4 samples = 16 rows; 2 workers -> 8 per rank; micro 4 divides 8/2=4 per rank
+    config = load("trainer.n_workers=2", "actor.engine.micro_batch.micro_batch_size=4")
+    assert config.trainer.n_workers == 2
+    with pytest.raises(ConfigError, match="each rank's mini-batch of 4 rows"):
+        load("trainer.n_workers=2", "actor.engine.micro_batch.micro_batch_size=3")
+
+
+def test_override_syntax_errors() -> None:
+    assert parse_override("a.b=[1, 2]") == (["a", "b"], [1, 2])
+    assert parse_override("a=x: y") == (["a"], {"x": "y"})
+    assert parse_override("a=x: y: z") == (["a"], "x: y: z")
+    for bad in ("novalue", "=3", "a..b=1"):
+        with pytest.raises(ConfigError, match=r"key\.sub=value"):
+            parse_override(bad)
+    with pytest.raises(ConfigError, match="is a value"):
+        apply_overrides({"a": 1}, ["a.b=2"])
+
+
+def test_dpo_and_sft_checks() -> None:
+    dpo = load_config(
+        DPOConfig,
+        overrides=[
+            *MODEL,
+            "data.train_batch_size=4",
+            "dpo.mini_batch_size=2",
+            "actor.engine.micro_batch.micro_batch_size=2",
+        ],
+    )
+    assert dpo.dpo.beta == pytest.approx(0.1)
+    with pytest.raises(ConfigError, match="must be even"):
+        load_config(DPOConfig, overrides=[*MODEL, "data.train_batch_size=4"])
+    with pytest.raises(ConfigError, match=r"rollout\.n=1 must be >= 2"):
+        load_config(
+            DPOConfig,
+            overrides=[*MODEL, "dpo.online=true", "actor.engine.micro_batch.micro_batch_size=2"],
+        )
+    sft = load_config(
+        SFTConfig, overrides=[*MODEL, "data.train_batch_size=4", "actor.ppo_mini_batch_size=2"]
+    )
+    assert sft.loss_mask == "response"
+    with pytest.raises(ConfigError, match="does not divide"):
+        load_config(
+            SFTConfig, overrides=[*MODEL, "data.train_batch_size=4", "actor.ppo_mini_batch_size=3"]
+        )
