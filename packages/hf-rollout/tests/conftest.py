@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -10,6 +13,7 @@ import torch
 from hf_rollout.testing import build_tiny_model
 
 torch.set_num_threads(1)  # several test runs share two cores
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
 @pytest.fixture(scope="session")
@@ -24,3 +28,15 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "qwen2": build_tiny_model(root / "qwen2", "qwen2"),
         "qwen2_other": build_tiny_model(root / "qwen2_other", "qwen2", seed=1),
     }
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[Any]:
+    """A local Ray cluster on loopback, shared by every test of the session."""
+    import ray
+
+    from hf_controller import ensure_ray
+
+    ensure_ray(num_cpus=4, log_to_driver=False)
+    yield ray
+    ray.shutdown()

@@ -60,10 +60,13 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def left_pad(
-    token_lists: Sequence[Sequence[int]], pad_token_id: int
+    token_lists: Sequence[Sequence[int]], pad_token_id: int, min_width: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Left-pad token lists into ``input_ids``, ``attention_mask``, ``position_ids`` (B, P)."""
-    width = max((len(tokens) for tokens in token_lists), default=0)
+    """Left-pad token lists into ``input_ids``, ``attention_mask``, ``position_ids`` (B, P).
+
+    ``P`` is the longest list, or ``min_width`` when that is larger.
+    """
+    width = max(min_width, *(len(tokens) for tokens in token_lists), 0)
     input_ids = torch.full((len(token_lists), width), pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros((len(token_lists), width), dtype=torch.long)
     for row, tokens in enumerate(token_lists):
@@ -228,3 +231,40 @@ def build_rollout_output(
     non_tensors = {key: value[order] for key, value in prompts.non_tensor_batch.items()}
     meta = {**prompts.meta_info, "temperature": float(temperature)}
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta)
+
+
+def pad_responses_to(output: DataProto, width: int, pad_token_id: int) -> DataProto:
+    """``output`` of :func:`build_rollout_output` with responses right-padded to ``width``.
+
+    Shards generated on different ranks then have equal shapes and concatenate. Response
+    columns grow with pad / 0; the joined columns grow likewise, position ids keep counting.
+    A response already wider than ``width`` is an error.
+    """
+    assert output.batch is not None
+    batch = output.batch
+    extra = width - batch["responses"].shape[1]
+    if extra < 0:
+        raise ValueError(f"responses are {width + -extra} wide, more than width={width}")
+    if extra == 0:
+        return output
+    rows = batch["responses"].shape[0]
+
+    def grow(tensor: torch.Tensor, value: float) -> torch.Tensor:
+        return torch.cat([tensor, tensor.new_full((rows, extra), value)], dim=1)
+
+    last = batch["position_ids"][:, -1:]
+    more_positions = last + torch.arange(1, extra + 1, device=last.device).unsqueeze(0)
+    tensors = {key: batch[key] for key in batch.keys()}  # noqa: SIM118
+    tensors.update(
+        responses=grow(batch["responses"], pad_token_id),
+        response_mask=grow(batch["response_mask"], 0),
+        rollout_log_probs=grow(batch["rollout_log_probs"], 0.0),
+        input_ids=grow(batch["input_ids"], pad_token_id),
+        attention_mask=grow(batch["attention_mask"], 0),
+        position_ids=torch.cat([batch["position_ids"], more_positions], dim=1),
+    )
+    return DataProto.from_dict(
+        tensors={str(k): v for k, v in tensors.items()},
+        non_tensors=output.non_tensor_batch,
+        meta_info=output.meta_info,
+    )

@@ -223,6 +223,10 @@ class NativeRollout:
         logits: torch.Tensor = output.logits[:, -1, :]
         return logits
 
+    def reseed(self, seed: int) -> None:
+        """Restart the sampling generator from ``seed`` (a worker passes ``seed + rank``)."""
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+
     # ------------------------------------------------------------------ weights and memory
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

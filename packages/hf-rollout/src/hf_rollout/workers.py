@@ -1,0 +1,131 @@
+"""``RolloutWorker``: a rollout engine as one rank of an SPMD worker group."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+
+from hf_controller import Dispatch, Worker, register
+from hf_protocol import DataProto
+from hf_rollout.base import RAW_PROMPT_KEY, RolloutEngine, left_pad, pad_responses_to
+from hf_rollout.config import RolloutConfig, SamplingConfig
+from hf_rollout.registry import build_rollout
+
+NamedTensors = Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor]
+
+
+class RolloutWorker(Worker):
+    """Generation as a worker role; the backend is chosen by ``config.backend``.
+
+    ``generate_sequences`` samples with ``prompts.meta_info["sampling"]`` (a dict of
+    :class:`SamplingConfig` fields) when given, else with this worker's ``sampling``.
+    Responses are right-padded to ``max_new_tokens`` so the shards of all ranks have one
+    width; raw token-list prompts are left-padded to ``meta_info["max_prompt_length"]``
+    when given (set it when several ranks get raw prompts, for the same reason). Per-call
+    seeds and the engine's generator are offset by the rank, so ranks draw differently.
+    """
+
+    def __init__(self, config: RolloutConfig, sampling: SamplingConfig | None = None) -> None:
+        super().__init__()
+        self.config = config
+        self.sampling = sampling or SamplingConfig()
+        self._engine: RolloutEngine | None = None
+
+    @property
+    def engine(self) -> RolloutEngine:
+        """The rollout engine; an error names the fix before ``init_model``."""
+        if self._engine is None:
+            raise RuntimeError("RolloutWorker: call init_model() before using the engine")
+        return self._engine
+
+    @register(Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Build the engine named by ``config.backend``."""
+        self._engine = build_rollout(self.config)
+        reseed = getattr(self._engine, "reseed", None)
+        if callable(reseed):
+            reseed(self.config.seed + self.rank)
+
+    def _sampling_for(self, prompts: DataProto) -> SamplingConfig:
+        given = prompts.meta_info.get("sampling")
+        sampling = SamplingConfig.from_dict(given) if given is not None else self.sampling
+        if sampling.seed is not None:
+            sampling = dataclasses.replace(sampling, seed=sampling.seed + self.rank)
+        return sampling
+
+    def _pad_raw_prompts(self, prompts: DataProto) -> DataProto:
+        has_ids = prompts.batch is not None and "input_ids" in prompts.batch
+        width = prompts.meta_info.get("max_prompt_length")
+        if has_ids or width is None or RAW_PROMPT_KEY not in prompts.non_tensor_batch:
+            return prompts
+        pad = getattr(self.engine, "pad_token_id", self.config.pad_token_id or 0)
+        raw = [list(map(int, ids)) for ids in prompts.non_tensor_batch[RAW_PROMPT_KEY]]
+        ids, mask, pos = left_pad(raw, pad, min_width=int(width))
+        tensors = {"input_ids": ids, "attention_mask": mask, "position_ids": pos}
+        return DataProto.from_dict(tensors, prompts.non_tensor_batch, prompts.meta_info)
+
+    @register(Dispatch.DP_COMPUTE_PROTO)
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Sampled responses for this rank's prompts (fields of ``build_rollout_output``),
+        with ``meta_info["metrics"]`` ``rollout/generate_s`` and ``rollout/response_length``."""
+        sampling = self._sampling_for(prompts)
+        start = time.perf_counter()
+        output = self.engine.generate(self._pad_raw_prompts(prompts), sampling)
+        elapsed = time.perf_counter() - start
+        pad = int(getattr(self.engine, "pad_token_id", self.config.pad_token_id or 0))
+        output = pad_responses_to(output, sampling.max_new_tokens, pad)
+        assert output.batch is not None
+        lengths = output.batch["response_mask"].sum(dim=-1).float()
+        output.meta_info["metrics"] = {
+            "rollout/generate_s": elapsed,
+            "rollout/response_length": float(lengths.mean()) if len(lengths) else 0.0,
+        }
+        return output
+
+    @register(Dispatch.ONE_TO_ALL)
+    def update_weights(self, named_tensors: NamedTensors | None = None) -> None:
+        """Load ``(name, full tensor)`` pairs (or a name -> tensor mapping).
+
+        With no argument, the weights come from the fused ``actor`` role in this process
+        (``create_colocated_worker_cls_fused``): its ``iter_full_params()`` is collective,
+        so every rank takes part.
+        """
+        if named_tensors is None:
+            named_tensors = self._fused_actor_params()
+        elif isinstance(named_tensors, Mapping):
+            named_tensors = named_tensors.items()
+        self.engine.update_weights(named_tensors)
+
+    def _fused_actor_params(self) -> Iterable[tuple[str, torch.Tensor]]:
+        fused: dict[str, Any] = getattr(self, "fused_workers", None) or {}
+        actor = fused.get("actor")
+        if actor is None or not hasattr(actor, "iter_full_params"):
+            raise ValueError(
+                "update_weights() without tensors reads the fused 'actor' role, but this "
+                f"worker has fused roles {sorted(fused)}; fuse the rollout with an actor "
+                "(create_colocated_worker_cls_fused({'actor': ..., 'rollout': ...})) or pass "
+                "the named tensors"
+            )
+        params: Iterable[tuple[str, torch.Tensor]] = actor.iter_full_params()
+        return params
+
+    @register(Dispatch.ONE_TO_ALL)
+    def sleep(self) -> None:
+        """Free the engine's generation memory (e.g. while the fused actor trains)."""
+        self.engine.sleep()
+
+    @register(Dispatch.ONE_TO_ALL)
+    def wake_up(self) -> None:
+        """Restore what :meth:`sleep` freed."""
+        self.engine.wake_up()
+
+    @register(Dispatch.ONE_TO_ALL)
+    def shutdown(self) -> None:
+        """Release the engine."""
+        if self._engine is not None:
+            self._engine.shutdown()
+            self._engine = None
