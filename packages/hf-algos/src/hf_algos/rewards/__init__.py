@@ -1,0 +1,38 @@
+"""Rewards: rule-based scoring by ``data_source`` in worker processes, and reward models."""
+
+from hf_algos.rewards.gsm8k import compute_gsm8k_score, extract_gsm8k_answer
+from hf_algos.rewards.manager import RewardManager, RewardManagerConfig
+from hf_algos.rewards.math_boxed import (
+    compute_math_score,
+    last_boxed_content,
+    math_answers_equal,
+    normalize_math_answer,
+)
+from hf_algos.rewards.placement import last_token_index, place_on_last_token
+from hf_algos.rewards.registry import (
+    SCORING_FUNCTIONS,
+    ScoreFn,
+    get_scoring_function,
+    register_scoring_function,
+)
+from hf_algos.rewards.reverse_letters import compute_reverse_letters_score
+from hf_algos.rewards.reward_model import RewardModelScorer
+
+__all__ = [
+    "SCORING_FUNCTIONS",
+    "RewardManager",
+    "RewardManagerConfig",
+    "RewardModelScorer",
+    "ScoreFn",
+    "compute_gsm8k_score",
+    "compute_math_score",
+    "compute_reverse_letters_score",
+    "extract_gsm8k_answer",
+    "get_scoring_function",
+    "last_boxed_content",
+    "last_token_index",
+    "math_answers_equal",
+    "normalize_math_answer",
+    "place_on_last_token",
+    "register_scoring_function",
+]

@@ -1,0 +1,209 @@
+"""RewardManager on real scoring functions in real worker processes: ok, raising, hanging."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+import torch
+
+from hf_algos.data import build_char_tokenizer
+from hf_algos.data.collate import right_pad
+from hf_algos.rewards import (
+    RewardManager,
+    RewardManagerConfig,
+    compute_reverse_letters_score,
+    register_scoring_function,
+)
+from hf_protocol import DataProto
+
+# Scoring functions used by the tests. They run in spawned worker processes, which import
+# this module by name, so they live at module level.
+
+
+def raising_score(solution: str, ground_truth: Any, extra_info: Mapping[str, Any] | None) -> float:
+    """Fails the way a buggy parser does."""
+    raise ValueError(f"cannot parse {solution!r}")
+
+
+def sleeping_score(solution: str, ground_truth: Any, extra_info: Mapping[str, Any] | None) -> float:
+    """Hangs far past any timeout (in Python, so the alarm interrupts it)."""
+    time.sleep(60)
+    return 1.0
+
+
+def alarm_blocking_score(
+    solution: str, ground_truth: Any, extra_info: Mapping[str, Any] | None
+) -> float:
+    """Hangs with the alarm signal blocked, as code stuck outside the interpreter would."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    time.sleep(60)
+    return 1.0
+
+
+def exiting_score(solution: str, ground_truth: Any, extra_info: Mapping[str, Any] | None) -> float:
+    """Kills its own worker process."""
+    os._exit(3)
+
+
+def length_score(
+    solution: str, ground_truth: Any, extra_info: Mapping[str, Any] | None
+) -> dict[str, float]:
+    """A score with an extra number to report."""
+    return {"score": 0.25, "length": float(len(solution))}
+
+
+def _registry() -> dict[str, Any]:
+    registry: dict[str, Any] = {}
+    for name, fn in (
+        ("reverse_letters", compute_reverse_letters_score),
+        ("raise", raising_score),
+        ("hang", sleeping_score),
+        ("block", alarm_blocking_score),
+        ("exit", exiting_score),
+        ("length", length_score),
+    ):
+        register_scoring_function(name, fn, registry=registry)
+    return registry
+
+
+@pytest.fixture(scope="module")
+def tokenizer():  # type: ignore[no-untyped-def]
+    return build_char_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def manager(tokenizer) -> Iterator[RewardManager]:  # type: ignore[no-untyped-def]
+    config = RewardManagerConfig(num_workers=2, timeout_s=1.0, hard_timeout_grace_s=60.0)
+    with RewardManager(tokenizer, config, registry=_registry()) as reward_manager:
+        yield reward_manager
+
+
+def make_batch(tokenizer, samples: list[tuple[str, str, str]]) -> DataProto:  # type: ignore[no-untyped-def]
+    """A rollout-like batch of (response text, data_source, ground truth), each + <eos>."""
+    ids = [tokenizer(text, add_special_tokens=False)["input_ids"] + [3] for text, _, _ in samples]
+    responses, response_mask = right_pad(ids, tokenizer.pad_token_id, max(map(len, ids)) + 1)
+    return DataProto.from_dict(
+        tensors={"responses": responses, "response_mask": response_mask},
+        non_tensors={
+            "data_source": [source for _, source, _ in samples],
+            "reward_model": [{"ground_truth": truth} for _, _, truth in samples],
+            "extra_info": [{"index": i} for i in range(len(samples))],
+        },
+    )
+
+
+def test_scores_land_on_the_last_response_token(manager: RewardManager, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    batch = make_batch(
+        tokenizer,
+        [
+            ("fedcba", "reverse_letters", "fedcba"),
+            ("fxdcba", "reverse_letters", "fedcba"),
+            ("ab", "length", ""),
+        ],
+    )
+    assert manager.decode_responses(batch) == ["fedcba", "fxdcba", "ab"]
+    out = manager.score(batch)
+    scores = out.batch["token_level_scores"]
+    assert scores.shape == batch.batch["responses"].shape and scores.dtype == torch.float32
+    # the last valid token is the <eos> after the text
+    assert scores[0, 6] == 1.0 and scores[1, 6] == pytest.approx(0.5 * 5 / 6)
+    assert scores[2, 2] == 0.25
+    assert scores.sum().item() == pytest.approx(1.0 + 0.5 * 5 / 6 + 0.25)
+    metrics = out.meta_info["metrics"]
+    assert metrics["reward/errors"] == 0 and metrics["reward/timeouts"] == 0
+    assert metrics["reward/length/mean"] == 2.0
+    assert out.non_tensor_batch["reward_extra_info"][2]["length"] == 2.0
+    assert out.meta_info["reward_errors"] == []
+    merged = batch.union(out)
+    assert "token_level_scores" in merged.batch
+
+
+def test_raising_and_hanging_functions_score_zero_and_are_reported(
+    manager: RewardManager,
+    tokenizer,
+    caplog: pytest.LogCaptureFixture,  # type: ignore[no-untyped-def]
+) -> None:
+    batch = make_batch(
+        tokenizer,
+        [
+            ("fedcba", "reverse_letters", "fedcba"),
+            ("bad answer", "raise", "x"),
+            ("slow answer", "hang", "x"),
+            ("abc", "reverse_letters", "cba"),
+        ],
+    )
+    start = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="hf_algos.rewards.manager"):
+        out = manager.score(batch)
+    assert time.monotonic() - start < 20  # the 60 s sleep was cut at 1 s
+    per_sample = out.batch["token_level_scores"].sum(dim=1).tolist()
+    assert per_sample == [1.0, 0.0, 0.0, pytest.approx(0.5 / 3)]
+    metrics = out.meta_info["metrics"]
+    assert metrics["reward/errors"] == 2 and metrics["reward/timeouts"] == 1
+    reports = {r["data_source"]: r for r in out.meta_info["reward_errors"]}
+    assert reports["raise"]["status"] == "error" and reports["raise"]["index"] == 1
+    assert "ValueError: cannot parse 'bad answer'" in reports["raise"]["error"]
+    assert reports["raise"]["response"] == "bad answer"
+    assert reports["hang"]["status"] == "timeout" and reports["hang"]["response"] == "slow answer"
+    assert "'bad answer'" in caplog.text and "data_source 'hang'" in caplog.text
+    info = out.non_tensor_batch["reward_extra_info"]
+    assert [i["status"] for i in info] == ["ok", "error", "timeout", "ok"]
+
+
+def test_stuck_or_dead_workers_are_replaced(manager: RewardManager, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    manager.score(make_batch(tokenizer, [("a", "reverse_letters", "a")]))  # pool is up
+    manager.config.hard_timeout_grace_s = 3.0
+    try:
+        batch = make_batch(
+            tokenizer,
+            [("cba", "reverse_letters", "cba"), ("x", "block", "x"), ("y", "exit", "y")],
+        )
+        start = time.monotonic()
+        out = manager.score(batch)
+        assert time.monotonic() - start < 30
+        statuses = [i["status"] for i in out.non_tensor_batch["reward_extra_info"]]
+        assert statuses == ["ok", "timeout", "timeout"]
+        assert out.meta_info["metrics"]["reward/errors"] == 2
+        assert all("hard deadline" in r["error"] for r in out.meta_info["reward_errors"])
+    finally:
+        manager.config.hard_timeout_grace_s = 60.0
+    # The pool was replaced: the next batch is scored normally.
+    again = manager.score(make_batch(tokenizer, [("ba", "reverse_letters", "ba")]))
+    assert again.batch["token_level_scores"].sum().item() == 1.0
+
+
+def test_score_async_does_not_block_the_driver(manager: RewardManager, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    slow = make_batch(tokenizer, [("slow", "hang", "x"), ("ab", "reverse_letters", "ba")])
+    fast = make_batch(tokenizer, [("ba", "reverse_letters", "ba")])
+    start = time.monotonic()
+    first = manager.score_async(slow)
+    second = manager.score_async(fast)
+    assert time.monotonic() - start < 0.5 and not first.done()
+    driver_work = sum(i * i for i in range(10_000))  # the driver keeps going meanwhile
+    assert driver_work > 0
+    assert second.result(timeout=60).batch["token_level_scores"].sum().item() == 1.0
+    assert first.done()  # batches are scored in submission order
+    out = first.result()
+    assert out.meta_info["metrics"]["reward/timeouts"] == 1
+
+
+def test_configuration_errors_are_raised_not_scored(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    registry = _registry()
+    with RewardManager(tokenizer, RewardManagerConfig(num_workers=1), registry) as manager:
+        with pytest.raises(KeyError, match="no scoring function for data_source 'nope'"):
+            manager.score(make_batch(tokenizer, [("a", "nope", "a")]))
+        registry["lambda"] = lambda s, g, e: 1.0
+        with pytest.raises(TypeError, match="cannot be pickled"):
+            manager.score(make_batch(tokenizer, [("a", "lambda", "a")]))
+        batch = make_batch(tokenizer, [("a", "reverse_letters", "a")])
+        batch.non_tensor_batch["reward_model"][0] = {"answer": "a"}
+        with pytest.raises(KeyError, match="'ground_truth'"):
+            manager.score(batch)
+    with pytest.raises(ValueError, match="num_workers"):
+        RewardManagerConfig(num_workers=0)
