@@ -1,0 +1,182 @@
+"""The agent loop: model turns and environment replies, batched across episodes.
+
+Each turn is one batched ``engine.generate`` call over the episodes still running, with
+prompt + conversation so far as the new prompt (raw token lists, left-padded by the engine).
+The per-episode Python work is per turn (decode, ``env.step``, encode), not per token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+from hf_protocol import DataProto
+from hf_rollout.base import (
+    RAW_PROMPT_KEY,
+    RolloutEngine,
+    build_rollout_output,
+    read_prompts,
+    right_pad,
+)
+from hf_rollout.config import SamplingConfig
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """A tool or environment the model talks to, one episode at a time."""
+
+    def reset(self, prompt_text: str) -> None:
+        """Start an episode for the prompt."""
+        ...
+
+    def step(self, model_text: str) -> tuple[str, bool]:
+        """The reply to one model turn and whether the episode is done."""
+        ...
+
+
+@runtime_checkable
+class TextCodec(Protocol):
+    """Text <-> token ids (a tokenizer; wrap a transformers one to fix special tokens)."""
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``."""
+        ...
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids``."""
+        ...
+
+
+@dataclass(frozen=True)
+class AgentLoopConfig:
+    """Limits of one multi-turn episode."""
+
+    max_turns: int = 4
+    """Most model turns per episode."""
+    max_response_tokens: int = 256
+    """Most response tokens per episode, model and environment tokens together."""
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1 or self.max_response_tokens < 1:
+            raise ValueError(
+                "AgentLoopConfig needs max_turns >= 1 and max_response_tokens >= 1, got "
+                f"max_turns={self.max_turns}, max_response_tokens={self.max_response_tokens}"
+            )
+
+
+@dataclass
+class _Episode:
+    prompt: list[int]
+    env: Environment
+    tokens: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+    turns: int = 0
+    done: bool = False
+
+    def append(self, tokens: list[int], log_probs: list[float] | None) -> None:
+        self.tokens += tokens
+        self.mask += [1 if log_probs is not None else 0] * len(tokens)
+        self.log_probs += log_probs if log_probs is not None else [0.0] * len(tokens)
+
+
+def run_agent_loop(
+    engine: RolloutEngine,
+    prompts: DataProto,
+    make_env: Callable[[], Environment],
+    codec: TextCodec,
+    sampling: SamplingConfig,
+    config: AgentLoopConfig,
+    pad_token_id: int | None = None,
+) -> DataProto:
+    """Multi-turn rollouts of ``sampling.n`` episodes per prompt, each with its own env.
+
+    Returns the fields of ``hf_rollout.build_rollout_output``: ``responses`` hold model and
+    environment tokens in order, ``response_mask`` is 1 on model tokens and 0 on environment
+    tokens (whose ``rollout_log_probs`` are 0), and the joined ``attention_mask`` covers
+    both. The reply to the turn that ends an episode (``done``) is not appended: nothing
+    would follow it. ``non_tensor_batch["num_turns"]`` counts model turns. The environment's
+    ``reset`` gets ``non_tensor_batch["raw_prompt"]`` when present, else the decoded prompt.
+    """
+    pad = pad_token_id if pad_token_id is not None else int(getattr(engine, "pad_token_id", 0))
+    prompt_tensors = read_prompts(prompts, pad)
+    input_ids, attention_mask, _ = prompt_tensors
+    texts = prompts.non_tensor_batch.get("raw_prompt")
+    episodes: list[_Episode] = []
+    for row in range(input_ids.shape[0]):
+        ids = input_ids[row][attention_mask[row].bool()].tolist()
+        for _ in range(sampling.n):
+            env = make_env()
+            env.reset(str(texts[row]) if texts is not None else codec.decode(ids))
+            episodes.append(_Episode(prompt=ids, env=env))
+    turn_sampling = dataclasses.replace(sampling, n=1)
+    for turn in range(config.max_turns):
+        running = [episode for episode in episodes if not episode.done]
+        if not running:
+            break
+        seed = None if sampling.seed is None else sampling.seed + turn
+        room = max(config.max_response_tokens - len(e.tokens) for e in running)
+        turn_sampling = dataclasses.replace(
+            turn_sampling, seed=seed, max_new_tokens=min(sampling.max_new_tokens, room)
+        )
+        batch = DataProto.from_dict(
+            non_tensors={RAW_PROMPT_KEY: _as_object([e.prompt + e.tokens for e in running])}
+        )
+        out = engine.generate(batch, turn_sampling)
+        assert out.batch is not None
+        for index, episode in enumerate(running):
+            _take_turn(episode, out, index, codec, config, turn)
+    return _episodes_to_output(prompts, prompt_tensors, episodes, sampling, pad)
+
+
+def _as_object(lists: list[list[int]]) -> np.ndarray:
+    array = np.empty(len(lists), dtype=object)
+    array[:] = lists
+    return array
+
+
+def _take_turn(
+    episode: _Episode,
+    out: DataProto,
+    index: int,
+    codec: TextCodec,
+    config: AgentLoopConfig,
+    turn: int,
+) -> None:
+    """Append one model turn of ``episode`` and, unless it is done, the environment's reply."""
+    assert out.batch is not None
+    keep = out.batch["response_mask"][index].bool()
+    room = config.max_response_tokens - len(episode.tokens)
+    tokens = out.batch["responses"][index][keep].tolist()[:room]
+    log_probs = out.batch["rollout_log_probs"][index][keep].tolist()[:room]
+    episode.append(tokens, log_probs)
+    episode.turns += 1
+    reply, done = episode.env.step(codec.decode(tokens))
+    room = config.max_response_tokens - len(episode.tokens)
+    if not done and reply:
+        episode.append(codec.encode(reply)[:room], None)
+        room = config.max_response_tokens - len(episode.tokens)
+    episode.done = done or room <= 0 or turn + 1 >= config.max_turns
+
+
+def _episodes_to_output(
+    prompts: DataProto,
+    prompt_tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    episodes: list[_Episode],
+    sampling: SamplingConfig,
+    pad: int,
+) -> DataProto:
+    responses, present = right_pad([e.tokens for e in episodes], pad, torch.long)
+    mask, _ = right_pad([e.mask for e in episodes], 0, torch.long)
+    log_probs, _ = right_pad([e.log_probs for e in episodes], 0.0, torch.float32)
+    output = build_rollout_output(
+        prompts, prompt_tensors, responses, mask, log_probs, sampling.n,
+        sampling.effective_temperature, pad, response_attention_mask=present,
+    )  # fmt: skip
+    output.non_tensor_batch["num_turns"] = np.array([e.turns for e in episodes], dtype=np.int64)
+    return output
