@@ -53,6 +53,10 @@ class ModelConfig:
     """``causal_lm`` for actor / reference log-probs; ``value`` adds a 1-output critic head."""
     attn_implementation: str = "sdpa"
     """Attention kernel passed to transformers (``sdpa``, ``eager``, ...)."""
+    remove_padding: Literal["auto", "pack", "trim", "off"] = "auto"
+    """Skip padding tokens: ``pack`` all real tokens into one row (varlen), ``trim`` the
+    columns that are padding in every row of a micro-batch, or ``off``. ``auto`` packs with
+    flash-attention kernels and trims otherwise (packing costs dense kernels N**2)."""
 
     def __post_init__(self) -> None:
         if (self.path is None) == (self.hf_config is None):
@@ -75,6 +79,7 @@ class ModelConfig:
             )
         _check_choice("model.dtype", self.dtype, _DTYPES)
         _check_choice("model.head", self.head, ("causal_lm", "value"))
+        _check_choice("model.remove_padding", self.remove_padding, ("auto", "pack", "trim", "off"))
 
 
 @dataclass(frozen=True)

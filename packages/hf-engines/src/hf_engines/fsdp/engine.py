@@ -18,8 +18,9 @@ from torch.distributed.tensor import DTensor
 from hf_engines.config import EngineConfig
 from hf_engines.engine import LossFn, ModelOutputs
 from hf_engines.fsdp import state
+from hf_engines.fsdp.forward import forward_micro_batch
 from hf_engines.fsdp.sharding import build_mesh, resolve_device, shard_model
-from hf_engines.logprob import response_log_probs, response_positions
+from hf_engines.fsdp.unpad import PaddingMode, choose_padding_mode
 from hf_engines.micro_batch import batch_tensors, split_micro_batches
 from hf_engines.models import build_hf_model
 from hf_engines.schedule import build_lr_scheduler
@@ -65,6 +66,10 @@ class FSDPEngine:
             optim.min_lr_ratio,
         )
         self._global_step = 0
+        self.padding_mode: PaddingMode = choose_padding_mode(
+            config.model.attn_implementation, config.model.remove_padding
+        )
+        """How padding is skipped: ``pack``, ``trim`` or ``off`` (see ``fsdp.unpad``)."""
 
     @property
     def global_step(self) -> int:
@@ -81,14 +86,10 @@ class FSDPEngine:
             raise KeyError(f"batch lacks {missing}; an engine needs the fields {_MODEL_INPUTS}")
         inputs = {key: tensors[key].to(self.device) for key in _MODEL_INPUTS}
         responses = inputs.pop("responses")
-        response_length = responses.shape[1]
-        if self.config.model.head == "value":
-            logits = self.model(**inputs).logits
-            return {"values": response_positions(logits, response_length).squeeze(-1).float()}
-        # Only the positions that predict response tokens need logits: saves a (B, T, V) tensor.
-        logits = self.model(**inputs, use_cache=False, logits_to_keep=response_length + 1).logits
-        log_probs, entropy = response_log_probs(logits[:, :-1], responses, temperature)
-        return {"log_probs": log_probs, "entropy": entropy}
+        value_head = self.config.model.head == "value"
+        return forward_micro_batch(
+            self.model, inputs, responses, value_head, temperature, self.padding_mode
+        )
 
     def _aligned_micro_batches(self, batch: DataProto) -> list[tuple[DataProto, bool]]:
         """Micro-batches of this rank, padded with repeats to the largest count over ranks.

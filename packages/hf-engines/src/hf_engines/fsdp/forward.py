@@ -1,0 +1,123 @@
+"""One forward pass of a transformers model over a micro-batch, with or without padding.
+
+Every function returns the outputs at the response positions, ``(B, R)`` float32, with
+zeros where :func:`~hf_engines.fsdp.unpad.scored_response_mask` is false, so the padded,
+trimmed and packed paths give the same tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from hf_engines.engine import ModelOutputs
+from hf_engines.fsdp.unpad import (
+    PaddingMode,
+    pack_rows,
+    pad_responses,
+    scatter_scored,
+    scored_response_mask,
+    trim_window,
+)
+from hf_engines.logprob import response_log_probs, response_positions
+
+
+def map_outputs(
+    outputs: ModelOutputs, function: Callable[[torch.Tensor], torch.Tensor]
+) -> ModelOutputs:
+    """``outputs`` with ``function`` applied to each tensor."""
+    mapped: ModelOutputs = {}
+    if "log_probs" in outputs:
+        mapped["log_probs"] = function(outputs["log_probs"])
+    if "entropy" in outputs:
+        mapped["entropy"] = function(outputs["entropy"])
+    if "values" in outputs:
+        mapped["values"] = function(outputs["values"])
+    return mapped
+
+
+def forward_padded(
+    model: torch.nn.Module,
+    inputs: dict[str, torch.Tensor],
+    responses: torch.Tensor,
+    value_head: bool,
+    temperature: float,
+) -> ModelOutputs:
+    """The model on ``(B, T)`` rows as given (``inputs``: ids, attention mask, positions)."""
+    response_length = responses.shape[1]
+    if value_head:
+        logits = model(**inputs, use_cache=False).logits
+        return {"values": response_positions(logits, response_length)[..., 0].float()}
+    # Only the positions that predict response tokens need logits: saves a (B, T, V) tensor.
+    logits = model(**inputs, use_cache=False, logits_to_keep=response_length + 1).logits
+    log_probs, entropy = response_log_probs(logits[:, :-1], responses, temperature)
+    return {"log_probs": log_probs, "entropy": entropy}
+
+
+def forward_trimmed(
+    model: torch.nn.Module,
+    inputs: dict[str, torch.Tensor],
+    responses: torch.Tensor,
+    value_head: bool,
+    temperature: float,
+) -> ModelOutputs:
+    """:func:`forward_padded` on the columns that are not padding in every row."""
+    response_length = responses.shape[1]
+    start, stop = trim_window(inputs["attention_mask"], response_length)
+    kept = stop - (inputs["attention_mask"].shape[1] - response_length)
+    trimmed = {key: value[:, start:stop] for key, value in inputs.items()}
+    outputs = forward_padded(model, trimmed, responses[:, :kept], value_head, temperature)
+    return map_outputs(outputs, lambda value: pad_responses(value, response_length))
+
+
+def forward_packed(
+    model: torch.nn.Module,
+    inputs: dict[str, torch.Tensor],
+    responses: torch.Tensor,
+    value_head: bool,
+    temperature: float,
+) -> ModelOutputs | None:
+    """The model on every real token packed into one row; ``None`` if it cannot pack."""
+    shape = (responses.shape[0], responses.shape[1])
+    packed = pack_rows(
+        inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"], shape[1]
+    )
+    if packed is None:
+        return None
+    # No attention mask: transformers reads the position restarts as sequence boundaries.
+    model_inputs = {"input_ids": packed.input_ids, "position_ids": packed.position_ids}
+    if value_head:
+        # use_cache=False matters: with a cache transformers would not look for packing.
+        values = model(**model_inputs, use_cache=False).logits[0, packed.predict_index, 0]
+        return {"values": scatter_scored(values, packed.rows, packed.cols, shape)}
+    logits = model(**model_inputs, use_cache=False, logits_to_keep=packed.predict_index).logits
+    targets = responses[packed.rows, packed.cols].unsqueeze(0)
+    log_probs, entropy = response_log_probs(logits, targets, temperature)
+    return {
+        "log_probs": scatter_scored(log_probs[0], packed.rows, packed.cols, shape),
+        "entropy": scatter_scored(entropy[0], packed.rows, packed.cols, shape),
+    }
+
+
+def forward_micro_batch(
+    model: torch.nn.Module,
+    inputs: dict[str, torch.Tensor],
+    responses: torch.Tensor,
+    value_head: bool,
+    temperature: float,
+    mode: PaddingMode,
+) -> ModelOutputs:
+    """Outputs at the response positions, skipping padding as ``mode`` says.
+
+    ``pack`` falls back to ``trim`` for a micro-batch it cannot pack (see ``pack_rows``).
+    """
+    outputs: ModelOutputs | None = None
+    if mode == "pack":
+        outputs = forward_packed(model, inputs, responses, value_head, temperature)
+    if outputs is None:
+        forward = forward_padded if mode == "off" else forward_trimmed
+        outputs = forward(model, inputs, responses, value_head, temperature)
+        scored = scored_response_mask(inputs["attention_mask"], responses.shape[1])
+        outputs = map_outputs(outputs, lambda value: value * scored)
+    return outputs
