@@ -225,14 +225,14 @@ class VLLMRollout:
         else:
             options["enable_sleep_mode"] = True
         options.update(kwargs)
-        return LLM(
+        options.update(
             model=model_dir,
             skip_tokenizer_init=True,
             dtype=self.config.dtype,
             max_model_len=self.config.max_model_len,
             seed=self.config.seed,
-            **options,
         )
+        return LLM(**options)
 
     # ------------------------------------------------------------------ generation
 
