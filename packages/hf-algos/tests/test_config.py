@@ -17,7 +17,11 @@ from hf_algos.config import (
     parse_override,
 )
 
-MODEL = ["actor.engine.model.hf_config.model_type=llama"]
+# a random model has no tokenizer; any existing directory passes the config-time check
+MODEL = [
+    "actor.engine.model.hf_config.model_type=llama",
+    f"data.tokenizer_path={Path(__file__).parent}",
+]
 BASE = [*MODEL, "rollout.n=4", "data.train_batch_size=4", "actor.ppo_mini_batch_size=8"]
 
 
@@ -30,7 +34,7 @@ def test_yaml_then_overrides_with_types(tmp_path: Path) -> None:
     path.write_text(
         "actor:\n  engine:\n    model: {hf_config: {model_type: llama, hidden_size: 32}}\n"
         "    optim: {lr: 1e-5, betas: [0.9, 0.95]}\n  ppo_mini_batch_size: 8\n"
-        "data: {train_batch_size: 4}\nrollout: {n: 4}\n"
+        f"data: {{train_batch_size: 4, tokenizer_path: {tmp_path}}}\nrollout: {{n: 4}}\n"
         "trainer: {loggers: [console, jsonl], use_gpu: 'false'}\n"
     )
     config = load_config(
@@ -83,6 +87,8 @@ def test_optional_section_and_comma_lists() -> None:
         (["trainer.test_freq=2"], "data.val_files is empty"),
         (["trainer.resume_mode=path"], "resume_from"),
         (["trainer.backend=local", "trainer.n_workers=2"], "n_workers=1"),
+        (["data.tokenizer_path=null"], "set data.tokenizer_path"),
+        (["data.tokenizer_path=/nowhere"], "is not a directory"),
     ],
 )
 def test_errors_name_value_and_fix(overrides: list[str], expected: str) -> None:

@@ -198,10 +198,16 @@ class AlgorithmConfig:
 class RewardConfig:
     """How responses are scored."""
 
-    manager: str = "naive"
-    """Reward manager name (rule-based scoring by ``data_source``)."""
+    num_workers: int = 2
+    """Processes that run the rule-based scoring functions (by each row's ``data_source``)."""
+    timeout_s: float = 10.0
+    """Seconds one sample's scoring may take before it scores 0 and is reported."""
     model: EngineConfig | None = None
-    """A reward model (value head) scored by a ``RewardModelWorker``; ``None`` = rules only."""
+    """A reward model (value head) scored by a ``RewardModelWorker`` instead of the rules."""
+
+    def __post_init__(self) -> None:
+        _positive("reward.num_workers", self.num_workers)
+        _positive("reward.timeout_s", self.timeout_s)
 
 
 @dataclass(frozen=True)

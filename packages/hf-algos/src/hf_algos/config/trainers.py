@@ -123,6 +123,7 @@ class SFTConfig:
             self.trainer.n_workers,
             "data.train_batch_size",
         )
+        check_tokenizer_source(self.data, self.actor)
 
 
 # ---------------------------------------------------------------------------- checks
@@ -214,6 +215,16 @@ def validate_rl_config(config: RLConfig) -> None:
         )
     _check_loop(trainer, bool(config.data.val_files))
     _check_placement(trainer, rows)
+    check_tokenizer_source(config.data, config.actor)
+
+
+def check_tokenizer_source(data: DataConfig, actor: ActorSection) -> None:
+    """A tokenizer must come from ``data.tokenizer_path`` or the actor's model directory."""
+    if data.tokenizer_path is None and actor.engine.model.path is None:
+        raise ConfigError(
+            "no tokenizer: actor.engine.model.hf_config builds a random model without one; set "
+            "data.tokenizer_path to a local tokenizer directory (tokenizer.save_pretrained(dir))"
+        )
 
 
 def _check_loop(trainer: TrainerSection, has_val: bool) -> None:
@@ -267,4 +278,5 @@ def validate_dpo_config(config: DPOConfig) -> None:
         config.trainer.n_workers,
         f"2 x data.train_batch_size = 2 x {pairs} pair rows",
     )
+    check_tokenizer_source(config.data, config.actor)
     _check_loop(config.trainer, bool(config.data.val_files))

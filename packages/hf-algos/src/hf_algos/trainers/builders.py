@@ -1,0 +1,171 @@
+"""Turn config sections into the objects a trainer runs: tokenizer, loaders, worker classes."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+from hf_algos.config.sections import (
+    ActorSection,
+    CriticSection,
+    DataConfig,
+    RewardConfig,
+    RolloutSection,
+    TrainerSection,
+)
+from hf_algos.data import RLDataset, RLDatasetConfig, StatefulDataLoader
+from hf_algos.losses import critic_loss, ppo_actor_loss
+from hf_algos.rewards import RewardManager, RewardManagerConfig
+from hf_algos.trainers.roles import SyncActorWorker
+from hf_controller import RayClassWithInitArgs
+from hf_engines import EngineConfig
+from hf_engines.workers import (
+    ActorConfig,
+    CriticConfig,
+    CriticWorker,
+    ReferenceWorker,
+    RewardModelWorker,
+)
+from hf_protocol import DataProto
+from hf_rollout import RolloutConfig, SamplingConfig
+from hf_rollout.workers import RolloutWorker
+
+
+def load_tokenizer(data: DataConfig, actor: ActorSection) -> Any:
+    """The tokenizer from ``data.tokenizer_path``, else from the actor's model directory."""
+    from transformers import AutoTokenizer
+
+    path = data.tokenizer_path or actor.engine.model.path
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def rl_dataset(data: DataConfig, files: tuple[str, ...], tokenizer: Any) -> RLDataset:
+    """Tokenized prompts of ``files``."""
+    config = RLDatasetConfig(max_prompt_length=data.max_prompt_length, prompt_key=data.prompt_key)
+    return RLDataset(list(files), tokenizer, config)
+
+
+def rl_loader(data: DataConfig, tokenizer: Any) -> StatefulDataLoader:
+    """The training prompts: shuffled per epoch, full batches, resumable."""
+    dataset = rl_dataset(data, data.train_files, tokenizer)
+    return StatefulDataLoader(dataset, data.train_batch_size, data.shuffle, data.seed)
+
+
+def val_dataset(data: DataConfig, tokenizer: Any) -> tuple[RLDataset, int]:
+    """The validation prompts and the batch size to score them in."""
+    dataset = rl_dataset(data, data.val_files, tokenizer)
+    return dataset, data.val_batch_size or len(dataset)
+
+
+def all_batches(dataset: Any, batch_size: int) -> Iterator[DataProto]:
+    """Every row of ``dataset`` once, in order, in batches of ``batch_size`` (last may be short)."""
+    for start in range(0, len(dataset), batch_size):
+        rows = [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]
+        yield dataset.collate(rows)
+
+
+def actor_class(
+    actor: ActorSection, trainer: TrainerSection, mini_batch_rows: int | None = None
+) -> RayClassWithInitArgs:
+    """The actor role (a :class:`~hf_algos.trainers.roles.SyncActorWorker`) with its loss."""
+    loss_fn = functools.partial(
+        ppo_actor_loss,
+        clip_low=actor.clip_ratio_low,
+        clip_high=actor.clip_ratio_high,
+        clip_c=actor.clip_ratio_c,
+        loss_agg_mode=actor.loss_agg_mode,
+        entropy_coeff=actor.entropy_coeff,
+        kl_coeff=actor.kl_loss_coef if actor.use_kl_loss else 0.0,
+        kl_kind=actor.kl_loss_type,
+        policy_loss=actor.policy_loss,
+    )
+    return actor_class_with_loss(actor, trainer, loss_fn, mini_batch_rows)
+
+
+def actor_class_with_loss(
+    actor: ActorSection, trainer: TrainerSection, loss_fn: Any, mini_batch_rows: int | None = None
+) -> RayClassWithInitArgs:
+    """The actor role with any engine loss function (DPO, SFT)."""
+    config = ActorConfig(
+        engine=actor.engine,
+        ppo_mini_batch_size=mini_batch_rows or actor.ppo_mini_batch_size,
+        ppo_epochs=actor.ppo_epochs,
+        shuffle=actor.shuffle,
+        seed=trainer.seed,
+    )
+    return RayClassWithInitArgs(SyncActorWorker, config, loss_fn)
+
+
+def reference_class(actor: ActorSection) -> RayClassWithInitArgs:
+    """A frozen copy of the actor's initial model."""
+    engine = EngineConfig(
+        model=actor.engine.model, fsdp=actor.engine.fsdp, micro_batch=actor.engine.micro_batch
+    )
+    return RayClassWithInitArgs(ReferenceWorker, engine)
+
+
+def critic_class(critic: CriticSection, trainer: TrainerSection) -> RayClassWithInitArgs:
+    """The value model, with the clipped value loss."""
+    model = dataclasses.replace(critic.engine.model, head="value")
+    config = CriticConfig(
+        engine=dataclasses.replace(critic.engine, model=model),
+        ppo_mini_batch_size=critic.ppo_mini_batch_size,
+        ppo_epochs=critic.ppo_epochs,
+        seed=trainer.seed,
+    )
+    loss_fn = functools.partial(
+        critic_loss, cliprange_value=critic.cliprange_value, loss_agg_mode=critic.loss_agg_mode
+    )
+    return RayClassWithInitArgs(CriticWorker, config, loss_fn)
+
+
+def reward_model_class(engine: EngineConfig) -> RayClassWithInitArgs:
+    """A value-head reward model scored at the last response token."""
+    model = dataclasses.replace(engine.model, head="value")
+    return RayClassWithInitArgs(RewardModelWorker, dataclasses.replace(engine, model=model))
+
+
+def rollout_class(
+    rollout: RolloutSection, actor: ActorSection, trainer: TrainerSection, tokenizer: Any
+) -> RayClassWithInitArgs:
+    """The rollout role on the actor's architecture (weights arrive by sync)."""
+    model = actor.engine.model
+    config = RolloutConfig(
+        backend=rollout.backend,
+        model_path=model.path,
+        model_config=model.hf_config,
+        dtype=model.dtype,
+        max_model_len=rollout.max_model_len,
+        pad_token_id=tokenizer.pad_token_id,
+        seed=trainer.seed,
+        device="cuda" if trainer.use_gpu else "cpu",
+        engine_kwargs=dict(rollout.engine_kwargs),
+    )
+    return RayClassWithInitArgs(RolloutWorker, config, sampling_config(rollout, tokenizer))
+
+
+def sampling_config(
+    rollout: RolloutSection, tokenizer: Any, seed: int | None = None, greedy: bool = False
+) -> SamplingConfig:
+    """Sampling for a step (``seed``) or, with ``greedy``, one deterministic answer."""
+    return SamplingConfig(
+        n=1 if greedy else rollout.n,
+        temperature=rollout.temperature,
+        top_p=rollout.top_p,
+        top_k=rollout.top_k,
+        max_new_tokens=rollout.max_new_tokens,
+        eos_token_id=tokenizer.eos_token_id,
+        seed=seed,
+        greedy=greedy,
+    )
+
+
+def reward_manager(reward: RewardConfig, tokenizer: Any) -> RewardManager:
+    """Rule-based scoring by ``data_source`` in a pool of processes."""
+    config = RewardManagerConfig(num_workers=reward.num_workers, timeout_s=reward.timeout_s)
+    return RewardManager(tokenizer, config)

@@ -1,0 +1,294 @@
+"""PPO and its critic-free relatives (GRPO, RLOO, REINFORCE++, ReMax): one driver.
+
+One step, as DESIGN.md draws it::
+
+    batch = rollout.generate_sequences(prompts)          # n samples per prompt
+    batch = batch.union(reward(batch))                   # token_level_scores
+    batch = batch.union(actor.compute_log_prob(batch))   # old_log_probs
+    batch = batch.union(ref.compute_ref_log_prob(batch)) # when a KL term needs it
+    batch = batch.union(critic.compute_values(batch))    # gae only
+    batch = compute_advantage(batch, estimator)          # pure functions
+    critic.update_critic(batch); actor.update_actor(batch)
+    sync actor weights -> rollout                        # in-process when hybrid
+
+The estimator decides the rest: ``gae`` uses the critic, ``remax`` adds a greedy rollout
+whose score is the baseline, the others need nothing more.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from hf_algos.advantages import compute_advantage
+from hf_algos.advantages.registry import get_advantage_estimator
+from hf_algos.config.loading import config_to_dict
+from hf_algos.config.trainers import CRITIC_ESTIMATORS, RLConfig
+from hf_algos.kl import AdaptiveKLController, FixedKLController, KLController, apply_kl_penalty
+from hf_algos.rewards import RewardModelScorer
+from hf_algos.tracking import (
+    compute_data_metrics,
+    compute_throughput_metrics,
+    compute_timing_metrics,
+    merge_worker_metrics,
+    timed,
+)
+from hf_algos.trainers import builders
+from hf_algos.trainers.base import Metrics, Trainer
+from hf_algos.trainers.roles import build_role_groups
+from hf_protocol import DataProto
+
+PROMPT_FIELDS = ("input_ids", "attention_mask", "position_ids")
+MODEL_FIELDS = (*PROMPT_FIELDS, "responses", "response_mask")
+"""What a forward pass over prompt + response reads."""
+ACTOR_UPDATE_FIELDS = (*MODEL_FIELDS, "old_log_probs", "advantages", "ref_log_prob")
+CRITIC_UPDATE_FIELDS = (*MODEL_FIELDS, "values", "returns")
+
+
+class PPOTrainer(Trainer):
+    """Builds the worker groups of an :class:`~hf_algos.config.RLConfig` and trains.
+
+    ``PPOTrainer(config).fit()`` runs the whole job; call :meth:`shutdown` (or use it as a
+    context manager) to end the workers.
+    """
+
+    def __init__(self, config: RLConfig) -> None:
+        super().__init__(config.trainer, config_to_dict(config))
+        self.config = config
+        self.tokenizer = builders.load_tokenizer(config.data, config.actor)
+        self.loader = builders.rl_loader(config.data, self.tokenizer)
+        self.val_data = (
+            builders.val_dataset(config.data, self.tokenizer) if config.data.val_files else None
+        )
+        self.kl_ctrl = build_kl_controller(config)
+        self.use_critic = config.algorithm.adv_estimator in CRITIC_ESTIMATORS
+        self.use_ref = config.reference and (
+            config.actor.use_kl_loss or config.algorithm.use_kl_in_reward
+        )
+        self.roles = build_role_groups(config.trainer, self._role_classes(), self._rollout_cls())
+        self.roles.init_models()
+        self.roles.sync_weights()
+        self.reward = self._build_reward()
+
+    def _role_classes(self) -> dict[str, Any]:
+        config = self.config
+        roles = {"actor": builders.actor_class(config.actor, config.trainer)}
+        if self.use_ref:
+            roles["ref"] = builders.reference_class(config.actor)
+        if self.use_critic:
+            assert config.critic is not None  # validated
+            roles["critic"] = builders.critic_class(config.critic, config.trainer)
+        if config.reward.model is not None:
+            roles["reward_model"] = builders.reward_model_class(config.reward.model)
+        return roles
+
+    def _rollout_cls(self) -> Any:
+        config = self.config
+        return builders.rollout_class(config.rollout, config.actor, config.trainer, self.tokenizer)
+
+    def _build_reward(self) -> Any:
+        if self.roles.reward_model is not None:
+            return RewardModelScorer(self.roles.reward_model)
+        return builders.reward_manager(self.config.reward, self.tokenizer)
+
+    # ------------------------------------------------------------------ one step
+
+    def train_step(self, batch: DataProto) -> Metrics:
+        """Generate, score, evaluate, estimate advantages, update; returns the step's metrics."""
+        metrics: Metrics = {}
+        timing: dict[str, float] = {}
+        start = time.perf_counter()
+        with timed("gen", timing):
+            batch = self.generate(batch, metrics)
+        with timed("reward", timing):
+            self.score(batch, metrics)
+        with timed("old_log_prob", timing):
+            absorb(batch, self.roles.actor.compute_log_prob(for_worker(batch)), metrics)
+        if self.use_ref:
+            with timed("ref", timing):
+                absorb(batch, self.roles.ref.compute_ref_log_prob(for_worker(batch)), metrics)
+        if self.use_critic:
+            with timed("values", timing):
+                absorb(batch, self.roles.critic.compute_values(for_worker(batch)), metrics)
+        with timed("adv", timing):
+            metrics.update(self.compute_advantages(batch))
+        self.update(batch, metrics, timing)
+        step_seconds = time.perf_counter() - start
+        timing["step"] = step_seconds
+        metrics.update(self.batch_metrics(batch, timing, step_seconds))
+        return metrics
+
+    def generate(self, prompts: DataProto, metrics: Metrics) -> DataProto:
+        """``rollout.n`` samples per prompt (seeded by the step, so a resumed run repeats)."""
+        seed = self.config.trainer.seed * 1_000_003 + self.global_step
+        sampling = builders.sampling_config(self.config.rollout, self.tokenizer, seed=seed)
+        batch = self._rollout(prompts, dataclasses.asdict(sampling), metrics)
+        if self.config.algorithm.adv_estimator == "remax":
+            tensors(batch)["reward_baselines"] = self.greedy_baseline(prompts, metrics)
+        return batch
+
+    def _rollout(self, prompts: DataProto, sampling: dict[str, Any], metrics: Metrics) -> DataProto:
+        request = prompts.select(batch_keys=list(PROMPT_FIELDS))
+        request.non_tensor_batch = dict(prompts.non_tensor_batch)
+        request.meta_info = {"sampling": sampling}
+        output: DataProto = self.roles.rollout.generate_sequences(request)
+        metrics.update(merge_worker_metrics([output]))
+        output.meta_info.pop("metrics", None)
+        return output
+
+    def greedy_baseline(self, prompts: DataProto, metrics: Metrics) -> torch.Tensor:
+        """ReMax: the score of each prompt's greedy answer, repeated for its ``n`` samples."""
+        sampling = builders.sampling_config(self.config.rollout, self.tokenizer, greedy=True)
+        greedy = self._rollout(prompts, dataclasses.asdict(sampling), {})
+        scores = self.reward.score(greedy)
+        baseline = scores.batch["token_level_scores"].sum(-1)
+        metrics["critic/reward_baseline/mean"] = float(baseline.mean())
+        return baseline.repeat_interleave(self.config.rollout.n)
+
+    def score(self, batch: DataProto, metrics: Metrics) -> None:
+        """``token_level_scores``, then ``token_level_rewards`` (minus a KL penalty if set)."""
+        absorb(batch, self.reward.score(batch), metrics)
+        if not self.config.algorithm.use_kl_in_reward:
+            tensors(batch)["token_level_rewards"] = tensors(batch)["token_level_scores"]
+
+    def compute_advantages(self, batch: DataProto) -> Metrics:
+        """Apply the reward KL penalty (if set) and the configured advantage estimator."""
+        algorithm = self.config.algorithm
+        metrics: Metrics = {}
+        if algorithm.use_kl_in_reward:
+            _, metrics = apply_kl_penalty(batch, self.kl_ctrl, algorithm.kl_penalty)
+        estimator = get_advantage_estimator(algorithm.adv_estimator)
+        options = {
+            "gamma": algorithm.gamma,
+            "lam": algorithm.lam,
+            "norm_adv_by_std": algorithm.norm_adv_by_std_in_grpo,
+        }
+        accepted = {k: v for k, v in options.items() if k in estimator.hyperparameters}
+        compute_advantage(batch, algorithm.adv_estimator, **accepted)
+        return metrics
+
+    def update(self, batch: DataProto, metrics: Metrics, timing: dict[str, float]) -> None:
+        """Critic then actor updates, then the new weights go to the rollout."""
+        if self.use_critic:
+            with timed("update_critic", timing):
+                update = for_worker(batch, CRITIC_UPDATE_FIELDS)
+                absorb(None, self.roles.critic.update_critic(update), metrics)
+        with timed("update_actor", timing):
+            update = for_worker(batch, ACTOR_UPDATE_FIELDS)
+            absorb(None, self.roles.actor.update_actor(update), metrics)
+        with timed("sync_weights", timing):
+            self.roles.sync_weights()
+
+    def batch_metrics(
+        self, batch: DataProto, timing: dict[str, float], step_seconds: float
+    ) -> Metrics:
+        """Data, timing and throughput metrics of the step (verl's names)."""
+        metrics = compute_data_metrics(
+            batch, self.config.rollout.max_new_tokens, self.config.data.max_prompt_length
+        )
+        metrics.update(compute_timing_metrics(batch, timing))
+        metrics.update(
+            compute_throughput_metrics(batch, step_seconds, self.config.trainer.n_workers)
+        )
+        return metrics
+
+    # ------------------------------------------------------------------ validation
+
+    def validate(self) -> Metrics:
+        """Greedy answers on the validation set: ``val/score/mean``, ``val/accuracy`` and
+        ``val/<data_source>/score/mean``."""
+        if self.val_data is None:
+            return {}
+        sampling = builders.sampling_config(self.config.rollout, self.tokenizer, greedy=True)
+        scores: list[torch.Tensor] = []
+        sources: list[np.ndarray] = []
+        for prompts in builders.all_batches(*self.val_data):
+            output = self._rollout(prompts, dataclasses.asdict(sampling), {})
+            scored = self.reward.score(output)
+            scores.append(scored.batch["token_level_scores"].sum(-1))
+            sources.append(np.asarray(output.non_tensor_batch["data_source"]))
+        return validation_metrics(torch.cat(scores), np.concatenate(sources))
+
+    # ------------------------------------------------------------------ state
+
+    def checkpoint_roles(self) -> dict[str, Any]:
+        """The actor, and the critic when there is one."""
+        roles = {"actor": self.roles.actor}
+        if self.use_critic:
+            roles["critic"] = self.roles.critic
+        return roles
+
+    def extra_state(self) -> dict[str, Any]:
+        """The KL controller's coefficient."""
+        return {"kl_ctrl": self.kl_ctrl.state_dict()}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore the KL controller."""
+        if "kl_ctrl" in state:
+            self.kl_ctrl.load_state_dict(state["kl_ctrl"])
+
+    def after_resume(self) -> None:
+        """The rollout must generate with the restored weights."""
+        self.roles.sync_weights()
+
+    def shutdown(self) -> None:
+        """Stop reward processes and workers."""
+        close = getattr(getattr(self, "reward", None), "close", None)
+        if close is not None:
+            close()
+        super().shutdown()
+
+    def __enter__(self) -> PPOTrainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+def tensors(batch: DataProto) -> Any:
+    """``batch.batch`` (a TensorDict), which a rollout output always has."""
+    assert batch.batch is not None, "the batch holds no tensors"
+    return batch.batch
+
+
+def for_worker(batch: DataProto, fields: tuple[str, ...] = MODEL_FIELDS) -> DataProto:
+    """The tensors of ``fields`` that ``batch`` holds, and its temperature: what a worker
+    reads (the non-tensor columns stay in the driver)."""
+    assert batch.batch is not None
+    held = set(batch.batch.keys())
+    meta = [key for key in ("temperature",) if key in batch.meta_info]
+    return batch.select(batch_keys=[f for f in fields if f in held], meta_info_keys=meta)
+
+
+def absorb(batch: DataProto | None, output: DataProto, metrics: Metrics) -> None:
+    """Move a worker output's ``meta_info["metrics"]`` into ``metrics`` (averaged) and its
+    columns into ``batch`` (when given)."""
+    metrics.update(merge_worker_metrics([output]))
+    output.meta_info.pop("metrics", None)
+    output.meta_info.pop("reward_errors", None)
+    if batch is not None:
+        batch.union(output)
+
+
+def build_kl_controller(config: RLConfig) -> KLController:
+    """The reward-penalty coefficient controller of ``algorithm.kl_ctrl``."""
+    ctrl = config.algorithm.kl_ctrl
+    if ctrl.type == "adaptive":
+        return AdaptiveKLController(ctrl.kl_coef, ctrl.target_kl, ctrl.horizon)
+    return FixedKLController(ctrl.kl_coef)
+
+
+def validation_metrics(scores: torch.Tensor, sources: np.ndarray) -> Metrics:
+    """Mean score, accuracy (share of scores >= 1) overall and per data source."""
+    metrics = {
+        "val/score/mean": float(scores.mean()),
+        "val/accuracy": float((scores >= 1.0).float().mean()),
+    }
+    for source in sorted(set(sources.tolist())):
+        selected = scores[torch.from_numpy(sources == source)]
+        metrics[f"val/{source}/score/mean"] = float(selected.mean())
+    return metrics
