@@ -323,7 +323,8 @@ class VLLMRollout:
         if self.closed or not self.asleep:
             return
         if not self.on_cpu:
-            self.llm.wake_up()
+            # Weights woken early by update_weights must not be woken twice.
+            self.llm.wake_up(tags=["kv_cache"] if self._weights_awake else None)
             self._weights_awake = True
         self.asleep = False
 
