@@ -18,7 +18,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Directories of tiny random models: ``llama``, ``qwen2`` and ``qwen2_other``.
+    """Directories of tiny random models: ``llama``, ``qwen2``, ``qwen3`` and ``qwen2_other``.
 
     ``qwen2_other`` has the architecture of ``qwen2`` with different weights (another seed).
     """
@@ -26,6 +26,7 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {
         "llama": build_tiny_model(root / "llama", "llama"),
         "qwen2": build_tiny_model(root / "qwen2", "qwen2"),
+        "qwen3": build_tiny_model(root / "qwen3", "qwen3"),
         "qwen2_other": build_tiny_model(root / "qwen2_other", "qwen2", seed=1),
     }
 

@@ -44,16 +44,19 @@ def trim(tokens: torch.Tensor, width: int) -> torch.Tensor:
     return torch.cat([tokens, pad], dim=1)
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2"])
-def test_greedy_equals_transformers_generate(tiny_models: dict[str, Path], family: str) -> None:
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "transformers-forward"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
+def test_greedy_equals_transformers_generate(
+    tiny_models: dict[str, Path], family: str, lean: bool
+) -> None:
     prompts = make_prompts(random_prompt_ids(12, seed=1), PAD)
     # An eos that shows up in some greedy outputs, so early exit of finished rows is exercised.
     reference = hf_greedy(tiny_models[family], prompts, max_new_tokens=10, eos=PAD + 127)
     eos = int(reference[:, :5].flatten().mode().values)
     reference = hf_greedy(tiny_models[family], prompts, max_new_tokens=10, eos=eos)
-    out = engine_for(tiny_models[family]).generate(
-        prompts, SamplingConfig(greedy=True, max_new_tokens=10, eos_token_id=eos)
-    )
+    engine = engine_for(tiny_models[family], engine_kwargs={"lean_forward": lean})
+    assert (engine.decoder is not None) == lean
+    out = engine.generate(prompts, SamplingConfig(greedy=True, max_new_tokens=10, eos_token_id=eos))
     responses = out.batch["responses"]
     assert torch.equal(responses, trim(reference, responses.shape[1]))
     finished = (responses == eos).any(dim=1)
@@ -61,11 +64,16 @@ def test_greedy_equals_transformers_generate(tiny_models: dict[str, Path], famil
     assert out.batch["response_mask"].sum() == (responses != PAD).sum()
 
 
-def test_log_probs_agree_with_a_forward_pass(tiny_models: dict[str, Path]) -> None:
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "transformers-forward"])
+@pytest.mark.parametrize("family", ["qwen2", "qwen3"])
+def test_log_probs_agree_with_a_forward_pass(
+    tiny_models: dict[str, Path], family: str, lean: bool
+) -> None:
     prompts = make_prompts(random_prompt_ids(6, seed=2), PAD)
     sampling = SamplingConfig(n=2, temperature=0.7, top_p=0.9, max_new_tokens=8, seed=3)
-    out = engine_for(tiny_models["qwen2"]).generate(prompts, sampling)
-    model = AutoModelForCausalLM.from_pretrained(tiny_models["qwen2"], dtype=torch.float32)
+    engine = engine_for(tiny_models[family], engine_kwargs={"lean_forward": lean})
+    out = engine.generate(prompts, sampling)
+    model = AutoModelForCausalLM.from_pretrained(tiny_models[family], dtype=torch.float32)
     logits = model(
         input_ids=out.batch["input_ids"],
         attention_mask=out.batch["attention_mask"],
@@ -177,11 +185,16 @@ def test_top_k_one_is_greedy(tiny_models: dict[str, Path]) -> None:
     assert torch.equal(greedy.batch["responses"], top1.batch["responses"])
 
 
-def test_compacting_finished_rows_changes_nothing(tiny_models: dict[str, Path]) -> None:
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "transformers-forward"])
+def test_compacting_finished_rows_changes_nothing(tiny_models: dict[str, Path], lean: bool) -> None:
     prompts = make_prompts(random_prompt_ids(12, seed=1), PAD)
     sampling = SamplingConfig(n=2, max_new_tokens=10, seed=5, stop_token_ids=(3, 4, 5, 6, 7))
-    always = engine_for(tiny_models["llama"], engine_kwargs={"compact_fraction": 0.0})
-    never = engine_for(tiny_models["llama"], engine_kwargs={"compact_fraction": 1.0})
+    always = engine_for(
+        tiny_models["llama"], engine_kwargs={"compact_fraction": 0.0, "lean_forward": lean}
+    )
+    never = engine_for(
+        tiny_models["llama"], engine_kwargs={"compact_fraction": 1.0, "lean_forward": lean}
+    )
     a, b = always.generate(prompts, sampling), never.generate(prompts, sampling)
     assert torch.equal(a.batch["responses"], b.batch["responses"])
     assert torch.allclose(a.batch["rollout_log_probs"], b.batch["rollout_log_probs"], atol=1e-5)

@@ -32,6 +32,7 @@ _TINY_COMMON: dict[str, Any] = {
 TINY_CONFIGS: dict[str, dict[str, Any]] = {
     "llama": {"model_type": "llama", **_TINY_COMMON},
     "qwen2": {"model_type": "qwen2", "tie_word_embeddings": True, **_TINY_COMMON},
+    "qwen3": {"model_type": "qwen3", "head_dim": 16, **_TINY_COMMON},
 }
 """Tiny decoder configs by family: hidden 32, 2 layers, vocab 128 (random weights)."""
 
