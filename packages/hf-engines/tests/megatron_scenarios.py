@@ -107,7 +107,12 @@ def run_critic(model_dir: str, out: Path, tp: int, pp: int) -> dict[str, Any]:
     values = engine.compute_values(shard(probe))
     losses = [engine.train_step(shard(probe), value_loss)["loss"] for _ in range(3)]
     engine.export_hf(out / "hf")
-    return {"values": values, "losses": losses, "dp_rank": parallel_state.get_data_parallel_rank()}
+    return {
+        "values": values,
+        "losses": losses,
+        "values_after": engine.compute_values(shard(probe)),
+        "dp_rank": parallel_state.get_data_parallel_rank(),
+    }
 
 
 def main() -> None:

@@ -32,6 +32,7 @@ _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.*)$")
 _OUTER = {
     "embedding.word_embeddings.weight": "model.embed_tokens.weight",
     "decoder.final_layernorm.weight": "model.norm.weight",
+    "output_layer.bias": "score.bias",  # a value head's bias
 }
 
 

@@ -133,6 +133,8 @@ def hf_to_mcore(
     head = hf_state.get("score.weight" if value_head else "lm_head.weight")
     if head is not None and (value_head or head.data_ptr() != embed.data_ptr()):
         out["output_layer.weight"] = head
+    if value_head and "score.bias" in hf_state:
+        out["output_layer.bias"] = hf_state["score.bias"]
     return out
 
 
@@ -158,10 +160,13 @@ def mcore_to_hf(
     out["score.weight" if value_head else "lm_head.weight"] = mcore_state.get(
         "output_layer.weight", embed
     )
+    if "output_layer.bias" in mcore_state:
+        out["score.bias"] = mcore_state["output_layer.bias"]
     return out
 
 
-def _split_dim(name: str) -> int | None:
+def tp_split_dim(name: str) -> int | None:
+    """The dimension a megatron tensor is split along over tensor-parallel ranks, or None."""
     if name.endswith(_COLUMN_PARALLEL):
         return 0
     if name.endswith(_ROW_PARALLEL):
@@ -175,7 +180,7 @@ def tp_shard(name: str, full: Tensor, tp_rank: int, tp_size: int) -> Tensor:
     ``linear_fc1`` is split per half, so each rank holds matching gate and up rows; a value
     head's 1-row output layer is replicated.
     """
-    dim = _split_dim(name)
+    dim = tp_split_dim(name)
     if dim is None or tp_size == 1 or (name.endswith("output_layer.weight") and full.shape[0] == 1):
         return full
     if name.endswith("linear_fc1.weight"):
@@ -186,7 +191,7 @@ def tp_shard(name: str, full: Tensor, tp_rank: int, tp_size: int) -> Tensor:
 
 def tp_merge(name: str, shards: list[Tensor]) -> Tensor:
     """Inverse of :func:`tp_shard`: the full tensor from every rank's shard, in rank order."""
-    dim = _split_dim(name)
+    dim = tp_split_dim(name)
     if (
         dim is None
         or len(shards) == 1

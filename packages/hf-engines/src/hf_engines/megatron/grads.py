@@ -1,8 +1,10 @@
 """Gradient reduction over data-parallel replicas, and global-norm clipping, for megatron.
 
 Without sequence parallelism every tensor-parallel rank computes identical gradients for
-its replicated parameters (norms, a value head), so only data-parallel replicas and the
-pipeline's two copies of tied embeddings need summing.
+its replicated parameters (layer norms, a value head): the column-parallel layers after
+them already sum their input gradients. The exceptions are the per-head q/k norms (each
+rank sees only its heads), summed over tensor-parallel ranks here, along with data-parallel
+replicas and the pipeline's two copies of tied embeddings.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from megatron.core.models.gpt import GPTModel
 from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
 from megatron.core.transformer.module import param_is_not_shared
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+_PER_HEAD_SHARED = ("q_layernorm.weight", "k_layernorm.weight")
 
 
 def _grads(model: GPTModel) -> list[torch.Tensor]:
@@ -42,6 +46,12 @@ def reduce_gradients(model: GPTModel) -> None:
         dist.all_reduce(flat, group=parallel_state.get_data_parallel_group())
         for grad, reduced in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
             grad.copy_(reduced)
+    if parallel_state.get_tensor_model_parallel_world_size() > 1:
+        # q/k norms are shared by all heads, and each tensor-parallel rank holds only some
+        # heads: their gradient is the sum of every rank's part.
+        for name, param in model.named_parameters():
+            if param.grad is not None and name.endswith(_PER_HEAD_SHARED):
+                dist.all_reduce(param.grad, group=parallel_state.get_tensor_model_parallel_group())
     pipeline = parallel_state.get_pipeline_model_parallel_world_size() > 1
     tied = model.share_embeddings_and_output_weights
     if pipeline and tied and parallel_state.is_rank_in_embedding_group():

@@ -102,18 +102,19 @@ class ValueHead(torch.nn.Module):
     """A replicated ``hidden -> 1`` projection standing in for GPTModel's output layer.
 
     It takes the output layer's call signature and mirrors transformers'
-    ``*ForTokenClassification`` ``score`` layer (no bias for Llama / Qwen).
+    ``*ForTokenClassification`` ``score`` layer (``nn.Linear(hidden, 1)``, with bias).
     """
 
     def __init__(self, hidden_size: int, dtype: torch.dtype) -> None:
         super().__init__()
         self.weight = torch.nn.Parameter(torch.zeros(1, hidden_size, dtype=dtype))
+        self.bias = torch.nn.Parameter(torch.zeros(1, dtype=dtype))
 
     def forward(
         self, hidden: torch.Tensor, weight: Any = None, runtime_gather_output: Any = None
     ) -> tuple[torch.Tensor, None]:
         """``(s, b, h) -> ((s, b, 1), None)``, as megatron's output layer returns."""
-        return functional.linear(hidden, self.weight), None
+        return functional.linear(hidden, self.weight, self.bias), None
 
 
 def build_gpt_model(

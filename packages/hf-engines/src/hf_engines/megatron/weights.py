@@ -9,8 +9,9 @@ import torch
 import torch.distributed as dist
 from megatron.core import parallel_state
 from megatron.core.models.gpt import GPTModel
+from megatron.core.tensor_parallel import set_tensor_model_parallel_attributes
 
-from hf_engines.megatron.convert import tp_merge, tp_shard
+from hf_engines.megatron.convert import tp_merge, tp_shard, tp_split_dim
 from hf_engines.megatron.parallel import pipeline_rank_of_stage, tensor_parallel_gather
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.*)$")
@@ -60,6 +61,19 @@ def load_full_weights(model: GPTModel, full: Mapping[str, torch.Tensor]) -> None
                 f"model's {tuple(target.shape)}"
             )
         target.copy_(shard)
+        _mark_tensor_parallel(target, global_name, shard.shape != full[global_name].shape)
+
+
+def _mark_tensor_parallel(param: torch.Tensor, global_name: str, split: bool) -> None:
+    """Set megatron's ``tensor_model_parallel`` attributes, which the gradient norm reads.
+
+    megatron sets them only while initialising weights itself, which this engine skips
+    (``perform_initialization=False``: the weights come from the HF model).
+    """
+    if hasattr(param, "tensor_model_parallel"):
+        return
+    dim = tp_split_dim(global_name)
+    set_tensor_model_parallel_attributes(param, split, -1 if dim is None else dim, 1)
 
 
 def _owner_stage(global_name: str, num_layers: int, pp_size: int) -> int:
