@@ -1,9 +1,12 @@
-"""hf-engines: training engines behind one small interface (FSDP2 now; Megatron-core planned)."""
+"""hf-engines: training engines behind one small interface (FSDP2 and Megatron-core)."""
+
+from typing import TYPE_CHECKING
 
 from hf_engines.config import (
     ConfigError,
     EngineConfig,
     FSDPConfig,
+    MegatronConfig,
     MicroBatchConfig,
     ModelConfig,
     OptimConfig,
@@ -28,6 +31,9 @@ from hf_engines.workers import (
     RewardModelWorker,
 )
 
+if TYPE_CHECKING:  # the real import is lazy (see __getattr__): megatron-core is optional
+    from hf_engines.megatron import MegatronEngine
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -41,6 +47,8 @@ __all__ = [
     "FSDPEngine",
     "LossFn",
     "LossOutput",
+    "MegatronConfig",
+    "MegatronEngine",
     "MicroBatchConfig",
     "ModelConfig",
     "ModelOutputs",
@@ -59,3 +67,12 @@ __all__ = [
     "split_by_token_budget",
     "split_micro_batches",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """Import ``MegatronEngine`` only when asked for: megatron-core is an optional extra."""
+    if name == "MegatronEngine":
+        from hf_engines.megatron import MegatronEngine
+
+        return MegatronEngine
+    raise AttributeError(f"module 'hf_engines' has no attribute {name!r}")
