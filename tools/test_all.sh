@@ -2,7 +2,7 @@
 # The whole check of the workspace, from a machine that has nothing but python3:
 #   bash tools/test_all.sh
 # Creates .venv if missing, installs the dev tools and every package (editable, with
-# its test extra), then runs lint, types, the version check, each package's
+# its test extra), then runs lint, types, the docs build, the version check, each package's
 # standalone CI and the cross-package tests. Stops at the first failing step.
 set -euo pipefail
 
@@ -51,6 +51,10 @@ for package in "${PACKAGES[@]}"; do
 done
 echo "-- tools"
 "$PY" -m mypy tools
+
+section "docs"
+"$PY" tools/gen_config_reference.py --check
+"$PY" -m mkdocs build --strict --quiet
 
 section "check_versions"
 "$PY" tools/check_versions.py
