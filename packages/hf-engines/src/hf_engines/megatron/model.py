@@ -131,6 +131,12 @@ def build_gpt_model(
     dtype = getattr(torch, model.dtype)
     config = transformer_config(hf_config, parallel, dtype)
     tied = bool(getattr(hf_config, "tie_word_embeddings", False)) and model.head == "causal_lm"
+    if tied and parallel.pipeline_model_parallel_size > 1 and device.type == "cpu":
+        raise ValueError(
+            "pipeline parallelism with tied embeddings (tie_word_embeddings=True) does not run "
+            "on the CPU: megatron calls .cuda() while tying the first and last stages' copies; "
+            "use megatron.pipeline_model_parallel_size=1 (tensor parallelism works) or CUDA"
+        )
     gpt = GPTModel(
         config=config,
         transformer_layer_spec=layer_spec(config, parallel.layer_spec, device),
