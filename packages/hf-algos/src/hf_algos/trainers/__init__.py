@@ -1,7 +1,19 @@
 """Trainers (drivers): PPO and its critic-free relatives, DPO (offline and online), SFT."""
 
 from hf_algos.trainers.base import Trainer
+from hf_algos.trainers.dpo import DPOTrainer
 from hf_algos.trainers.ppo import PPOTrainer
 from hf_algos.trainers.roles import RoleGroups, SyncActorWorker, build_role_groups
+from hf_algos.trainers.sft import SFTDataset, SFTTrainer, sft_loss
 
-__all__ = ["PPOTrainer", "RoleGroups", "SyncActorWorker", "Trainer", "build_role_groups"]
+__all__ = [
+    "DPOTrainer",
+    "PPOTrainer",
+    "RoleGroups",
+    "SFTDataset",
+    "SFTTrainer",
+    "SyncActorWorker",
+    "Trainer",
+    "build_role_groups",
+    "sft_loss",
+]

@@ -21,7 +21,6 @@ import dataclasses
 import time
 from typing import Any
 
-import numpy as np
 import torch
 
 from hf_algos.advantages import compute_advantage
@@ -34,17 +33,21 @@ from hf_algos.tracking import (
     compute_data_metrics,
     compute_throughput_metrics,
     compute_timing_metrics,
-    merge_worker_metrics,
     timed,
 )
 from hf_algos.trainers import builders
 from hf_algos.trainers.base import Metrics, Trainer
 from hf_algos.trainers.roles import build_role_groups
+from hf_algos.trainers.steps import (
+    MODEL_FIELDS,
+    absorb,
+    for_worker,
+    generate,
+    greedy_validation,
+    tensors,
+)
 from hf_protocol import DataProto
 
-PROMPT_FIELDS = ("input_ids", "attention_mask", "position_ids")
-MODEL_FIELDS = (*PROMPT_FIELDS, "responses", "response_mask")
-"""What a forward pass over prompt + response reads."""
 ACTOR_UPDATE_FIELDS = (*MODEL_FIELDS, "old_log_probs", "advantages", "ref_log_prob")
 CRITIC_UPDATE_FIELDS = (*MODEL_FIELDS, "values", "returns")
 
@@ -132,13 +135,7 @@ class PPOTrainer(Trainer):
         return batch
 
     def _rollout(self, prompts: DataProto, sampling: dict[str, Any], metrics: Metrics) -> DataProto:
-        request = prompts.select(batch_keys=list(PROMPT_FIELDS))
-        request.non_tensor_batch = dict(prompts.non_tensor_batch)
-        request.meta_info = {"sampling": sampling}
-        output: DataProto = self.roles.rollout.generate_sequences(request)
-        metrics.update(merge_worker_metrics([output]))
-        output.meta_info.pop("metrics", None)
-        return output
+        return generate(self.roles.rollout, prompts, sampling, metrics)
 
     def greedy_baseline(self, prompts: DataProto, metrics: Metrics) -> torch.Tensor:
         """ReMax: the score of each prompt's greedy answer, repeated for its ``n`` samples."""
@@ -204,14 +201,7 @@ class PPOTrainer(Trainer):
         if self.val_data is None:
             return {}
         sampling = builders.sampling_config(self.config.rollout, self.tokenizer, greedy=True)
-        scores: list[torch.Tensor] = []
-        sources: list[np.ndarray] = []
-        for prompts in builders.all_batches(*self.val_data):
-            output = self._rollout(prompts, dataclasses.asdict(sampling), {})
-            scored = self.reward.score(output)
-            scores.append(scored.batch["token_level_scores"].sum(-1))
-            sources.append(np.asarray(output.non_tensor_batch["data_source"]))
-        return validation_metrics(torch.cat(scores), np.concatenate(sources))
+        return greedy_validation(self.roles.rollout, self.reward, self.val_data, sampling)
 
     # ------------------------------------------------------------------ state
 
@@ -249,46 +239,9 @@ class PPOTrainer(Trainer):
         self.shutdown()
 
 
-def tensors(batch: DataProto) -> Any:
-    """``batch.batch`` (a TensorDict), which a rollout output always has."""
-    assert batch.batch is not None, "the batch holds no tensors"
-    return batch.batch
-
-
-def for_worker(batch: DataProto, fields: tuple[str, ...] = MODEL_FIELDS) -> DataProto:
-    """The tensors of ``fields`` that ``batch`` holds, and its temperature: what a worker
-    reads (the non-tensor columns stay in the driver)."""
-    assert batch.batch is not None
-    held = set(batch.batch.keys())
-    meta = [key for key in ("temperature",) if key in batch.meta_info]
-    return batch.select(batch_keys=[f for f in fields if f in held], meta_info_keys=meta)
-
-
-def absorb(batch: DataProto | None, output: DataProto, metrics: Metrics) -> None:
-    """Move a worker output's ``meta_info["metrics"]`` into ``metrics`` (averaged) and its
-    columns into ``batch`` (when given)."""
-    metrics.update(merge_worker_metrics([output]))
-    output.meta_info.pop("metrics", None)
-    output.meta_info.pop("reward_errors", None)
-    if batch is not None:
-        batch.union(output)
-
-
 def build_kl_controller(config: RLConfig) -> KLController:
     """The reward-penalty coefficient controller of ``algorithm.kl_ctrl``."""
     ctrl = config.algorithm.kl_ctrl
     if ctrl.type == "adaptive":
         return AdaptiveKLController(ctrl.kl_coef, ctrl.target_kl, ctrl.horizon)
     return FixedKLController(ctrl.kl_coef)
-
-
-def validation_metrics(scores: torch.Tensor, sources: np.ndarray) -> Metrics:
-    """Mean score, accuracy (share of scores >= 1) overall and per data source."""
-    metrics = {
-        "val/score/mean": float(scores.mean()),
-        "val/accuracy": float((scores >= 1.0).float().mean()),
-    }
-    for source in sorted(set(sources.tolist())):
-        selected = scores[torch.from_numpy(sources == source)]
-        metrics[f"val/{source}/score/mean"] = float(selected.mean())
-    return metrics

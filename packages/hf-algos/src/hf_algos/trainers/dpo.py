@@ -1,0 +1,167 @@
+"""DPO: offline on preference pairs, or online (sample ``n``, score, pair best vs worst).
+
+A pair is two adjacent rows (chosen, rejected) of one batch; see :mod:`hf_algos.dpo`.
+Offline, one step is::
+
+    batch = next(pairs)                                   # 2 x train_batch_size rows
+    batch = batch.union(ref.compute_ref_log_prob(batch))
+    actor.update_actor(batch)                             # dpo_loss_fn
+
+Online, the batch comes from the policy itself: generate ``rollout.n`` responses per
+prompt, score them, keep the best and the worst of each prompt as a pair, then the same
+update, then a weight sync to the rollout.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+from hf_algos.config.loading import config_to_dict
+from hf_algos.config.trainers import DPOConfig
+from hf_algos.data import PreferenceDataset, PreferenceDatasetConfig, StatefulDataLoader
+from hf_algos.dpo import dpo_loss_fn, make_preference_batch
+from hf_algos.tracking import compute_data_metrics, compute_timing_metrics, timed
+from hf_algos.trainers import builders
+from hf_algos.trainers.base import Metrics, Trainer
+from hf_algos.trainers.roles import build_role_groups
+from hf_algos.trainers.steps import MODEL_FIELDS, absorb, for_worker, generate, tensors
+from hf_protocol import DataProto
+
+UPDATE_FIELDS = (*MODEL_FIELDS, "ref_log_prob")
+
+
+class DPOTrainer(Trainer):
+    """Trains an actor with a DPO loss against a frozen reference copy of itself."""
+
+    def __init__(self, config: DPOConfig) -> None:
+        super().__init__(config.trainer, config_to_dict(config))
+        self.config = config
+        self.online = config.dpo.online
+        self.tokenizer = builders.load_tokenizer(config.data, config.actor)
+        if self.online:
+            self.loader = builders.rl_loader(config.data, self.tokenizer)
+        else:
+            self.loader = self._pair_loader(config.data.train_files)
+        self.val_pairs = (
+            self._pair_dataset(config.data.val_files)
+            if config.data.val_files and not self.online
+            else None
+        )
+        loss_fn = functools.partial(
+            dpo_loss_fn,
+            beta=config.dpo.beta,
+            loss_type=config.dpo.loss_type,
+            label_smoothing=config.dpo.label_smoothing,
+        )
+        # Online, the pair count varies per step: one optimizer step takes all of them.
+        rows = 2 * (config.data.train_batch_size if self.online else config.dpo.mini_batch_size)
+        roles = {
+            "actor": builders.actor_class_with_loss(config.actor, config.trainer, loss_fn, rows),
+            "ref": builders.reference_class(config.actor),
+        }
+        rollout = (
+            builders.rollout_class(config.rollout, config.actor, config.trainer, self.tokenizer)
+            if self.online
+            else None
+        )
+        self.roles = build_role_groups(config.trainer, roles, rollout)
+        self.roles.init_models()
+        self.reward = (
+            builders.reward_manager(config.reward, self.tokenizer) if self.online else None
+        )
+        if self.online:
+            self.roles.sync_weights()
+
+    def _pair_dataset(self, files: tuple[str, ...]) -> PreferenceDataset:
+        data = self.config.data
+        options = PreferenceDatasetConfig(
+            max_prompt_length=data.max_prompt_length,
+            max_response_length=self.config.max_response_length,
+        )
+        return PreferenceDataset(list(files), self.tokenizer, options)
+
+    def _pair_loader(self, files: tuple[str, ...]) -> StatefulDataLoader:
+        data = self.config.data
+        return StatefulDataLoader(
+            self._pair_dataset(files), data.train_batch_size, data.shuffle, data.seed
+        )
+
+    # ------------------------------------------------------------------ one step
+
+    def train_step(self, batch: DataProto) -> Metrics:
+        """One DPO update on a batch of pairs (online: on freshly sampled pairs)."""
+        metrics: Metrics = {}
+        timing: dict[str, float] = {}
+        start = time.perf_counter()
+        if self.online:
+            with timed("gen", timing):
+                batch = self.sample_pairs(batch, metrics)
+        if len(batch) > 0:
+            with timed("ref", timing):
+                absorb(batch, self.roles.ref.compute_ref_log_prob(for_worker(batch)), metrics)
+            with timed("update_actor", timing):
+                update = for_worker(batch, UPDATE_FIELDS)
+                absorb(None, self.roles.actor.update_actor(update), metrics)
+            metrics.update(compute_data_metrics(batch))
+        if self.online:
+            with timed("sync_weights", timing):
+                self.roles.sync_weights()
+        timing["step"] = time.perf_counter() - start
+        if len(batch) > 0:
+            metrics.update(compute_timing_metrics(batch, timing))
+        else:  # no pair this step (online, every response scored the same): nothing trained
+            metrics.update({f"timing_s/{name}": value for name, value in timing.items()})
+        return metrics
+
+    def sample_pairs(self, prompts: DataProto, metrics: Metrics) -> DataProto:
+        """Online: ``n`` scored samples per prompt -> best/worst pairs (a multiple of the
+        worker count, so every rank gets whole pairs)."""
+        assert self.reward is not None
+        seed = self.config.trainer.seed * 1_000_003 + self.global_step
+        sampling = builders.sampling_config(self.config.rollout, self.tokenizer, seed=seed)
+        batch = generate(self.roles.rollout, prompts, sampling, metrics)
+        absorb(batch, self.reward.score(batch), metrics)
+        scores = tensors(batch)["token_level_scores"].sum(-1)
+        metrics.update({f"online/{k}": v for k, v in compute_data_metrics(batch).items()})
+        pairs = make_preference_batch(batch, scores)
+        workers = self.config.trainer.n_workers
+        keep = (len(pairs) // 2 // workers) * workers * 2
+        metrics["dpo/pairs"] = float(keep // 2)
+        return pairs.slice(0, keep)
+
+    # ------------------------------------------------------------------ validation
+
+    def validate(self) -> Metrics:
+        """Offline: implicit-reward accuracy and margin of the policy on held-out pairs."""
+        if self.val_pairs is None:
+            return {}
+        dataset = self.val_pairs
+        batch = dataset.collate([dataset[i] for i in range(len(dataset))])
+        request = for_worker(batch)
+        policy = tensors(self.roles.actor.compute_log_prob(request))["old_log_probs"]
+        ref = tensors(self.roles.ref.compute_ref_log_prob(request))["ref_log_prob"]
+        mask = tensors(batch)["response_mask"].to(policy.dtype)
+        ratio = ((policy - ref) * mask).sum(-1) * self.config.dpo.beta
+        margin = ratio[0::2] - ratio[1::2]
+        return {
+            "val/dpo/reward_accuracy": float((margin > 0).float().mean()),
+            "val/dpo/reward_margin": float(margin.mean()),
+        }
+
+    def after_resume(self) -> None:
+        """Online: the rollout must sample from the restored weights."""
+        if self.online:
+            self.roles.sync_weights()
+
+    def shutdown(self) -> None:
+        """Stop reward processes and workers."""
+        if self.reward is not None:
+            self.reward.close()
+        super().shutdown()
+
+    def __enter__(self) -> DPOTrainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()

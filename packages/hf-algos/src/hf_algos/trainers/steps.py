@@ -1,0 +1,87 @@
+"""Step pieces shared by the trainers: worker-call plumbing, generation, greedy validation."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+
+from hf_algos.tracking import merge_worker_metrics
+from hf_algos.trainers import builders
+from hf_protocol import DataProto
+from hf_rollout import SamplingConfig
+
+Metrics = dict[str, float]
+
+PROMPT_FIELDS = ("input_ids", "attention_mask", "position_ids")
+"""What a rollout reads of a prompt batch."""
+MODEL_FIELDS = (*PROMPT_FIELDS, "responses", "response_mask")
+"""What a forward pass over prompt + response reads."""
+
+
+def generate(
+    rollout: Any, prompts: DataProto, sampling: dict[str, Any] | SamplingConfig, metrics: Metrics
+) -> DataProto:
+    """Responses for ``prompts`` from the rollout group (the non-tensor columns ride along)."""
+    if isinstance(sampling, SamplingConfig):
+        sampling = dataclasses.asdict(sampling)
+    request = prompts.select(batch_keys=list(PROMPT_FIELDS))
+    request.non_tensor_batch = dict(prompts.non_tensor_batch)
+    request.meta_info = {"sampling": sampling}
+    output: DataProto = rollout.generate_sequences(request)
+    absorb(None, output, metrics)
+    return output
+
+
+def tensors(batch: DataProto) -> Any:
+    """``batch.batch`` (a TensorDict), which a rollout output always has."""
+    assert batch.batch is not None, "the batch holds no tensors"
+    return batch.batch
+
+
+def for_worker(batch: DataProto, fields: tuple[str, ...] = MODEL_FIELDS) -> DataProto:
+    """The tensors of ``fields`` that ``batch`` holds, and its temperature: what a worker
+    reads (the non-tensor columns stay in the driver)."""
+    assert batch.batch is not None
+    held = set(batch.batch.keys())
+    meta = [key for key in ("temperature",) if key in batch.meta_info]
+    return batch.select(batch_keys=[f for f in fields if f in held], meta_info_keys=meta)
+
+
+def absorb(batch: DataProto | None, output: DataProto, metrics: Metrics) -> None:
+    """Move a worker output's ``meta_info["metrics"]`` into ``metrics`` (averaged) and its
+    columns into ``batch`` (when given)."""
+    metrics.update(merge_worker_metrics([output]))
+    output.meta_info.pop("metrics", None)
+    output.meta_info.pop("reward_errors", None)
+    if batch is not None:
+        batch.union(output)
+
+
+def greedy_validation(
+    rollout: Any, reward: Any, val_data: tuple[Any, int], sampling: SamplingConfig
+) -> Metrics:
+    """Greedy answers to every validation prompt, scored: ``val/score/mean``,
+    ``val/accuracy`` and ``val/<data_source>/score/mean``."""
+    scores: list[torch.Tensor] = []
+    sources: list[np.ndarray] = []
+    for prompts in builders.all_batches(*val_data):
+        output = generate(rollout, prompts, sampling, {})
+        scored = reward.score(output)
+        scores.append(tensors(scored)["token_level_scores"].sum(-1))
+        sources.append(np.asarray(output.non_tensor_batch["data_source"]))
+    return validation_metrics(torch.cat(scores), np.concatenate(sources))
+
+
+def validation_metrics(scores: torch.Tensor, sources: np.ndarray) -> Metrics:
+    """Mean score, accuracy (share of scores >= 1) overall and per data source."""
+    metrics = {
+        "val/score/mean": float(scores.mean()),
+        "val/accuracy": float((scores >= 1.0).float().mean()),
+    }
+    for source in sorted(set(sources.tolist())):
+        selected = scores[torch.from_numpy(sources == source)]
+        metrics[f"val/{source}/score/mean"] = float(selected.mean())
+    return metrics
