@@ -22,20 +22,9 @@ section() {
 }
 
 section "setup: $VENV"
-if [[ ! -x "$PY" ]]; then
-    python3 -m venv "$VENV"
-fi
-"$PY" -m pip install --quiet -c "$CONSTRAINTS" -r tools/requirements-dev.txt
-
-# Dependency order, so every sibling is already in place when a dependent is installed.
+bash tools/setup_venv.sh "$VENV"
 PACKAGE_LIST=$("$PY" tools/package_ci.py --list)
 mapfile -t PACKAGES <<<"$PACKAGE_LIST"
-echo "packages: ${PACKAGES[*]}"
-EDITABLES=()
-for package in "${PACKAGES[@]}"; do
-    EDITABLES+=(-e "packages/$package[test]")
-done
-"$PY" -m pip install --quiet -c "$CONSTRAINTS" "${EDITABLES[@]}"
 
 section "ruff check"
 "$PY" -m ruff check .

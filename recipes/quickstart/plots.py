@@ -1,0 +1,43 @@
+"""The quickstart's training curves as one PNG: reward, validation accuracy, response length."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+CURVES = (
+    ("critic/score/mean", "mean reward (train samples)"),
+    ("val/accuracy", "greedy exact-match accuracy (held out)"),
+    ("response_length/mean", "mean response length (tokens)"),
+)
+"""(metric, panel title) for each panel, top to bottom."""
+
+
+def series(records: Sequence[dict[str, Any]], name: str) -> tuple[list[float], list[float]]:
+    """The (step, value) points of metric ``name`` in a list of metric records."""
+    points = [(float(r["step"]), float(r[name])) for r in records if name in r and "step" in r]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def plot_curves(records: Sequence[dict[str, Any]], path: Path, title: str) -> Path:
+    """Draw :data:`CURVES` from the jsonl metric records of a run into ``path`` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(len(CURVES), 1, figsize=(7, 8), sharex=True)
+    for axis, (name, label) in zip(axes, CURVES, strict=True):
+        steps, values = series(records, name)
+        axis.plot(steps, values, marker="o" if len(steps) < 30 else None, linewidth=1.2)
+        axis.set_title(label, fontsize=10)
+        axis.grid(alpha=0.3)
+    axes[1].axhline(0.9, color="gray", linestyle="--", linewidth=0.8)
+    axes[-1].set_xlabel("GRPO step")
+    figure.suptitle(title)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
