@@ -1,0 +1,89 @@
+"""What the two GSM8K recipes share: their ``recipe:`` YAML section and the config loading.
+
+A recipe's YAML is an :class:`hf_algos.config.RLConfig` (the keys of
+``docs/configuration.md``) plus one ``recipe:`` section of paths. The model directory and
+the output folder are given once there; :func:`load_rl_config` copies them to every place
+the trainer config needs them (actor, critic, log and checkpoint folders) unless those keys
+were set explicitly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hf_algos.config import ConfigError, RLConfig, apply_overrides, build_config, read_yaml
+
+
+@dataclass(frozen=True)
+class RecipeSettings:
+    """The ``recipe:`` section: where the model is and where the run writes."""
+
+    model_path: str | None = None
+    """Local Hugging Face model directory (weights and tokenizer), e.g. Qwen2.5-0.5B-Instruct."""
+    output_dir: str = "outputs/gsm8k"
+    """Logs (``logs/``), checkpoints (``checkpoints/``) and the final model (``model/``)."""
+
+
+def get_path(raw: dict[str, Any], dotted: str) -> Any:
+    """The value at ``a.b.c`` in nested dicts, or ``None`` when any level is missing."""
+    node: Any = raw
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def fill_defaults(raw: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with each ``dotted key -> value`` set where the key is not set yet."""
+    missing = [f"{key}={value}" for key, value in values.items() if get_path(raw, key) is None]
+    return apply_overrides(raw, missing)
+
+
+def check_data_files(raw: dict[str, Any]) -> None:
+    """Missing data files are named with the command that makes them."""
+    files = [*(get_path(raw, "data.train_files") or []), *(get_path(raw, "data.val_files") or [])]
+    missing = [f for f in files if not Path(f).exists()]
+    if missing:
+        raise ConfigError(
+            f"data files {missing} do not exist; make them from a local copy of GSM8K with "
+            "`python -m recipes.gsm8k.prepare_data --src <gsm8k folder> --out data/gsm8k`, or "
+            "set data.train_files / data.val_files"
+        )
+
+
+def load_rl_config(
+    path: Path, overrides: Sequence[str], recipe_name: str
+) -> tuple[RecipeSettings, RLConfig]:
+    """The recipe's settings and its validated :class:`RLConfig` (YAML + overrides)."""
+    raw = apply_overrides(read_yaml(path), list(overrides))
+    settings = build_config(RecipeSettings, raw.pop("recipe", None) or {}, "recipe")
+    if settings.model_path is None:
+        raise ConfigError(
+            "recipe.model_path is not set; give a local model directory, e.g. `python -m "
+            f"recipes.{recipe_name}.main recipe.model_path=/models/Qwen2.5-0.5B-Instruct`"
+        )
+    output = Path(settings.output_dir)
+    fills = {
+        "actor.engine.model.path": settings.model_path,
+        "trainer.log_dir": output / "logs",
+        "trainer.checkpoint_dir": output / "checkpoints",
+    }
+    if "critic" in raw:
+        fills["critic.engine.model.path"] = settings.model_path
+    raw = fill_defaults(raw, fills)
+    check_data_files(raw)
+    return settings, build_config(RLConfig, raw)
+
+
+def summarize(history: list[dict[str, float]], names: Sequence[str]) -> str:
+    """First and last value of each metric in ``names`` that the run logged."""
+    lines = []
+    for name in names:
+        values = [step[name] for step in history if name in step]
+        if values:
+            lines.append(f"  {name}: {values[0]:.4g} (first) -> {values[-1]:.4g} (last)")
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""GRPO on GSM8K (see README.md)."""

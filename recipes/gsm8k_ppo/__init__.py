@@ -1,0 +1,1 @@
+"""PPO on GSM8K (see README.md)."""
