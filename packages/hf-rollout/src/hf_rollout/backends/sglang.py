@@ -44,7 +44,12 @@ from typing import Any
 import torch
 
 from hf_protocol import DataProto
-from hf_rollout.backends.vllm import model_eos_ids_from_dir, model_pad_id_from_dir
+from hf_rollout.backends.vllm import (
+    in_vocab,
+    model_eos_ids_from_dir,
+    model_pad_id_from_dir,
+    model_vocab_size_from_dir,
+)
 from hf_rollout.base import (
     build_rollout_output,
     check_prompt_lengths,
@@ -131,6 +136,7 @@ class SGLangRollout:
         self.config = config
         self._bucket_bytes = int(kwargs.pop("weight_bucket_bytes", 512 << 20))
         self.eos_ids = model_eos_ids_from_dir(config.model_path)
+        self.vocab_size = model_vocab_size_from_dir(config.model_path)
         pad = model_pad_id_from_dir(config.model_path)
         if config.pad_token_id is not None:
             self.pad_token_id = config.pad_token_id
@@ -170,7 +176,7 @@ class SGLangRollout:
                 sampling.effective_temperature, self.pad_token_id,
             )  # fmt: skip
         budget = min(sampling.max_new_tokens, self.config.max_model_len - longest)
-        stop_ids = stop_ids_for(sampling, self.eos_ids)
+        stop_ids = in_vocab(stop_ids_for(sampling, self.eos_ids), self.vocab_size)
         requests: list[list[int]] = []
         params: list[dict[str, Any]] = []
         for row, (ids, mask) in enumerate(zip(input_ids, attention_mask, strict=True)):

@@ -84,6 +84,26 @@ def model_eos_ids_from_dir(path: str | os.PathLike[str]) -> list[int]:
     return []
 
 
+def model_vocab_size_from_dir(path: str | os.PathLike[str]) -> int | None:
+    """The ``vocab_size`` of a model directory's ``config.json`` (top level or text config)."""
+    file = Path(path) / "config.json"
+    if not file.is_file():
+        return None
+    config = json.loads(file.read_text())
+    size = config.get("vocab_size", config.get("text_config", {}).get("vocab_size"))
+    return None if size is None else int(size)
+
+
+def in_vocab(token_ids: Iterable[int], vocab_size: int | None) -> list[int]:
+    """The ids a model can emit: ``[0, vocab_size)``; others could never stop a sample.
+
+    The engines reject stop ids outside the vocabulary, while the native backend just never
+    meets them; dropping them keeps the backends interchangeable (e.g. ``eos_token_id=-1``
+    to generate the full length).
+    """
+    return [t for t in token_ids if t >= 0 and (vocab_size is None or t < vocab_size)]
+
+
 def model_pad_id_from_dir(path: str | os.PathLike[str]) -> int | None:
     """The ``pad_token_id`` of a model directory's ``config.json``, if it sets one."""
     file = Path(path) / "config.json"
@@ -192,6 +212,7 @@ class VLLMRollout:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_gib))
         model_dir = self._model_dir()
         self.eos_ids = model_eos_ids_from_dir(model_dir)
+        self.vocab_size = model_vocab_size_from_dir(model_dir)
         self.pad_token_id = self._resolve_pad_id(model_dir)
         self.llm = self._start_engine(model_dir, kwargs)
         self.asleep = False
@@ -249,7 +270,7 @@ class VLLMRollout:
                 sampling.effective_temperature, self.pad_token_id,
             )  # fmt: skip
         budget = min(sampling.max_new_tokens, self.config.max_model_len - longest)
-        stop_ids = stop_ids_for(sampling, self.eos_ids)
+        stop_ids = in_vocab(stop_ids_for(sampling, self.eos_ids), self.vocab_size)
         token_lists = [
             ids[mask.bool()].tolist() for ids, mask in zip(input_ids, attention_mask, strict=True)
         ]
