@@ -114,3 +114,25 @@ def test_grpo_separate_placement_resumes_and_validates(
     assert comparable(resumed[0]) == comparable(full[2])
     # the policy changed: the KL to the reference grew from exactly 0 at the first step
     assert full[0]["actor/kl_loss"] == 0.0 and full[2]["actor/kl_loss"] > 0.0
+
+
+@pytest.mark.parametrize("estimator", ["remax", "rloo", "reinforce_plus_plus"])
+def test_critic_free_estimators_in_process(
+    estimator: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """The same driver with other estimators, workers in the driver (``backend=local``)."""
+    train, _ = task_files(tmp_path)
+    history = run(
+        [
+            *common_overrides(tiny_model_dir, tmp_path, train, steps=1),
+            f"algorithm.adv_estimator={estimator}",
+            "actor.use_rollout_log_probs=true",
+            "trainer.backend=local",
+            "trainer.resume_mode=disable",
+            f"trainer.checkpoint_dir={tmp_path / 'ckpt'}",
+        ]
+    )
+    names = list(CORE_METRICS)
+    if estimator == "remax":
+        names.append("critic/reward_baseline/mean")
+    assert_finite(history, names)

@@ -126,6 +126,10 @@ class ActorSection:
     """Weight of the KL loss."""
     kl_loss_type: str = "low_var_kl"
     """KL estimator of the KL loss (``hf_algos.kl.KL_ESTIMATORS``)."""
+    use_rollout_log_probs: bool = False
+    """Take ``old_log_probs`` from the rollout (the behaviour policy that sampled the batch)
+    instead of recomputing them with the actor: saves one forward pass per step; the two
+    differ only by numerical differences between the engines (dtype, kernels)."""
 
     def __post_init__(self) -> None:
         _positive("actor.ppo_mini_batch_size", self.ppo_mini_batch_size)

@@ -110,7 +110,7 @@ class PPOTrainer(Trainer):
         with timed("reward", timing):
             self.score(batch, metrics)
         with timed("old_log_prob", timing):
-            absorb(batch, self.roles.actor.compute_log_prob(for_worker(batch)), metrics)
+            self.old_log_probs(batch, metrics)
         if self.use_ref:
             with timed("ref", timing):
                 absorb(batch, self.roles.ref.compute_ref_log_prob(for_worker(batch)), metrics)
@@ -136,6 +136,13 @@ class PPOTrainer(Trainer):
 
     def _rollout(self, prompts: DataProto, sampling: dict[str, Any], metrics: Metrics) -> DataProto:
         return generate(self.roles.rollout, prompts, sampling, metrics)
+
+    def old_log_probs(self, batch: DataProto, metrics: Metrics) -> None:
+        """The behaviour policy's log-probs: recomputed by the actor, or the rollout's."""
+        if self.config.actor.use_rollout_log_probs:
+            tensors(batch)["old_log_probs"] = tensors(batch)["rollout_log_probs"]
+        else:
+            absorb(batch, self.roles.actor.compute_log_prob(for_worker(batch)), metrics)
 
     def greedy_baseline(self, prompts: DataProto, metrics: Metrics) -> torch.Tensor:
         """ReMax: the score of each prompt's greedy answer, repeated for its ``n`` samples."""
