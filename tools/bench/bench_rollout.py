@@ -133,6 +133,11 @@ def run_vllm(model_dir: Path, prompts: list[list[int]], new_tokens: int, repeats
     ``RuntimeError`` (the column then reads "n/a") when vllm is not importable here or the
     model's head size is one vLLM's CPU attention has no kernel for (it needs >= 32).
     """
+    import atexit
+    import json
+    import os
+
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # its log goes to stdout
     try:
         import vllm  # noqa: F401
     except ImportError as error:
@@ -140,9 +145,6 @@ def run_vllm(model_dir: Path, prompts: list[list[int]], new_tokens: int, repeats
             f"vllm is not importable here ({error}); make its venv with "
             "`bash tools/setup_vllm_env.sh` and run this script with that venv's python"
         ) from error
-    import atexit
-    import json
-
     from hf_rollout.backends.vllm import VLLMRollout
 
     config = json.loads((model_dir / "config.json").read_text())
