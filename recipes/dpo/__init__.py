@@ -1,0 +1,1 @@
+"""Offline DPO from a local preference dataset (see README.md)."""

@@ -1,0 +1,1 @@
+"""Online DPO written as a driver over worker groups (see README.md)."""

@@ -1,0 +1,258 @@
+"""Online DPO as a driver script: the worked example of writing a new algorithm.
+
+What it really is, one step:
+
+1. **sample**: ``samples_per_prompt`` responses to each of ``prompts_per_step`` prompts;
+2. **score**: each response by the rule-based reward of its row's ``data_source``;
+3. **pair**: per prompt, the best response (chosen) against the worst (rejected);
+   prompts whose responses all scored the same give no pair;
+4. **reference log-prob**: of every paired response, under the frozen initial model;
+5. **DPO update**: one optimizer step on ``-log sigmoid(beta * margin)`` of the pairs;
+6. the new weights go to the rollout engine (in the same process).
+
+Actor, reference and rollout are three roles fused into one worker group (one process per
+GPU or CPU slot); the loop below calls them like local objects. ``DPOTrainer`` (with
+``dpo.online=true``) runs the same steps with checkpoints, resume and validation; this
+script spells them out. Run from the repository root (about a minute on 2 CPU cores)::
+
+    python -m recipes.online_dpo.main
+    python -m recipes.online_dpo.main steps=100 beta=0.2
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from hf_algos.config import apply_overrides, build_config, config_to_dict, read_yaml
+from hf_algos.data import (
+    RLDataset,
+    RLDatasetConfig,
+    StatefulDataLoader,
+    build_char_tokenizer,
+    make_reverse_letters_rows,
+    write_rows,
+)
+from hf_algos.dpo import dpo_loss_fn, make_preference_batch
+from hf_algos.rewards import RewardManager
+from hf_algos.rewards.manager import RewardManagerConfig
+from hf_algos.tracking import Tracking, merge_worker_metrics
+from hf_controller import (
+    ClassWithInitArgs,
+    RayClassWithInitArgs,
+    RayResourcePool,
+    RayWorkerGroup,
+    create_colocated_worker_cls_fused,
+)
+from hf_engines import EngineConfig
+from hf_engines.config import MicroBatchConfig, ModelConfig, OptimConfig
+from hf_engines.testing import build_tiny_model
+from hf_engines.workers import ActorConfig, ActorWorker, ReferenceWorker
+from hf_protocol import DataProto
+from hf_rollout import RolloutConfig, SamplingConfig
+from hf_rollout.workers import RolloutWorker
+
+CONFIG_PATH = Path(__file__).with_name("config.yaml")
+
+Metrics = dict[str, float]
+
+
+@dataclass(frozen=True)
+class OnlineDPOConfig:
+    """Everything the recipe reads (``config.yaml``); unknown keys are an error."""
+
+    workdir: str = "outputs/online_dpo"
+    """Logs, the final model, and the generated model and data when none are given."""
+    model_path: str | None = None
+    """Local Hugging Face model directory with its tokenizer; ``None`` makes a tiny one."""
+    tokenizer_path: str | None = None
+    """Local tokenizer directory; ``None`` reads the tokenizer from ``model_path``."""
+    train_files: tuple[str, ...] = ()
+    """Prompt rows (``hf_algos.data`` format); empty generates reverse-letters prompts."""
+    word_length: int = 6
+    """Letters per generated prompt (the quickstart's task uses 6)."""
+    steps: int = 30
+    """Training steps (one DPO optimizer step each)."""
+    prompts_per_step: int = 16
+    """Prompts sampled per step."""
+    samples_per_prompt: int = 4
+    """Responses per prompt; the best and the worst become a pair."""
+    max_prompt_length: int = 16
+    """Longer prompts are dropped from the data."""
+    max_new_tokens: int = 7
+    """Longest response."""
+    temperature: float = 1.0
+    """Sampling temperature (log-probs are taken at the same temperature)."""
+    beta: float = 0.1
+    """DPO inverse temperature: how far the policy may move from the reference."""
+    loss_type: str = "sigmoid"
+    """DPO loss variant of ``hf_algos.dpo.DPO_LOSSES``."""
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-4, weight_decay=0.0))
+    """The actor's AdamW settings."""
+    micro_batch_size: int = 8
+    """Rows per forward/backward; even, so a pair's two rows stay together."""
+    workers: int = 1
+    """Processes of the fused actor + reference + rollout group (one per GPU)."""
+    use_gpu: bool = False
+    """One GPU per worker."""
+    rollout_backend: str = "native"
+    """Generation engine: native, vllm or sglang."""
+    dtype: str = "float32"
+    """Dtype of the model's parameters (actor, reference, rollout)."""
+    reward_workers: int = 1
+    """Processes that run the scoring functions."""
+    seed: int = 0
+    """Seed of the data order, the generated task and the sampling."""
+    loggers: tuple[str, ...] = ("console", "jsonl")
+    """Metric sinks (``hf_algos.tracking.LOGGERS``)."""
+
+
+class Roles(NamedTuple):
+    """The three views of the fused worker group, and the group and its pool (to shut down)."""
+
+    actor: Any
+    ref: Any
+    rollout: Any
+    group: RayWorkerGroup
+    pool: RayResourcePool
+
+
+def prepare(config: OnlineDPOConfig) -> tuple[str, list[str]]:
+    """The model directory and prompt files, made in ``workdir`` when the config gives none."""
+    workdir = Path(config.workdir)
+    model_path = config.model_path
+    if model_path is None:
+        model_path = str(build_tiny_model(workdir / "tiny_model", "qwen2", config.seed))
+        build_char_tokenizer(model_path, chat_template=None)
+    files = list(config.train_files)
+    if not files:
+        rows = make_reverse_letters_rows(4096, length=config.word_length, seed=config.seed)
+        files = [str(write_rows(rows, workdir / "data" / "train.jsonl"))]
+    return model_path, files
+
+
+def build_roles(config: OnlineDPOConfig, model_path: str, pad_token_id: int) -> Roles:
+    """Actor (with the DPO loss), reference and rollout, fused in one group of processes."""
+    engine = EngineConfig(
+        model=ModelConfig(path=model_path, dtype=config.dtype),  # type: ignore[arg-type]
+        optim=config.optim,
+        micro_batch=MicroBatchConfig(micro_batch_size=config.micro_batch_size),
+    )
+    # One optimizer step per batch of pairs: a mini-batch as large as the most pairs a step has.
+    actor = ActorConfig(engine=engine, ppo_mini_batch_size=2 * config.prompts_per_step)
+    loss = functools.partial(dpo_loss_fn, beta=config.beta, loss_type=config.loss_type)
+    rollout = RolloutConfig(
+        backend=config.rollout_backend,
+        model_path=model_path,
+        dtype=config.dtype,
+        pad_token_id=pad_token_id,
+        seed=config.seed,
+        device="cuda" if config.use_gpu else "cpu",
+    )
+    roles: dict[str, ClassWithInitArgs] = {
+        "actor": RayClassWithInitArgs(ActorWorker, actor, loss),
+        "ref": RayClassWithInitArgs(ReferenceWorker, engine),
+        "rollout": RayClassWithInitArgs(RolloutWorker, rollout),
+    }
+    pool = RayResourcePool([config.workers], use_gpu=config.use_gpu, name_prefix="online_dpo")
+    group = RayWorkerGroup(pool, create_colocated_worker_cls_fused(roles), name_prefix="online_dpo")
+    views: dict[str, Any] = group.spawn(roles)  # role name -> the group's view of that role
+    for role in ("actor", "ref", "rollout"):
+        views[role].init_model()
+    views["rollout"].update_weights()  # from the fused actor, in process
+    return Roles(views["actor"], views["ref"], views["rollout"], group, pool)
+
+
+def take_metrics(output: DataProto, metrics: Metrics) -> DataProto:
+    """Move a worker output's metrics into ``metrics`` (so ``union`` sees only columns)."""
+    metrics.update(merge_worker_metrics([output]))
+    output.meta_info.pop("metrics", None)
+    output.meta_info.pop("reward_errors", None)
+    return output
+
+
+def online_dpo_step(
+    roles: Roles, reward: RewardManager, prompts: DataProto, sampling: SamplingConfig, workers: int
+) -> Metrics:
+    """Sample, score, pair, reference log-prob, DPO update, weight sync: one step."""
+    metrics: Metrics = {}
+    prompts.meta_info["sampling"] = dataclasses.asdict(sampling)
+    batch = take_metrics(roles.rollout.generate_sequences(prompts), metrics)  # n rows a prompt
+    batch = batch.union(take_metrics(reward.score(batch), metrics))  # token_level_scores
+    scores = batch.batch["token_level_scores"].sum(-1)  # type: ignore[index]
+    metrics["score/mean"] = float(scores.mean())
+
+    pairs = make_preference_batch(batch)  # rows: chosen, rejected, chosen, rejected, ...
+    keep = len(pairs) // (2 * workers) * (2 * workers)  # whole pairs on every worker
+    metrics["pairs"] = keep // 2
+    if keep == 0:
+        return metrics  # every prompt's responses scored alike: nothing to prefer
+    pairs = pairs.slice(0, keep)
+    pairs = pairs.union(take_metrics(roles.ref.compute_ref_log_prob(pairs), metrics))
+    take_metrics(roles.actor.update_actor(pairs), metrics)  # actor/dpo_loss, reward_margin...
+    roles.rollout.update_weights()
+    return metrics
+
+
+def endless(loader: StatefulDataLoader) -> Iterator[DataProto]:
+    """The loader's batches, epoch after epoch (reshuffled each epoch)."""
+    while True:
+        yield from loader
+
+
+def run(overrides: Sequence[str] = (), config_path: Path = CONFIG_PATH) -> list[Metrics]:
+    """Train as the config says, save the final model; returns every step's metrics."""
+    config = build_config(OnlineDPOConfig, apply_overrides(read_yaml(config_path), overrides))
+    model_path, files = prepare(config)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_path or model_path)
+    data = RLDataset(files, tokenizer, RLDatasetConfig(max_prompt_length=config.max_prompt_length))
+    loader = StatefulDataLoader(data, config.prompts_per_step, True, config.seed, drop_last=True)
+    reward = RewardManager(tokenizer, RewardManagerConfig(num_workers=config.reward_workers))
+    roles = build_roles(config, model_path, tokenizer.pad_token_id)
+    log_dir = Path(config.workdir) / "logs"
+    tracking = Tracking("online_dpo", "run", config.loggers, log_dir, config_to_dict(config))
+    history: list[Metrics] = []
+    try:
+        batches = endless(loader)
+        for step in range(1, config.steps + 1):
+            prompts = next(batches)
+            sampling = SamplingConfig(
+                n=config.samples_per_prompt,
+                temperature=config.temperature,
+                max_new_tokens=config.max_new_tokens,
+                eos_token_id=tokenizer.eos_token_id,
+                seed=config.seed * 1_000_003 + step,  # a rerun samples the same responses
+            )
+            metrics = online_dpo_step(roles, reward, prompts, sampling, config.workers)
+            tracking.log(metrics, step)
+            history.append(metrics)
+        model_dir = Path(config.workdir) / "model"
+        roles.actor.export_hf(str(model_dir))
+        tokenizer.save_pretrained(model_dir)
+    finally:
+        tracking.finish()
+        reward.close()
+        roles.group.kill()
+        roles.pool.release()
+    print(f"{len(history)} steps; model: {model_dir}; metrics: {log_dir}")
+    return history
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command line: an optional config file and ``key=value`` overrides."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--config", type=Path, default=CONFIG_PATH, help="recipe YAML file")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides of the YAML")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":  # the guard matters: vLLM starts its engine in subprocesses
+    args = parse_args()
+    run(args.overrides, args.config)
