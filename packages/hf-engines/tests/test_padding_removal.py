@@ -10,9 +10,18 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from hf_engines import EngineConfig, FSDPEngine, LossOutput, ModelConfig, ModelOutputs
+from hf_engines import (
+    EngineConfig,
+    FSDPEngine,
+    LossOutput,
+    ModelConfig,
+    ModelOutputs,
+    entropy_from_logits,
+    logprobs_from_logits,
+)
 from hf_engines.config import MicroBatchConfig, OptimConfig
 from hf_engines.fsdp.forward import forward_micro_batch
+from hf_engines.fsdp.outputs import token_log_probs
 from hf_engines.fsdp.unpad import choose_padding_mode, pack_rows, scored_response_mask, trim_window
 from hf_engines.models import build_hf_model
 from hf_engines.testing import make_toy_batch
@@ -69,24 +78,36 @@ def test_modes_agree_on_outputs_and_gradients(
     model = build_hf_model(ModelConfig(path=str(tiny_models[family]), head=head))  # sdpa
     inputs, responses = split(batch())
     scored = scored_response_mask(inputs["attention_mask"], responses.shape[1])
+    keys = ("values",) if head == "value" else ("log_probs", "entropy")
     results = {}
     for mode in MODES:
         model.zero_grad()
         outputs = forward_micro_batch(model, inputs, responses, head == "value", 0.7, mode)
-        key = "values" if head == "value" else "log_probs"
-        (outputs[key] * scored).sum().backward()  # type: ignore[literal-required]
+        tensors = {key: outputs[key] for key in keys}  # type: ignore[literal-required]
+        (tensors[keys[0]] * scored).sum().backward()
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-        results[mode] = (outputs, grads)
+        results[mode] = (tensors, grads)
     reference_outputs, reference_grads = results["off"]
     for mode in ("trim", "pack"):
-        outputs, grads = results[mode]
-        assert set(outputs) == set(reference_outputs)
-        for key, value in outputs.items():
-            torch.testing.assert_close(value, reference_outputs[key], atol=1e-5, rtol=1e-5)  # type: ignore[literal-required]
+        tensors, grads = results[mode]
+        for key, value in tensors.items():
+            torch.testing.assert_close(value, reference_outputs[key], atol=1e-5, rtol=1e-5)
             assert value[~scored].eq(0).all()
         assert grads.keys() == reference_grads.keys()
         for name, grad in grads.items():
             torch.testing.assert_close(grad, reference_grads[name], atol=1e-5, rtol=1e-4)
+
+
+def test_entropy_is_computed_only_when_read() -> None:
+    logits = torch.randn(3, 4, 50, requires_grad=True)
+    targets = torch.randint(0, 50, (3, 4))
+    outputs = token_log_probs(logits, targets, temperature=0.8)
+    assert list(outputs) == ["log_probs"] and "entropy" in outputs  # lazy until read
+    torch.testing.assert_close(outputs["log_probs"], logprobs_from_logits(logits / 0.8, targets))
+    entropy = outputs["entropy"]
+    torch.testing.assert_close(entropy, entropy_from_logits(logits / 0.8), atol=1e-5, rtol=1e-5)
+    entropy.sum().backward()  # an entropy bonus still trains
+    assert logits.grad is not None and logits.grad.abs().sum() > 0
 
 
 @pytest.fixture

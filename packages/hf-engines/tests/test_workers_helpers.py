@@ -18,7 +18,7 @@ from hf_engines import (
 )
 from hf_engines.testing import make_toy_batch
 from hf_engines.workers import count_mini_batches, split_mini_batches
-from hf_engines.workers.reward_model import place_on_last_token, with_one_more_position
+from hf_engines.workers.reward_model import place_on_last_token, with_score_position
 
 
 def test_mini_batches_cut_each_shard_the_same_number_of_times() -> None:
@@ -40,14 +40,18 @@ def test_score_goes_on_the_last_response_token() -> None:
     assert torch.equal(place_on_last_token(values, mask), expected)
 
 
-def test_one_more_position_is_masked_out() -> None:
+def test_score_position_follows_the_last_response_token() -> None:
     batch = make_toy_batch(3)
-    longer = with_one_more_position(dict(batch.batch.items()))
-    tensors = longer.batch
-    assert tensors["input_ids"].shape == (3, 12) and tensors["responses"].shape == (3, 6)
-    assert tensors["attention_mask"][:, -1].eq(0).all()
-    assert torch.equal(tensors["input_ids"][:, :-1], batch.batch["input_ids"])
-    assert torch.equal(tensors["position_ids"][:, -1], batch.batch["position_ids"][:, -1] + 1)
+    longer = with_score_position(dict(batch.batch.items())).batch
+    assert longer["input_ids"].shape == (3, 12) and longer["responses"].shape == (3, 6)
+    old_mask = batch.batch["attention_mask"]
+    # Exactly one more real token per row, right after its last response token.
+    assert torch.equal(longer["attention_mask"].sum(-1), old_mask.sum(-1) + 1)
+    for row in range(3):
+        extra = int(old_mask[row].nonzero().max()) + 1
+        assert longer["attention_mask"][row, extra] == 1
+        assert longer["position_ids"][row, extra] == batch.batch["position_ids"][row, extra - 1] + 1
+    assert torch.equal(longer["input_ids"][:, :-1], batch.batch["input_ids"])
 
 
 def test_roles_check_the_model_head(tiny_models: dict[str, Path]) -> None:

@@ -7,11 +7,10 @@ trimmed and packed paths give the same tensors.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
 from hf_engines.engine import ModelOutputs
+from hf_engines.fsdp.outputs import map_outputs, token_log_probs
 from hf_engines.fsdp.unpad import (
     PaddingMode,
     pack_rows,
@@ -20,21 +19,7 @@ from hf_engines.fsdp.unpad import (
     scored_response_mask,
     trim_window,
 )
-from hf_engines.logprob import response_log_probs, response_positions
-
-
-def map_outputs(
-    outputs: ModelOutputs, function: Callable[[torch.Tensor], torch.Tensor]
-) -> ModelOutputs:
-    """``outputs`` with ``function`` applied to each tensor."""
-    mapped: ModelOutputs = {}
-    if "log_probs" in outputs:
-        mapped["log_probs"] = function(outputs["log_probs"])
-    if "entropy" in outputs:
-        mapped["entropy"] = function(outputs["entropy"])
-    if "values" in outputs:
-        mapped["values"] = function(outputs["values"])
-    return mapped
+from hf_engines.logprob import response_positions
 
 
 def forward_padded(
@@ -51,8 +36,7 @@ def forward_padded(
         return {"values": response_positions(logits, response_length)[..., 0].float()}
     # Only the positions that predict response tokens need logits: saves a (B, T, V) tensor.
     logits = model(**inputs, use_cache=False, logits_to_keep=response_length + 1).logits
-    log_probs, entropy = response_log_probs(logits[:, :-1], responses, temperature)
-    return {"log_probs": log_probs, "entropy": entropy}
+    return token_log_probs(logits[:, :-1], responses, temperature)
 
 
 def forward_trimmed(
@@ -93,11 +77,8 @@ def forward_packed(
         return {"values": scatter_scored(values, packed.rows, packed.cols, shape)}
     logits = model(**model_inputs, use_cache=False, logits_to_keep=packed.predict_index).logits
     targets = responses[packed.rows, packed.cols].unsqueeze(0)
-    log_probs, entropy = response_log_probs(logits, targets, temperature)
-    return {
-        "log_probs": scatter_scored(log_probs[0], packed.rows, packed.cols, shape),
-        "entropy": scatter_scored(entropy[0], packed.rows, packed.cols, shape),
-    }
+    outputs = token_log_probs(logits, targets, temperature)
+    return map_outputs(outputs, lambda v: scatter_scored(v[0], packed.rows, packed.cols, shape))
 
 
 def forward_micro_batch(

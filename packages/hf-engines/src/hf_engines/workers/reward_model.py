@@ -17,13 +17,24 @@ from hf_protocol import DataProto
 _FIELDS = ("input_ids", "attention_mask", "position_ids", "responses")
 
 
-def with_one_more_position(tensors: dict[str, torch.Tensor]) -> DataProto:
-    """The batch with one masked-out position appended to the sequence and the response.
+def last_valid_index(mask: torch.Tensor) -> torch.Tensor:
+    """Per row, the last position where ``mask`` is 1, or -1 for a row without any.
+
+    Shape: ``(B, R)`` -> ``(B,)`` int64.
+    """
+    positions = torch.arange(mask.shape[1]).expand_as(mask)
+    return torch.where(mask.bool(), positions, -1).max(dim=1).values
+
+
+def with_score_position(tensors: dict[str, torch.Tensor]) -> DataProto:
+    """The batch with one more token after each row's last response token.
 
     An engine's per-token outputs are read at the positions *predicting* each response
-    token (one to the left). With one padding position appended, output ``t + 1`` of the
-    longer response is the output *at* response token ``t``. The new position is masked
-    out, so it changes no other output (causal attention).
+    token, and only where that token is real. A real extra token (pad id, the next
+    position id) after the last response token makes output ``t + 1`` of the longer
+    response the output *at* token ``t``, in particular at the last one. Causal
+    attention keeps the extra token from changing any earlier output. One column is
+    appended so that a full-length response has room for it.
 
     Shape: ``(B, T)`` / ``(B, R)`` fields -> ``(B, T + 1)`` / ``(B, R + 1)``.
     """
@@ -31,14 +42,20 @@ def with_one_more_position(tensors: dict[str, torch.Tensor]) -> DataProto:
     def padded(tensor: torch.Tensor) -> torch.Tensor:
         return torch.cat([tensor, tensor.new_zeros((tensor.shape[0], 1))], dim=1)
 
-    positions = tensors["position_ids"]
+    response_length = tensors["responses"].shape[1]
     attention_mask = padded(tensors["attention_mask"])
+    position_ids = padded(tensors["position_ids"])
+    extra = last_valid_index(tensors["attention_mask"][:, -response_length:]) + 1
+    columns = attention_mask.shape[1] - response_length - 1 + extra
+    rows = torch.arange(attention_mask.shape[0])
+    attention_mask[rows, columns] = 1
+    position_ids[rows, columns] = position_ids[rows, columns - 1] + 1
     responses = padded(tensors["responses"])
     return DataProto.from_dict(
         tensors={
             "input_ids": padded(tensors["input_ids"]),
             "attention_mask": attention_mask,
-            "position_ids": torch.cat([positions, positions[:, -1:] + 1], dim=1),
+            "position_ids": position_ids,
             "responses": responses,
             "response_mask": attention_mask[:, -responses.shape[1] :],
         }
@@ -52,10 +69,8 @@ def place_on_last_token(token_values: torch.Tensor, response_mask: torch.Tensor)
 
     Shape: ``(B, R)``, ``(B, R)`` -> ``(B, R)`` float32.
     """
-    mask = response_mask.bool()
-    positions = torch.arange(mask.shape[1]).expand_as(mask)
-    last = torch.where(mask, positions, -1).max(dim=1).values
-    scores = torch.zeros(mask.shape, dtype=torch.float32)
+    last = last_valid_index(response_mask)
+    scores = torch.zeros(response_mask.shape, dtype=torch.float32)
     rows = torch.nonzero(last >= 0).squeeze(-1)
     scores[rows, last[rows]] = token_values[rows, last[rows]].float()
     return scores
@@ -75,7 +90,7 @@ class RewardModelWorker(EngineWorker):
             raise KeyError(f"compute_rm_score needs the batch fields {_FIELDS}")
         tensors = {key: data.batch[key] for key in _FIELDS}
         response_length = tensors["responses"].shape[1]
-        values = self.engine.compute_values(with_one_more_position(tensors))[:, 1:]
+        values = self.engine.compute_values(with_score_position(tensors))[:, 1:]
         response_mask = tensors["attention_mask"][:, -response_length:]
         return DataProto.from_dict(
             tensors={"rm_scores": place_on_last_token(values, response_mask)}
