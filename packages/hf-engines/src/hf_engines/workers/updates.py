@@ -80,7 +80,9 @@ def run_update(
     Returns every metric of every step, named ``{prefix}/{name}`` (the loss function's
     metrics plus ``loss``, ``grad_norm`` and ``lr`` from the engine).
     """
-    total = torch.tensor([len(shard)], dtype=torch.int64)
+    # On the GPU under NCCL, which has no backend for CPU tensors.
+    device = "cuda" if "nccl" in str(dist.get_backend()).lower() else "cpu"
+    total = torch.tensor([len(shard)], dtype=torch.int64, device=device)
     dist.all_reduce(total)
     num_mini = count_mini_batches(int(total.item()), config.ppo_mini_batch_size)
     metrics: dict[str, list[float]] = {}
