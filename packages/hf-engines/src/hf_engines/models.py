@@ -24,6 +24,9 @@ def load_hf_config(config: ModelConfig) -> PretrainedConfig:
         hf_config = AutoConfig.for_model(options.pop("model_type"), **options)
     if config.head == "value":
         hf_config.num_labels = 1
+        # Token-classification heads default to dropout 0.1; a critic trained with it would
+        # see noisy values in every update, unlike the deterministic values it is asked for.
+        hf_config.classifier_dropout = 0.0
     return hf_config
 
 
