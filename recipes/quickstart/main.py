@@ -21,6 +21,7 @@ Run from the repository root (about 3-4 minutes on 2 CPU cores)::
 from __future__ import annotations
 
 import argparse
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -67,47 +68,43 @@ def stage_config(cls: type[Any], section: dict[str, Any], fill: dict[str, Any], 
     return build_config(cls, apply_overrides(section, [f"{k}={v}" for k, v in fill.items()]), where)
 
 
-def run_sft(raw: dict[str, Any], workdir: Path, model_dir: Path, files: dict[str, Path]) -> Path:
-    """The supervised warm-up; returns the directory of the warmed-up model."""
-    config: SFTConfig = stage_config(
-        SFTConfig,
-        raw["sft"],
-        {
-            "actor.engine.model.path": model_dir,
-            "data.train_files": f"[{files['sft']}]",
-            "trainer.log_dir": workdir / "logs",
-            "trainer.checkpoint_dir": workdir / "checkpoints" / "sft",
-        },
-        "sft",
-    )
-    sft_dir = workdir / "model_sft"
+def sft_config(raw: dict[str, Any], workdir: Path, model_dir: Path, files: dict[str, Path]) -> Any:
+    """The warm-up's :class:`SFTConfig`: the YAML ``sft`` section plus the recipe's paths."""
+    fill = {
+        "actor.engine.model.path": model_dir,
+        "data.train_files": f"[{files['sft']}]",
+        "trainer.log_dir": workdir / "logs",
+        "trainer.checkpoint_dir": workdir / "checkpoints" / "sft",
+    }
+    return stage_config(SFTConfig, raw["sft"], fill, "sft")
+
+
+def grpo_config(raw: dict[str, Any], workdir: Path, model_dir: Path, files: dict[str, Path]) -> Any:
+    """The RL stage's :class:`RLConfig`, starting from the model in ``model_dir``."""
+    fill = {
+        "actor.engine.model.path": model_dir,
+        "data.train_files": f"[{files['train']}]",
+        "data.val_files": f"[{files['val']}]",
+        "trainer.log_dir": workdir / "logs",
+        "trainer.checkpoint_dir": workdir / "checkpoints" / "grpo",
+    }
+    return stage_config(RLConfig, raw["grpo"], fill, "grpo")
+
+
+def run_sft(config: SFTConfig, export_dir: Path) -> Path:
+    """The supervised warm-up; exports the warmed-up model to ``export_dir``."""
     with SFTTrainer(config) as trainer:
         trainer.fit()
-        trainer.roles.actor.export_hf(str(sft_dir))
-    return sft_dir
+        trainer.roles.actor.export_hf(str(export_dir))
+    return export_dir
 
 
-def run_grpo(
-    raw: dict[str, Any], workdir: Path, sft_dir: Path, files: dict[str, Path]
-) -> tuple[list[dict[str, float]], Path]:
-    """GRPO from the warmed-up model; returns the metrics and the final model directory."""
-    config: RLConfig = stage_config(
-        RLConfig,
-        raw["grpo"],
-        {
-            "actor.engine.model.path": sft_dir,
-            "data.train_files": f"[{files['train']}]",
-            "data.val_files": f"[{files['val']}]",
-            "trainer.log_dir": workdir / "logs",
-            "trainer.checkpoint_dir": workdir / "checkpoints" / "grpo",
-        },
-        "grpo",
-    )
-    final_dir = workdir / "model_grpo"
+def run_grpo(config: RLConfig, export_dir: Path) -> list[dict[str, float]]:
+    """GRPO; exports the trained model to ``export_dir`` and returns the step metrics."""
     with PPOTrainer(config) as trainer:
         history = trainer.fit()
-        trainer.roles.actor.export_hf(str(final_dir))
-    return history, final_dir
+        trainer.roles.actor.export_hf(str(export_dir))
+    return history
 
 
 def run_quickstart(
@@ -119,15 +116,22 @@ def run_quickstart(
     workdir = Path(raw["workdir"]).resolve()
     task = build_config(TaskConfig, raw.get("task", {}), "task")
     shape = build_config(ModelShape, raw.get("model", {}), "model")
-    # Both stages are validated before anything runs: a bad key fails in seconds.
     print(f"quickstart: writing model, tokenizer and task data to {workdir}")
+    # Each run starts from scratch (resume is off), so the logs of an earlier run in the
+    # same directory would only be mixed into this run's curves.
+    shutil.rmtree(workdir / "logs", ignore_errors=True)
     model_dir = build_model_dir(workdir / "model_init", shape, task.seed)
     files = write_task_files(workdir / "data", task)
+    # Both stages are checked before anything trains, so a bad key fails in seconds (the
+    # GRPO config is built again once the warmed-up model exists).
+    warmup = sft_config(raw, workdir, model_dir, files)
+    grpo_config(raw, workdir, model_dir, files)
 
     print("stage 1/2: supervised warm-up")
-    sft_dir = run_sft(raw, workdir, model_dir, files)
+    sft_dir = run_sft(warmup, workdir / "model_sft")
     print("stage 2/2: GRPO")
-    _, final_dir = run_grpo(raw, workdir, sft_dir, files)
+    final_dir = workdir / "model_grpo"
+    run_grpo(grpo_config(raw, workdir, sft_dir, files), final_dir)
 
     records = read_metrics(workdir / "logs" / "grpo.jsonl")
     accuracy = [r["val/accuracy"] for r in records if "val/accuracy" in r]
