@@ -264,6 +264,9 @@ class RunRecord:
     """Greedy accuracy of the starting checkpoint."""
     step_seconds: list[float] = field(default_factory=list)
     """Training wall time of each GRPO step (evaluation excluded)."""
+    step_cpu_seconds: list[float] = field(default_factory=list)
+    """CPU time of the measuring process in each step (empty where the work runs in other
+    processes): less sensitive than wall time to other programs sharing the cores."""
     evals: list[dict[str, float]] = field(default_factory=list)
     """``{"step", "train_seconds", "accuracy"}`` at each evaluation."""
     notes: str = ""
