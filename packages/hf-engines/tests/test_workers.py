@@ -232,3 +232,39 @@ def test_local_worker_group_world_size_one(tiny_models: dict[str, Path]) -> None
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def local_actor(model_dir: Path) -> LocalWorkerGroup:
+    """A one-rank ActorWorker group in this process (shuffled mini-batches, 2 epochs)."""
+    return LocalWorkerGroup(
+        world_size=1,
+        ray_cls_with_init=RayClassWithInitArgs(
+            ActorWorker, actor_config(model_dir), loss_fn=nll_loss
+        ),
+    )
+
+
+@pytest.mark.timeout(240)
+def test_resumed_actor_shuffles_like_an_uninterrupted_run(
+    tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
+    model_dir = tiny_models["llama"]
+    first, second = make_toy_batch(8, seed=11), make_toy_batch(8, seed=12)
+    checkpoint = str(tmp_path / "ckpt")
+    try:
+        straight = local_actor(model_dir)
+        straight.init_model()
+        straight.update_actor(first)
+        straight.save_checkpoint(checkpoint)
+        expected = straight.update_actor(second).meta_info["metrics"]
+
+        resumed = local_actor(model_dir)  # a fresh worker, as after a restart
+        resumed.init_model()
+        assert resumed.load_checkpoint(checkpoint) == [4]  # 2 mini-batches x 2 epochs
+        got = resumed.update_actor(second).meta_info["metrics"]
+        # Same shuffled order, hence the same per-step losses, step for step.
+        assert got["actor/nll"] == pytest.approx(expected["actor/nll"], rel=1e-6, abs=1e-7)
+        assert got["actor/lr"] == expected["actor/lr"]
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

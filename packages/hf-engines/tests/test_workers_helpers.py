@@ -17,7 +17,7 @@ from hf_engines import (
     RewardModelWorker,
 )
 from hf_engines.testing import make_toy_batch
-from hf_engines.workers import count_mini_batches, split_mini_batches
+from hf_engines.workers import count_mini_batches, shuffle_seed, split_mini_batches
 from hf_engines.workers.reward_model import place_on_last_token, with_score_position
 
 
@@ -76,3 +76,13 @@ def test_engine_methods_before_init_model_name_the_fix(tiny_models: dict[str, Pa
     worker = ReferenceWorker(EngineConfig(model=ModelConfig(path=str(tiny_models["llama"]))))
     with pytest.raises(RuntimeError, match="call init_model"):
         worker.compute_ref_log_prob(make_toy_batch(2))
+
+
+def test_shuffle_seed_follows_the_optimizer_step() -> None:
+    # A function of (seed, step, epoch) only: a resumed engine at step s reshuffles alike.
+    assert shuffle_seed(5, 4, 1) == shuffle_seed(5, 4, 1)
+    # Every update call advances the step by at least ppo_epochs: epochs never collide.
+    ppo_epochs = 3
+    seeds = [shuffle_seed(0, call * ppo_epochs, e) for call in range(4) for e in range(ppo_epochs)]
+    assert len(set(seeds)) == len(seeds)
+    assert shuffle_seed(1, 0, 0) != shuffle_seed(0, 0, 0)

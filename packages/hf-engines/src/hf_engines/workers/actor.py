@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hf_controller import Dispatch, register
+from hf_controller import register
 from hf_engines.engine import LossFn
-from hf_engines.workers.base import TrainableEngineWorker, check_head, metrics_proto
+from hf_engines.workers.base import (
+    ENGINE_DISPATCH,
+    TrainableEngineWorker,
+    check_head,
+    metrics_proto,
+)
 from hf_engines.workers.updates import UpdateConfig, run_update
 from hf_protocol import DataProto
 
@@ -31,7 +36,7 @@ def require_loss_fn(role: str, loss_fn: LossFn | None) -> LossFn:
 
 
 class ActorWorker(TrainableEngineWorker):
-    """The policy model as one rank of an SPMD group (FSDP2 engine).
+    """The policy model as one rank of an SPMD group (FSDP2 or Megatron engine).
 
     ``loss_fn(outputs, micro_batch) -> (loss, metrics)`` is a pure function (build it with
     ``functools.partial`` over a module-level function so it pickles through Ray).
@@ -41,12 +46,11 @@ class ActorWorker(TrainableEngineWorker):
         super().__init__(config.engine)
         self.config = config
         self.loss_fn = loss_fn
-        self._updates = 0
 
     def _before_init(self) -> None:
-        self.config.validate_for(self.world_size)
+        self.config.validate_for(self.data_parallel_size)
 
-    @register(Dispatch.DP_COMPUTE_PROTO)
+    @register(ENGINE_DISPATCH)
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """``old_log_probs`` and ``entropys`` ``(B, R)`` of the responses, at
         ``meta_info["temperature"]`` (default 1.0)."""
@@ -54,10 +58,10 @@ class ActorWorker(TrainableEngineWorker):
         log_probs, entropy = self.engine.compute_log_prob(data, temperature)
         return DataProto.from_dict(tensors={"old_log_probs": log_probs, "entropys": entropy})
 
-    @register(Dispatch.DP_COMPUTE_PROTO)
+    @register(ENGINE_DISPATCH)
     def update_actor(self, data: DataProto) -> DataProto:
         """``ppo_epochs`` passes of mini-batch steps; metrics ``actor/<name>`` as lists."""
         loss_fn = require_loss_fn("ActorWorker", self.loss_fn)
-        metrics = run_update(self.engine, data, self.config, loss_fn, "actor", self._updates)
-        self._updates += 1
+        group = self.data_parallel.group
+        metrics = run_update(self.engine, data, self.config, loss_fn, "actor", group)
         return metrics_proto(metrics)

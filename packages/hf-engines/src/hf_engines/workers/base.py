@@ -11,11 +11,17 @@ from collections.abc import Iterator
 
 import torch
 
-from hf_controller import Dispatch, Worker, register
+from hf_controller import Dispatch, Worker, make_nd_compute_dataproto_dispatch_fn, register
 from hf_engines.config import ConfigError, EngineConfig
 from hf_engines.engine import TrainingEngine
 from hf_engines.fsdp import FSDPEngine
 from hf_engines.workers.distributed import init_distributed
+from hf_engines.workers.mesh import (
+    ENGINE_MESH,
+    DataParallelPlace,
+    data_parallel_place,
+    data_parallel_size,
+)
 from hf_protocol import DataProto
 
 
@@ -26,6 +32,10 @@ def check_head(role: str, config: EngineConfig, head: str) -> None:
             f"{role} needs model.head={head!r}, got {config.model.head!r}; set model.head="
             f"{head!r} in this role's engine config"
         )
+
+
+ENGINE_DISPATCH = make_nd_compute_dataproto_dispatch_fn(ENGINE_MESH)
+"""Dispatch mode of the roles' ``DataProto`` methods: one shard per data-parallel replica."""
 
 
 def build_engine(config: EngineConfig) -> TrainingEngine:
@@ -52,16 +62,32 @@ class EngineWorker(Worker):
         super().__init__()
         self._engine_config = engine_config
         self._engine: TrainingEngine | None = None
+        self._place: DataParallelPlace | None = None
 
     @property
     def engine(self) -> TrainingEngine:
         """The engine; an error naming the fix before ``init_model`` ran."""
         if self._engine is None:
-            raise RuntimeError(
-                f"{type(self).__name__} rank {self.rank} has no model yet; call "
-                "init_model() on the worker group first"
-            )
+            raise self._not_initialised()
         return self._engine
+
+    def _not_initialised(self) -> RuntimeError:
+        return RuntimeError(
+            f"{type(self).__name__} rank {self.rank} has no model yet; call "
+            "init_model() on the worker group first"
+        )
+
+    @property
+    def data_parallel(self) -> DataParallelPlace:
+        """This rank's data-parallel replica (known once ``init_model`` built the engine)."""
+        if self._place is None:
+            raise self._not_initialised()
+        return self._place
+
+    @property
+    def data_parallel_size(self) -> int:
+        """Data-parallel replicas of this group under the engine config (before building)."""
+        return data_parallel_size(self._engine_config, self.world_size)
 
     def _before_init(self) -> None:
         """Checks that need the group's size; roles override to add theirs."""
@@ -74,6 +100,17 @@ class EngineWorker(Worker):
         part = config.megatron if getattr(config, "backend", "fsdp") == "megatron" else config.fsdp
         init_distributed(self.rank, self.world_size, self.local_rank, part.device)
         self._engine = build_engine(self._engine_config)
+        if self._place is None:  # a second init_model keeps the (same) registered layout
+            place = data_parallel_place(config, self.rank, self.world_size)
+            self._register_dispatch_collect_info(ENGINE_MESH, place.rank, place.is_collect)
+            self._place = place
+
+    @register(Dispatch.ONE_TO_ALL)
+    def _query_dispatch_info(self, mesh_name: str) -> tuple[int, bool]:
+        """This rank's ``(dp_rank, is_collect)``; the layout exists once the engine does."""
+        if mesh_name == ENGINE_MESH and self._place is None:
+            raise self._not_initialised()
+        return super()._query_dispatch_info(mesh_name)
 
     @register(Dispatch.ONE_TO_ALL)
     def offload(self) -> None:

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hf_controller import Dispatch, register
+from hf_controller import register
 from hf_engines.engine import LossFn
 from hf_engines.workers.actor import require_loss_fn
-from hf_engines.workers.base import TrainableEngineWorker, check_head, metrics_proto
+from hf_engines.workers.base import (
+    ENGINE_DISPATCH,
+    TrainableEngineWorker,
+    check_head,
+    metrics_proto,
+)
 from hf_engines.workers.updates import UpdateConfig, run_update
 from hf_protocol import DataProto
 
@@ -22,26 +27,26 @@ class CriticConfig(UpdateConfig):
 
 
 class CriticWorker(TrainableEngineWorker):
-    """The value model as one rank of an SPMD group (FSDP2 engine, ``model.head='value'``)."""
+    """The value model as one rank of an SPMD group (FSDP2 or Megatron engine,
+    ``model.head='value'``)."""
 
     def __init__(self, config: CriticConfig, loss_fn: LossFn | None = None) -> None:
         super().__init__(config.engine)
         self.config = config
         self.loss_fn = loss_fn
-        self._updates = 0
 
     def _before_init(self) -> None:
-        self.config.validate_for(self.world_size)
+        self.config.validate_for(self.data_parallel_size)
 
-    @register(Dispatch.DP_COMPUTE_PROTO)
+    @register(ENGINE_DISPATCH)
     def compute_values(self, data: DataProto) -> DataProto:
         """``values`` ``(B, R)``: the value head at the positions predicting each response token."""
         return DataProto.from_dict(tensors={"values": self.engine.compute_values(data)})
 
-    @register(Dispatch.DP_COMPUTE_PROTO)
+    @register(ENGINE_DISPATCH)
     def update_critic(self, data: DataProto) -> DataProto:
         """``ppo_epochs`` passes of mini-batch steps; metrics ``critic/<name>`` as lists."""
         loss_fn = require_loss_fn("CriticWorker", self.loss_fn)
-        metrics = run_update(self.engine, data, self.config, loss_fn, "critic", self._updates)
-        self._updates += 1
+        group = self.data_parallel.group
+        metrics = run_update(self.engine, data, self.config, loss_fn, "critic", group)
         return metrics_proto(metrics)

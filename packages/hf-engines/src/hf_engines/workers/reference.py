@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from hf_controller import Dispatch, register
+from hf_controller import register
 from hf_engines.config import EngineConfig
-from hf_engines.workers.base import EngineWorker, check_head
+from hf_engines.workers.base import ENGINE_DISPATCH, EngineWorker, check_head
 from hf_protocol import DataProto
 
 
@@ -15,7 +15,7 @@ class ReferenceWorker(EngineWorker):
         check_head("ReferenceWorker", config, "causal_lm")
         super().__init__(config)
 
-    @register(Dispatch.DP_COMPUTE_PROTO)
+    @register(ENGINE_DISPATCH)
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """``ref_log_prob`` ``(B, R)`` at ``meta_info["temperature"]`` (default 1.0)."""
         temperature = float(data.meta_info.get("temperature", 1.0))

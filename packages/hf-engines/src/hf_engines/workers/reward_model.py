@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from hf_controller import Dispatch, register
+from hf_controller import register
 from hf_engines.config import EngineConfig
-from hf_engines.workers.base import EngineWorker, check_head
+from hf_engines.workers.base import ENGINE_DISPATCH, EngineWorker, check_head
 from hf_protocol import DataProto
 
 _FIELDS = ("input_ids", "attention_mask", "position_ids", "responses")
@@ -83,7 +83,7 @@ class RewardModelWorker(EngineWorker):
         check_head("RewardModelWorker", config, "value")
         super().__init__(config)
 
-    @register(Dispatch.DP_COMPUTE_PROTO)
+    @register(ENGINE_DISPATCH)
     def compute_rm_score(self, data: DataProto) -> DataProto:
         """``rm_scores`` ``(B, R)``: the model's score on the last valid response token."""
         if data.batch is None or any(key not in data.batch for key in _FIELDS):

@@ -32,7 +32,8 @@ class UpdateConfig:
     shuffle: bool = False
     """Shuffle each rank's rows before every epoch (seeded, so every run repeats)."""
     seed: int = 0
-    """Seed of the shuffle; epoch ``e`` of update call ``c`` uses ``seed + c * 1000 + e``."""
+    """Seed of the shuffle; epoch ``e`` of the update call starting at optimizer step ``s``
+    uses ``seed + s * 1000 + e`` (see :func:`shuffle_seed`), so resuming repeats it."""
 
     def __post_init__(self) -> None:
         if self.ppo_mini_batch_size < 1:
@@ -67,29 +68,44 @@ def split_mini_batches(
     return rows.chunk(num_mini_batches)
 
 
+def shuffle_seed(seed: int, global_step: int, epoch: int) -> int:
+    """Seed of the row shuffle in ``epoch`` of the update call that starts at ``global_step``.
+
+    Derived from the engine's optimizer step (restored by ``load_checkpoint``) rather than
+    from a count of update calls, so a resumed run shuffles exactly like an uninterrupted
+    one. Every call advances the step by at least ``ppo_epochs``, so no two epochs of a
+    run share a seed.
+    """
+    return seed + global_step * 1000 + epoch
+
+
 def run_update(
     engine: TrainingEngine,
     shard: DataProto,
     config: UpdateConfig,
     loss_fn: LossFn,
     prefix: str,
-    call_index: int = 0,
+    group: dist.ProcessGroup | None = None,
 ) -> dict[str, list[float]]:
     """Train on this rank's ``shard`` for ``ppo_epochs`` epochs of mini-batches (collective).
 
+    ``group`` holds this rank's data-parallel peers (``None``: every rank of the world is
+    one); ranks of one tensor / pipeline group hold the same shard and count it once.
     Returns every metric of every step, named ``{prefix}/{name}`` (the loss function's
     metrics plus ``loss``, ``grad_norm`` and ``lr`` from the engine).
     """
     # On the GPU under NCCL, which has no backend for CPU tensors.
     device = "cuda" if "nccl" in str(dist.get_backend()).lower() else "cpu"
     total = torch.tensor([len(shard)], dtype=torch.int64, device=device)
-    dist.all_reduce(total)
+    dist.all_reduce(total, group=group)
     num_mini = count_mini_batches(int(total.item()), config.ppo_mini_batch_size)
+    first_step = engine.global_step
     metrics: dict[str, list[float]] = {}
     for epoch in range(config.ppo_epochs):
         permutation = None
         if config.shuffle:
-            generator = torch.Generator().manual_seed(config.seed + call_index * 1000 + epoch)
+            seed = shuffle_seed(config.seed, first_step, epoch)
+            generator = torch.Generator().manual_seed(seed)
             permutation = torch.randperm(len(shard), generator=generator)
         for mini in split_mini_batches(shard, num_mini, permutation):
             for name, value in engine.train_step(mini, loss_fn).items():
