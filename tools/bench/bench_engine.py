@@ -31,12 +31,12 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Literal, cast
 
 import torch
 import torch.distributed as dist
@@ -45,15 +45,17 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from hf_engines import EngineConfig, FSDPEngine, LossOutput, ModelOutputs
 from hf_engines.config import MicroBatchConfig, ModelConfig, OptimConfig
+from hf_engines.micro_batch import batch_tensors
 from hf_engines.testing import make_toy_batch
 from hf_protocol import DataProto
 
 LR = 1e-4
+RemovePadding = Literal["auto", "pack", "trim", "off"]
 
 
 def nll_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
     """Token-mean negative log-likelihood of the response tokens."""
-    mask = micro_batch.batch["response_mask"].float()
+    mask = batch_tensors(micro_batch)["response_mask"].float()
     loss = -(outputs["log_probs"] * mask).sum() / mask.sum()
     return loss, {}
 
@@ -93,7 +95,7 @@ def plain_contender(model_dir: Path, batch: DataProto) -> Contender:
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01)
-    tensors = batch.batch
+    tensors = batch_tensors(batch)
     responses, mask = tensors["responses"], tensors["response_mask"].float()
     length = responses.shape[1]
 
@@ -118,7 +120,9 @@ def plain_contender(model_dir: Path, batch: DataProto) -> Contender:
 
 def engine_contender(config: EngineConfig, batch: DataProto, mode: str) -> Contender:
     """``FSDPEngine.train_step`` with ``model.remove_padding=mode``."""
-    engine = FSDPEngine(replace(config, model=replace(config.model, remove_padding=mode)))
+    # The config checks the choice (and names the valid ones) when it is built.
+    remove_padding = cast(RemovePadding, mode)
+    engine = FSDPEngine(replace(config, model=replace(config.model, remove_padding=remove_padding)))
 
     def step() -> float:
         return engine.train_step(batch, nll_loss)["loss"]
@@ -191,8 +195,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     batch = make_toy_batch(args.batch, args.prompt, args.response, args.vocab, seed=1)
-    tokens = int(batch.batch["attention_mask"].sum())
-    padded = batch.batch["attention_mask"].numel()
+    tokens = int(batch_tensors(batch)["attention_mask"].sum())
+    padded = batch_tensors(batch)["attention_mask"].numel()
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_model(Path(tmp) / "model", args.hidden, args.layers, args.vocab)
         config = EngineConfig(
@@ -212,4 +216,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

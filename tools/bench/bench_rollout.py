@@ -36,6 +36,7 @@ import torch
 from bench_support import machine_line, write_section
 from transformers import AutoModelForCausalLM
 
+from hf_protocol import DataProto
 from hf_rollout import RolloutConfig, SamplingConfig
 from hf_rollout.backends.native import NativeRollout
 from hf_rollout.testing import build_tiny_model, make_prompts, random_prompt_ids
@@ -81,6 +82,12 @@ def time_calls(call: Callable[[], int], repeats: int) -> Timing:
     return Timing(statistics.median(times), tokens)
 
 
+def generated_tokens(out: DataProto) -> int:
+    """Response tokens a rollout generated in its output batch ``out``."""
+    assert out.batch is not None, "a rollout's output carries tensors"
+    return int(out.batch["response_mask"].sum())
+
+
 def run_native(model_dir: Path, prompts: list[list[int]], new_tokens: int, repeats: int) -> Timing:
     """hf-rollout's native backend."""
     engine = NativeRollout(RolloutConfig(model_path=str(model_dir), pad_token_id=PAD))
@@ -89,7 +96,7 @@ def run_native(model_dir: Path, prompts: list[list[int]], new_tokens: int, repea
     sampling = SamplingConfig(max_new_tokens=new_tokens, eos_token_id=-1, seed=0)
 
     def call() -> int:
-        return int(engine.generate(batch, sampling).batch["response_mask"].sum())
+        return generated_tokens(engine.generate(batch, sampling))
 
     return time_calls(call, repeats)
 
@@ -175,7 +182,7 @@ def run_vllm(model_dir: Path, prompts: list[list[int]], new_tokens: int, repeats
     sampling = SamplingConfig(max_new_tokens=new_tokens, eos_token_id=-1, seed=0)
 
     def call() -> int:
-        return int(engine.generate(batch, sampling).batch["response_mask"].sum())
+        return generated_tokens(engine.generate(batch, sampling))
 
     return time_calls(call, repeats)
 
