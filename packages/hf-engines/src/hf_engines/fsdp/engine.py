@@ -100,7 +100,8 @@ class FSDPEngine:
         if len(batch) == 0:
             raise ValueError("got an empty batch; every rank needs at least one row")
         micro_batches = split_micro_batches(batch, self.config.micro_batch)
-        count = torch.tensor([len(micro_batches)], dtype=torch.int64)
+        # On the compute device: an NCCL group has no backend for CPU tensors.
+        count = torch.tensor([len(micro_batches)], dtype=torch.int64, device=self.device)
         dist.all_reduce(count, op=dist.ReduceOp.MAX)
         padding = [(micro_batches[0], False)] * (int(count.item()) - len(micro_batches))
         return [(micro, True) for micro in micro_batches] + padding
@@ -139,7 +140,7 @@ class FSDPEngine:
     # ------------------------------------------------------------------ training
 
     def _global_sum(self, value: float) -> float:
-        total = torch.tensor([value], dtype=torch.float64)
+        total = torch.tensor([value], dtype=torch.float64, device=self.device)
         dist.all_reduce(total)
         return float(total.item())
 
@@ -219,16 +220,22 @@ class FSDPEngine:
         return state.iter_full_params(self.model)
 
     def offload(self) -> None:
-        """Move parameters and optimizer state to CPU memory (nothing to do on a CPU run)."""
-        if self.device.type == "cpu":
+        """Move parameters and optimizer state to CPU memory (nothing to do on a CPU run).
+
+        With ``fsdp.cpu_offload`` they already live on the CPU, where FSDP2 keeps them.
+        """
+        if self.device.type == "cpu" or self.config.fsdp.cpu_offload:
             return
         torch.nn.Module.to(self.model, "cpu")
         state.move_optimizer_state(self.optimizer, torch.device("cpu"))
         torch.cuda.empty_cache()
 
     def onload(self) -> None:
-        """Bring parameters and optimizer state back to the compute device."""
-        if self.device.type == "cpu":
+        """Bring parameters and optimizer state back to the compute device.
+
+        With ``fsdp.cpu_offload`` they stay on the CPU (FSDP2 copies them in per block).
+        """
+        if self.device.type == "cpu" or self.config.fsdp.cpu_offload:
             return
         torch.nn.Module.to(self.model, self.device)
         state.move_optimizer_state(self.optimizer, self.device)
