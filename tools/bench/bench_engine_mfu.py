@@ -45,6 +45,7 @@ import torch.distributed as dist
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 
 from hf_engines import EngineConfig, FSDPEngine, LossOutput, ModelOutputs, config_from_dict
+from hf_engines.micro_batch import batch_tensors
 from hf_engines.workers import init_distributed
 from hf_protocol import DataProto
 
@@ -110,7 +111,7 @@ def make_batch(args: argparse.Namespace) -> DataProto:
 
 def nll_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
     """Token-mean negative log-likelihood of the responses."""
-    mask = micro_batch.batch["response_mask"].to(outputs["log_probs"].device).float()
+    mask = batch_tensors(micro_batch)["response_mask"].to(outputs["log_probs"].device).float()
     loss = -(outputs["log_probs"] * mask).sum() / mask.sum()
     return loss, {}
 
@@ -147,7 +148,9 @@ def plain_step(args: argparse.Namespace, batch: DataProto, pure_bf16: bool) -> S
     model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
     model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01)
-    tensors = {key: value.to(device) for key, value in batch.batch.items()}
+    tensors: dict[str, torch.Tensor] = {
+        key: value.to(device) for key, value in batch_tensors(batch).items()
+    }
     rows, response = tensors["responses"].shape
     micro = args.micro_batch
     autocast = device.type == "cuda" and not pure_bf16
