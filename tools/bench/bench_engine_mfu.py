@@ -148,9 +148,8 @@ def plain_step(args: argparse.Namespace, batch: DataProto, pure_bf16: bool) -> S
     model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
     model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01)
-    tensors: dict[str, torch.Tensor] = {
-        key: value.to(device) for key, value in batch_tensors(batch).items()
-    }
+    source = batch_tensors(batch)
+    tensors = {key: torch.as_tensor(source[key]).to(device) for key in source}
     rows, response = tensors["responses"].shape
     micro = args.micro_batch
     autocast = device.type == "cuda" and not pure_bf16
