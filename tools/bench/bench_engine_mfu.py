@@ -149,7 +149,8 @@ def plain_step(args: argparse.Namespace, batch: DataProto, pure_bf16: bool) -> S
     model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01)
     source = batch_tensors(batch)
-    tensors = {key: torch.as_tensor(source[key]).to(device) for key in source}
+    names = list(source.keys())  # iterating a TensorDict yields rows, not keys
+    tensors = {key: torch.as_tensor(source[key]).to(device) for key in names}
     rows, response = tensors["responses"].shape
     micro = args.micro_batch
     autocast = device.type == "cuda" and not pure_bf16
