@@ -83,14 +83,17 @@ COLUMN_TIMEOUT_S = 1800.0
 """Longest a column's process may run before it is killed and reported as failed."""
 
 
-def column_env() -> dict[str, str]:
+def column_env(threads: int) -> dict[str, str]:
     """Environment of every column's process.
 
+    ``OMP_NUM_THREADS`` is ``threads`` so that processes a column starts (HybridFlow's Ray
+    workers, where Ray would otherwise set 1) use as many torch threads as the others.
     ``OMP_WAIT_POLICY=PASSIVE`` (unless already set): with the default spinning waits, two
     torch threads on a shared 2-core machine made a GRPO step take 8-27 s instead of 0.3 s.
     """
     return {
         **os.environ,
+        "OMP_NUM_THREADS": str(threads),
         "PYTHONUNBUFFERED": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE"),
@@ -98,7 +101,9 @@ def column_env() -> dict[str, str]:
     }
 
 
-def run_process(name: str, command: list[str], result: Path, log: Path) -> ColumnResult:
+def run_process(
+    name: str, command: list[str], result: Path, log: Path, threads: int
+) -> ColumnResult:
     """Run one column's process; read the record it writes to ``result``."""
     started = time.perf_counter()
     print(f"[{name}] {' '.join(command)}", flush=True)
@@ -108,7 +113,7 @@ def run_process(name: str, command: list[str], result: Path, log: Path) -> Colum
                 command,
                 stdout=handle,
                 stderr=subprocess.STDOUT,
-                env=column_env(),
+                env=column_env(threads),
                 cwd=ROOT,
                 timeout=COLUMN_TIMEOUT_S,
             )
@@ -140,7 +145,11 @@ def run_plain(warm: Path, settings: BenchSettings, workdir: Path) -> ColumnResul
     script = str(HERE / "grpo_plain_loop.py")
     command = [sys.executable, script, f"--init={warm}", f"--result={result}"]
     return run_process(
-        "plain torch loop", command + column_args(settings), result, workdir / "plain.log"
+        "plain torch loop",
+        command + column_args(settings),
+        result,
+        workdir / "plain.log",
+        settings.threads,
     )
 
 
@@ -153,7 +162,11 @@ def run_trl(warm: Path, settings: BenchSettings, workdir: Path, python: Path) ->
     result = workdir / "trl.json"
     command = [str(python), str(HERE / "grpo_trl.py"), f"--init={warm}", f"--result={result}"]
     return run_process(
-        "TRL GRPOTrainer", command + column_args(settings), result, workdir / "trl.log"
+        "TRL GRPOTrainer",
+        command + column_args(settings),
+        result,
+        workdir / "trl.log",
+        settings.threads,
     )
 
 
@@ -184,7 +197,7 @@ def run_hybridflow(warm: Path, settings: BenchSettings, workdir: Path) -> Column
         f"--workdir={workdir / 'hybridflow'}",
         *column_args(replace(settings, max_steps=settings.hybridflow_steps)),
     ]
-    return run_process(name, command, result, workdir / "hybridflow.log")
+    return run_process(name, command, result, workdir / "hybridflow.log", settings.threads)
 
 
 def hybridflow_column(argv: list[str]) -> int:
@@ -204,6 +217,7 @@ def hybridflow_column(argv: list[str]) -> int:
     parser.add_argument("--no-stop", action="store_true")
     args = parser.parse_args(argv)
 
+    sys.path.insert(0, str(ROOT))  # `recipes` is a folder of the repository, not a package
     import torch
 
     from hf_algos.data import make_reverse_letters_rows, write_rows
@@ -272,23 +286,25 @@ def summary_table(columns: list[ColumnResult], target: float) -> str:
     plain = next((c for c in columns if c.name == "plain torch loop" and c.record), None)
     plain_median = statistics.median(plain.record.step_seconds) if plain and plain.record else None
     lines = [
-        f"| column | s/step (median) | s/step (mean) | vs plain loop | warm-up acc | "
-        f"steps to {target} | train s to {target} | final acc | process wall s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| column | s/step (median) | s/step (mean) | vs plain loop | CPU s/step (median) | "
+        f"warm-up acc | steps to {target} | train s to {target} | final acc | process wall s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for column in columns:
         record = column.record
         if record is None or not record.step_seconds:
-            lines.append(f"| {column.name} | {column.status.splitlines()[0]} |||||||| ")
+            lines.append(f"| {column.name} | {column.status.splitlines()[0]} ||||||||| ")
             continue
         median = statistics.median(record.step_seconds)
         mean = statistics.fmean(record.step_seconds)
         ratio = f"{median / plain_median:.2f}x" if plain_median else "-"
+        cpu = record.step_cpu_seconds
+        cpu_median = f"{statistics.median(cpu):.3f}" if cpu else "-"
         hit = first_crossing(record, target)
         steps = f"{hit['step']:.0f}" if hit else f"not in {len(record.step_seconds)}"
         seconds = f"{hit['train_seconds']:.1f}" if hit else "-"
         lines.append(
-            f"| {column.name} | {median:.3f} | {mean:.3f} | {ratio} | "
+            f"| {column.name} | {median:.3f} | {mean:.3f} | {ratio} | {cpu_median} | "
             f"{record.warmup_accuracy:.3f} | {steps} | {seconds} | "
             f"{record.evals[-1]['accuracy']:.3f} | {column.wall_seconds:.0f} |"
         )
@@ -388,7 +404,12 @@ def prepare_warm_start(workdir: Path, settings: BenchSettings) -> Path:
     print(f"[warm-up] {' '.join(command)}", flush=True)
     with (workdir / "warmup.log").open("w") as log:
         subprocess.run(
-            command, check=True, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=column_env()
+            command,
+            check=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=column_env(settings.threads),
         )
     return warm
 
