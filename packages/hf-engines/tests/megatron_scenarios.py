@@ -15,28 +15,14 @@ import torch
 import torch.distributed as dist
 from megatron.core import parallel_state
 
-from hf_engines import EngineConfig, LossOutput, ModelOutputs, config_from_dict
+from hf_engines import EngineConfig, config_from_dict
 from hf_engines.megatron import MegatronEngine
-from hf_engines.testing import make_toy_batch
+from hf_engines.testing import make_toy_batch, toy_nll_loss, toy_value_loss
 from hf_protocol import DataProto
 
 TRAIN_STEPS = 4
 CHECKPOINT_AFTER = 2  # steps; resuming from it must replay steps 3 and 4 exactly
 MINI_BATCH = 8
-
-
-def nll_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
-    """Token-mean negative log-likelihood of the responses."""
-    mask = micro_batch.batch["response_mask"].float()
-    loss = -(outputs["log_probs"] * mask).sum() / mask.sum()
-    return loss, {"nll": float(loss.detach())}
-
-
-def value_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
-    """Token-mean squared error of the values against a target of 1."""
-    mask = micro_batch.batch["response_mask"].float()
-    loss = (((outputs["values"] - 1.0) ** 2) * mask).sum() / mask.sum()
-    return loss, {"vf_loss": float(loss.detach())}
 
 
 def shard(batch: DataProto) -> DataProto:
@@ -64,7 +50,7 @@ def train_losses(engine: MegatronEngine, steps: range) -> list[float]:
     losses = []
     for step in steps:
         batch = make_toy_batch(MINI_BATCH, seed=100 + step)
-        losses.append(engine.train_step(shard(batch), nll_loss)["loss"])
+        losses.append(engine.train_step(shard(batch), toy_nll_loss)["loss"])
     return losses
 
 
@@ -105,7 +91,7 @@ def run_critic(model_dir: str, out: Path, tp: int, pp: int) -> dict[str, Any]:
     engine = MegatronEngine(make_config(model_dir, tp, pp, head="value", seed=3))
     probe = make_toy_batch(5, seed=7)
     values = engine.compute_values(shard(probe))
-    losses = [engine.train_step(shard(probe), value_loss)["loss"] for _ in range(3)]
+    losses = [engine.train_step(shard(probe), toy_value_loss)["loss"] for _ in range(3)]
     engine.export_hf(out / "hf")
     return {
         "values": values,

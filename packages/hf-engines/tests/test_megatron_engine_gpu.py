@@ -17,10 +17,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from hf_engines import EngineConfig, LossOutput, ModelOutputs, config_from_dict
-from hf_engines.testing import launch_ranks, make_toy_batch
+from hf_engines import EngineConfig, config_from_dict
+from hf_engines.testing import launch_ranks, make_toy_batch, toy_nll_loss
 from hf_engines.workers import init_distributed
-from hf_protocol import DataProto
 
 pytestmark = [
     pytest.mark.gpu,
@@ -35,13 +34,6 @@ QUIET = {
 }
 LAUNCH_TIMEOUT = 240.0
 STEPS = 6
-
-
-def nll_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
-    """Token-mean negative log-likelihood of the responses."""
-    mask = micro_batch.batch["response_mask"].float().to(outputs["log_probs"].device)
-    loss = -(outputs["log_probs"] * mask).sum() / mask.sum()
-    return loss, {"nll": float(loss.detach())}
 
 
 def run_scenario(model_dir: str) -> dict[str, Any]:
@@ -62,7 +54,7 @@ def run_scenario(model_dir: str) -> dict[str, Any]:
     probe = make_toy_batch(5, seed=7)
     before, entropy = engine.compute_log_prob(probe)
     batch = make_toy_batch(8, seed=100)
-    losses = [engine.train_step(batch, nll_loss)["loss"] for _ in range(STEPS)]
+    losses = [engine.train_step(batch, toy_nll_loss)["loss"] for _ in range(STEPS)]
     return {
         "device": str(next(engine.model.parameters()).device),
         "log_probs_before": before,

@@ -13,9 +13,7 @@ import torch.distributed as dist
 from hf_engines import (
     EngineConfig,
     FSDPEngine,
-    LossOutput,
     ModelConfig,
-    ModelOutputs,
     entropy_from_logits,
     logprobs_from_logits,
 )
@@ -24,7 +22,7 @@ from hf_engines.fsdp.forward import forward_micro_batch
 from hf_engines.fsdp.outputs import token_log_probs
 from hf_engines.fsdp.unpad import choose_padding_mode, pack_rows, scored_response_mask, trim_window
 from hf_engines.models import build_hf_model
-from hf_engines.testing import make_toy_batch
+from hf_engines.testing import make_toy_batch, toy_nll_loss
 from hf_protocol import DataProto
 
 MODES = ("off", "trim", "pack")
@@ -38,12 +36,6 @@ def split(data: DataProto) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     tensors = data.batch
     inputs = {k: tensors[k] for k in ("input_ids", "attention_mask", "position_ids")}
     return inputs, tensors["responses"]
-
-
-def nll_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
-    mask = micro_batch.batch["response_mask"].float()
-    loss = -(outputs["log_probs"] * mask).sum() / mask.sum()
-    return loss, {"nll": float(loss.detach())}
 
 
 def test_auto_mode_packs_only_for_flash_attention() -> None:
@@ -130,7 +122,7 @@ def test_engine_steps_equal_across_modes(tiny_models: dict[str, Path], one_rank:
     for mode in MODES:
         engine = FSDPEngine(replace(config, model=replace(config.model, remove_padding=mode)))
         assert engine.padding_mode == mode
-        loss = engine.train_step(batch(), nll_loss)["loss"]
+        loss = engine.train_step(batch(), toy_nll_loss)["loss"]
         log_probs, entropy = engine.compute_log_prob(batch(), temperature=0.9)
         results[mode] = (loss, log_probs, entropy)
     for mode in ("trim", "pack"):

@@ -3,14 +3,12 @@ backend at world size 1. Tiny models, a handful of tokens, one group per test.""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
-from ray import cloudpickle
 from transformers import AutoModelForCausalLM
 
 from hf_controller import (
@@ -27,36 +25,17 @@ from hf_engines import (
     CriticConfig,
     CriticWorker,
     EngineConfig,
-    LossOutput,
     ModelConfig,
-    ModelOutputs,
     ReferenceWorker,
     RewardModelWorker,
     config_from_dict,
 )
 from hf_engines.models import build_hf_model
-from hf_engines.testing import make_toy_batch
+from hf_engines.testing import make_toy_batch, toy_nll_loss, toy_value_loss
 from hf_protocol import DataProto
-
-# Loss functions below travel to the Ray workers by value: workers cannot import tests/.
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 ACTOR_METRICS = {"actor/nll", "actor/loss", "actor/grad_norm", "actor/lr"}
 CRITIC_METRICS = {"critic/vf_loss", "critic/loss", "critic/grad_norm", "critic/lr"}
-
-
-def nll_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
-    """Token-mean negative log-likelihood of the responses."""
-    mask = micro_batch.batch["response_mask"].float()
-    loss = -(outputs["log_probs"] * mask).sum() / mask.sum()
-    return loss, {"nll": float(loss.detach())}
-
-
-def value_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
-    """Token-mean squared error of the values against a target of 1."""
-    mask = micro_batch.batch["response_mask"].float()
-    loss = (((outputs["values"] - 1.0) ** 2) * mask).sum() / mask.sum()
-    return loss, {"vf_loss": float(loss.detach())}
 
 
 def engine_config(model: Path, **model_options: Any) -> EngineConfig:
@@ -122,7 +101,7 @@ def test_actor_log_probs_update_and_export(
 ) -> None:
     model_dir = tiny_models["qwen2"]
     group = RayWorkerGroup(
-        pool(), RayClassWithInitArgs(ActorWorker, actor_config(model_dir), loss_fn=nll_loss)
+        pool(), RayClassWithInitArgs(ActorWorker, actor_config(model_dir), loss_fn=toy_nll_loss)
     )
     group.init_model()
     out = group.compute_log_prob(probe())
@@ -154,7 +133,7 @@ def test_critic_and_reward_model_colocated(ray_session: Any, tiny_models: dict[s
         engine=engine_config(model_dir, head="value", seed=3), ppo_mini_batch_size=4
     )
     roles = {
-        "critic": RayClassWithInitArgs(CriticWorker, critic, loss_fn=value_loss),
+        "critic": RayClassWithInitArgs(CriticWorker, critic, loss_fn=toy_value_loss),
         "rm": RayClassWithInitArgs(
             RewardModelWorker, engine_config(model_dir, head="value", seed=5)
         ),
@@ -190,7 +169,7 @@ def test_fused_actor_and_reference_share_a_process(
 ) -> None:
     model_dir = tiny_models["qwen3"]
     roles = {
-        "actor": RayClassWithInitArgs(ActorWorker, actor_config(model_dir), loss_fn=nll_loss),
+        "actor": RayClassWithInitArgs(ActorWorker, actor_config(model_dir), loss_fn=toy_nll_loss),
         "ref": RayClassWithInitArgs(ReferenceWorker, engine_config(model_dir)),
     }
     group = RayWorkerGroup(pool(), create_colocated_worker_cls_fused(roles))
@@ -215,7 +194,7 @@ def test_local_worker_group_world_size_one(tiny_models: dict[str, Path]) -> None
     group = LocalWorkerGroup(
         world_size=1,
         ray_cls_with_init=RayClassWithInitArgs(
-            ActorWorker, actor_config(model_dir), loss_fn=nll_loss
+            ActorWorker, actor_config(model_dir), loss_fn=toy_nll_loss
         ),
     )
     try:
@@ -239,7 +218,7 @@ def local_actor(model_dir: Path) -> LocalWorkerGroup:
     return LocalWorkerGroup(
         world_size=1,
         ray_cls_with_init=RayClassWithInitArgs(
-            ActorWorker, actor_config(model_dir), loss_fn=nll_loss
+            ActorWorker, actor_config(model_dir), loss_fn=toy_nll_loss
         ),
     )
 

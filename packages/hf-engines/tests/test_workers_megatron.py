@@ -5,13 +5,11 @@ and the result must come from one of them. One group, a tiny Llama, a handful of
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from ray import cloudpickle
 from transformers import AutoModelForCausalLM
 
 pytest.importorskip("megatron.core", reason="needs the megatron extra (megatron-core)")
@@ -21,26 +19,13 @@ from hf_engines import (
     ActorConfig,
     ActorWorker,
     EngineConfig,
-    LossOutput,
-    ModelOutputs,
     config_from_dict,
 )
-from hf_engines.testing import make_toy_batch
+from hf_engines.testing import make_toy_batch, toy_nll_loss
 from hf_engines.workers import ENGINE_MESH
-from hf_protocol import DataProto
-
-# The loss function travels to the Ray workers by value: workers cannot import tests/.
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 ACTOR_METRICS = {"actor/nll", "actor/loss", "actor/grad_norm", "actor/lr"}
 PROBE = make_toy_batch(5, seed=7)
-
-
-def nll_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
-    """Token-mean negative log-likelihood of the responses."""
-    mask = micro_batch.batch["response_mask"].float()
-    loss = -(outputs["log_probs"] * mask).sum() / mask.sum()
-    return loss, {"nll": float(loss.detach())}
 
 
 def plain_log_probs(model_dir: Path) -> torch.Tensor:
@@ -79,7 +64,7 @@ def test_megatron_actor_tp2_through_mesh_dispatch(
     model_dir = tiny_models["llama"]
     group = RayWorkerGroup(
         RayResourcePool([2], use_gpu=False),
-        RayClassWithInitArgs(ActorWorker, megatron_actor_config(model_dir), loss_fn=nll_loss),
+        RayClassWithInitArgs(ActorWorker, megatron_actor_config(model_dir), loss_fn=toy_nll_loss),
     )
     group.init_model()
     # Both ranks are one data-parallel replica; only tensor-parallel rank 0 is gathered.

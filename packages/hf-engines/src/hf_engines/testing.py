@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from hf_engines.engine import LossOutput, ModelOutputs
 from hf_protocol import DataProto
 
 _TINY_COMMON: dict[str, Any] = {
@@ -102,6 +103,30 @@ def make_toy_batch(
         },
         meta_info={"temperature": 1.0},
     )
+
+
+def _response_mask(micro_batch: DataProto, device: torch.device) -> torch.Tensor:
+    """The batch's ``response_mask`` as floats on ``device`` (where the model outputs are)."""
+    if micro_batch.batch is None:
+        raise ValueError("a toy loss needs a batch with tensors; this DataProto has none")
+    return micro_batch.batch["response_mask"].float().to(device)
+
+
+def toy_nll_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
+    """Token-mean negative log-likelihood of the responses (metric ``nll``).
+
+    The loss the engine and worker tests train with on :func:`make_toy_batch` batches.
+    """
+    mask = _response_mask(micro_batch, outputs["log_probs"].device)
+    loss = -(outputs["log_probs"] * mask).sum() / mask.sum()
+    return loss, {"nll": float(loss.detach())}
+
+
+def toy_value_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
+    """Token-mean squared error of the values against a target of 1 (metric ``vf_loss``)."""
+    mask = _response_mask(micro_batch, outputs["values"].device)
+    loss = (((outputs["values"] - 1.0) ** 2) * mask).sum() / mask.sum()
+    return loss, {"vf_loss": float(loss.detach())}
 
 
 def free_port() -> int:
