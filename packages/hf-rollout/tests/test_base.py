@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
 from hf_protocol import DataProto
 from hf_rollout import (
+    build_output_from_samples,
     build_rollout_output,
     check_prompt_lengths,
     left_pad,
@@ -16,6 +20,7 @@ from hf_rollout import (
     right_pad,
     stop_ids_for,
 )
+from hf_rollout.backends.vllm import pad_id_for_dir
 from hf_rollout.config import SamplingConfig
 
 
@@ -100,3 +105,33 @@ def test_build_rollout_output_of_no_prompts() -> None:
         prompts, (empty, empty, empty), empty, empty, empty.float(), 3, 1.0, 0
     )
     assert len(out) == 0 and out.batch["responses"].shape == (0, 0)
+
+
+def test_build_output_from_samples_pads_ragged_lists() -> None:
+    prompt_tensors = left_pad([[5, 6], [7]], pad_token_id=0)
+    prompts = DataProto.from_dict(
+        tensors=dict(
+            zip(("input_ids", "attention_mask", "position_ids"), prompt_tensors, strict=True)
+        )
+    )
+    samples = [[10, 11], [12], [13, 14, 15], []]
+    log_probs = [[-0.1, -0.2], [-0.3], [-0.4, -0.5, -0.6], []]
+    sampling = SamplingConfig(n=2, temperature=0.5)
+    out = build_output_from_samples(prompts, prompt_tensors, samples, log_probs, sampling, 0)
+    assert out.batch["responses"].tolist() == [[10, 11, 0], [12, 0, 0], [13, 14, 15], [0, 0, 0]]
+    assert out.batch["response_mask"].tolist() == [[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0]]
+    assert out.batch["rollout_log_probs"][1].tolist() == pytest.approx([-0.3, 0.0, 0.0])
+    assert out.meta_info["temperature"] == 0.5
+    empty = build_output_from_samples(
+        prompts[:0], tuple(t[:0] for t in prompt_tensors), [], [], sampling, 0
+    )
+    assert len(empty) == 0 and empty.batch["responses"].shape == (0, 0)
+
+
+def test_pad_id_for_dir_prefers_config_then_model_then_eos(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"pad_token_id": 7}))
+    assert pad_id_for_dir(3, tmp_path, [2]) == 3
+    assert pad_id_for_dir(None, tmp_path, [2]) == 7
+    (tmp_path / "config.json").write_text(json.dumps({}))
+    assert pad_id_for_dir(None, tmp_path, [2, 5]) == 2
+    assert pad_id_for_dir(None, tmp_path, []) == 0

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
 
 from hf_rollout import RolloutConfig, SamplingConfig
 from hf_rollout.backends.native import NativeRollout
@@ -73,7 +73,9 @@ def engine(model: Path) -> NativeRollout:
     return NativeRollout(RolloutConfig(model_path=str(model), pad_token_id=PAD))
 
 
-def test_agent_loop_masks_tool_tokens_and_keeps_log_probs(tiny_models: dict[str, Path]) -> None:
+def test_agent_loop_masks_tool_tokens_and_keeps_log_probs(
+    tiny_models: dict[str, Path], hf: Any
+) -> None:
     prompts = make_prompts([AsciiCodec().encode("Hi!"), AsciiCodec().encode("2+2=")], PAD)
     envs: list[CountingEnvironment] = []
 
@@ -95,15 +97,7 @@ def test_agent_loop_masks_tool_tokens_and_keeps_log_probs(tiny_models: dict[str,
         assert AsciiCodec().decode(tokens[4:6] + tokens[10:12]) == "#1#2"
         assert envs[row].seen[1] == AsciiCodec().decode(tokens[6:10])
     # Model tokens' log-probs are those of a forward pass over the whole conversation.
-    model = AutoModelForCausalLM.from_pretrained(tiny_models["llama"], dtype=torch.float32)
-    logits = model(
-        input_ids=out.batch["input_ids"],
-        attention_mask=out.batch["attention_mask"],
-        position_ids=out.batch["position_ids"],
-    ).logits
-    width = out.batch["responses"].shape[1]
-    expected = torch.log_softmax(logits[:, -width - 1 : -1].float() / 0.9, dim=-1)
-    expected = expected.gather(-1, out.batch["responses"][..., None]).squeeze(-1)
+    expected = hf.log_probs(tiny_models["llama"], out, temperature=0.9)
     model_tokens = out.batch["response_mask"].bool()
     torch.testing.assert_close(
         out.batch["rollout_log_probs"][model_tokens], expected[model_tokens], atol=1e-5, rtol=0

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
 
 from hf_protocol import DataProto
 from hf_rollout import RolloutConfig, SamplingConfig
@@ -21,44 +21,17 @@ def engine_for(path: Path, **options: object) -> NativeRollout:
     return NativeRollout(RolloutConfig(model_path=str(path), pad_token_id=PAD, **options))  # type: ignore[arg-type]
 
 
-def hf_greedy(path: Path, prompts: DataProto, max_new_tokens: int, eos: int) -> torch.Tensor:
-    """transformers ``generate`` (greedy) on the same prompts; returns the new tokens."""
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    ids, mask = prompts.batch["input_ids"], prompts.batch["attention_mask"]
-    out = model.generate(
-        input_ids=ids,
-        attention_mask=mask,
-        do_sample=False,
-        max_new_tokens=max_new_tokens,
-        eos_token_id=eos,
-        pad_token_id=PAD,
-    )
-    return out[:, ids.shape[1] :]
-
-
-def trim(tokens: torch.Tensor, width: int) -> torch.Tensor:
-    """``tokens`` right-padded (or cut) to ``width`` columns."""
-    if tokens.shape[1] >= width:
-        return tokens[:, :width]
-    pad = torch.full((tokens.shape[0], width - tokens.shape[1]), PAD, dtype=tokens.dtype)
-    return torch.cat([tokens, pad], dim=1)
-
-
 @pytest.mark.parametrize("lean", [True, False], ids=["lean", "transformers-forward"])
 @pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
 def test_greedy_equals_transformers_generate(
-    tiny_models: dict[str, Path], family: str, lean: bool
+    tiny_models: dict[str, Path], hf: Any, family: str, lean: bool
 ) -> None:
     prompts = make_prompts(random_prompt_ids(12, seed=1), PAD)
-    # An eos that shows up in some greedy outputs, so early exit of finished rows is exercised.
-    reference = hf_greedy(tiny_models[family], prompts, max_new_tokens=10, eos=PAD + 127)
-    eos = int(reference[:, :5].flatten().mode().values)
-    reference = hf_greedy(tiny_models[family], prompts, max_new_tokens=10, eos=eos)
     engine = engine_for(tiny_models[family], engine_kwargs={"lean_forward": lean})
     assert (engine.decoder is not None) == lean
-    out = engine.generate(prompts, SamplingConfig(greedy=True, max_new_tokens=10, eos_token_id=eos))
+    # An eos that shows up in some greedy outputs, so early exit of finished rows is exercised.
+    out, eos = hf.check_greedy(engine, tiny_models[family], prompts)
     responses = out.batch["responses"]
-    assert torch.equal(responses, trim(reference, responses.shape[1]))
     finished = (responses == eos).any(dim=1)
     assert finished.any() and not finished.all()
     assert out.batch["response_mask"].sum() == (responses != PAD).sum()
@@ -67,38 +40,29 @@ def test_greedy_equals_transformers_generate(
 @pytest.mark.parametrize("lean", [True, False], ids=["lean", "transformers-forward"])
 @pytest.mark.parametrize("family", ["qwen2", "qwen3"])
 def test_log_probs_agree_with_a_forward_pass(
-    tiny_models: dict[str, Path], family: str, lean: bool
+    tiny_models: dict[str, Path], hf: Any, family: str, lean: bool
 ) -> None:
     prompts = make_prompts(random_prompt_ids(6, seed=2), PAD)
     sampling = SamplingConfig(n=2, temperature=0.7, top_p=0.9, max_new_tokens=8, seed=3)
     engine = engine_for(tiny_models[family], engine_kwargs={"lean_forward": lean})
     out = engine.generate(prompts, sampling)
-    model = AutoModelForCausalLM.from_pretrained(tiny_models[family], dtype=torch.float32)
-    logits = model(
-        input_ids=out.batch["input_ids"],
-        attention_mask=out.batch["attention_mask"],
-        position_ids=out.batch["position_ids"],
-    ).logits
-    width = out.batch["responses"].shape[1]
-    response_logits = logits[:, -width - 1 : -1, :].float() / 0.7
-    expected = torch.log_softmax(response_logits, dim=-1)
-    expected = expected.gather(-1, out.batch["responses"][..., None]).squeeze(-1)
+    expected = hf.log_probs(tiny_models[family], out, temperature=0.7)
     mask = out.batch["response_mask"].bool()
     assert torch.allclose(out.batch["rollout_log_probs"][mask], expected[mask], atol=1e-5)
     assert (out.batch["rollout_log_probs"][~mask] == 0).all()
     assert out.meta_info["temperature"] == 0.7
 
 
-def test_update_weights_switches_to_the_other_model(tiny_models: dict[str, Path]) -> None:
+def test_update_weights_switches_to_the_other_model(tiny_models: dict[str, Path], hf: Any) -> None:
     prompts = make_prompts(random_prompt_ids(8, seed=4), PAD)
     sampling = SamplingConfig(greedy=True, max_new_tokens=6, eos_token_id=1)
     engine = engine_for(tiny_models["qwen2"])
     before = engine.generate(prompts, sampling).batch["responses"]
-    other = AutoModelForCausalLM.from_pretrained(tiny_models["qwen2_other"], dtype=torch.float32)
+    other = hf.model(tiny_models["qwen2_other"])
     engine.update_weights(iter(other.state_dict().items()))  # tied names included
     after = engine.generate(prompts, sampling).batch["responses"]
-    expected = hf_greedy(tiny_models["qwen2_other"], prompts, max_new_tokens=6, eos=1)
-    assert torch.equal(after, trim(expected, after.shape[1]))
+    expected = hf.greedy(tiny_models["qwen2_other"], prompts, max_new_tokens=6, eos=1)
+    assert torch.equal(after, hf.trim(expected, after.shape[1]))
     assert not torch.equal(before, after)
 
 

@@ -2,6 +2,7 @@
 
 from hf_rollout.base import (
     RolloutEngine,
+    build_output_from_samples,
     build_rollout_output,
     check_prompt_lengths,
     left_pad,
@@ -26,6 +27,7 @@ __all__ = [
     "RolloutConfig",
     "RolloutEngine",
     "SamplingConfig",
+    "build_output_from_samples",
     "build_rollout",
     "build_rollout_output",
     "check_prompt_lengths",

@@ -233,6 +233,28 @@ def build_rollout_output(
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta)
 
 
+def build_output_from_samples(
+    prompts: DataProto,
+    prompt_tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    samples: Sequence[Sequence[int]],
+    log_probs: Sequence[Sequence[float]],
+    sampling: SamplingConfig,
+    pad_token_id: int,
+) -> DataProto:
+    """:func:`build_rollout_output` from one token list and one log-prob list per sample.
+
+    For engines that hand back Python lists (vLLM, SGLang): ``samples`` and ``log_probs``
+    hold ``B * n`` lists grouped by prompt, right-padded here to the longest. No samples
+    (no prompts) give an empty batch.
+    """
+    responses, response_mask = right_pad(samples, pad_token_id, torch.long)
+    rollout_log_probs, _ = right_pad(log_probs, 0.0, torch.float32)
+    return build_rollout_output(
+        prompts, prompt_tensors, responses, response_mask, rollout_log_probs, sampling.n,
+        sampling.effective_temperature, pad_token_id,
+    )  # fmt: skip
+
+
 def pad_responses_to(output: DataProto, width: int, pad_token_id: int) -> DataProto:
     """``output`` of :func:`build_rollout_output` with responses right-padded to ``width``.
 

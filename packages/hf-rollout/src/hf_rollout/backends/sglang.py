@@ -47,14 +47,13 @@ from hf_protocol import DataProto
 from hf_rollout.backends.vllm import (
     in_vocab,
     model_eos_ids_from_dir,
-    model_pad_id_from_dir,
     model_vocab_size_from_dir,
+    pad_id_for_dir,
 )
 from hf_rollout.base import (
-    build_rollout_output,
+    build_output_from_samples,
     check_prompt_lengths,
     read_prompts,
-    right_pad,
     stop_ids_for,
 )
 from hf_rollout.config import RolloutConfig, SamplingConfig
@@ -137,13 +136,7 @@ class SGLangRollout:
         self._bucket_bytes = int(kwargs.pop("weight_bucket_bytes", 512 << 20))
         self.eos_ids = model_eos_ids_from_dir(config.model_path)
         self.vocab_size = model_vocab_size_from_dir(config.model_path)
-        pad = model_pad_id_from_dir(config.model_path)
-        if config.pad_token_id is not None:
-            self.pad_token_id = config.pad_token_id
-        elif pad is not None:
-            self.pad_token_id = pad
-        else:
-            self.pad_token_id = self.eos_ids[0] if self.eos_ids else 0
+        self.pad_token_id = pad_id_for_dir(config.pad_token_id, config.model_path, self.eos_ids)
         import sglang
 
         options: dict[str, Any] = {"enable_memory_saver": True, "log_level": "error"}
@@ -170,11 +163,9 @@ class SGLangRollout:
         input_ids, attention_mask, _ = prompt_tensors
         longest = check_prompt_lengths(attention_mask, self.config.max_model_len)
         if input_ids.shape[0] == 0:
-            empty = torch.zeros((0, 0), dtype=torch.long)
-            return build_rollout_output(
-                prompts, prompt_tensors, empty, empty, empty.float(), sampling.n,
-                sampling.effective_temperature, self.pad_token_id,
-            )  # fmt: skip
+            return build_output_from_samples(
+                prompts, prompt_tensors, [], [], sampling, self.pad_token_id
+            )
         budget = min(sampling.max_new_tokens, self.config.max_model_len - longest)
         stop_ids = in_vocab(stop_ids_for(sampling, self.eos_ids), self.vocab_size)
         requests: list[list[int]] = []
@@ -189,12 +180,9 @@ class SGLangRollout:
             input_ids=requests, sampling_params=params, return_logprob=True
         )
         samples, log_probs = zip(*(sample_tokens_and_log_probs(r) for r in results), strict=True)
-        responses, response_mask = right_pad(samples, self.pad_token_id, torch.long)
-        rollout_log_probs, _ = right_pad(log_probs, 0.0, torch.float32)
-        return build_rollout_output(
-            prompts, prompt_tensors, responses, response_mask, rollout_log_probs, sampling.n,
-            sampling.effective_temperature, self.pad_token_id,
-        )  # fmt: skip
+        return build_output_from_samples(
+            prompts, prompt_tensors, samples, log_probs, sampling, self.pad_token_id
+        )
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load tensors named as in the Hugging Face ``state_dict()`` into the engine in place.

@@ -58,10 +58,9 @@ import torch
 from hf_protocol import DataProto
 from hf_rollout.backends.native import load_causal_lm
 from hf_rollout.base import (
-    build_rollout_output,
+    build_output_from_samples,
     check_prompt_lengths,
     read_prompts,
-    right_pad,
     stop_ids_for,
 )
 from hf_rollout.config import RolloutConfig, SamplingConfig
@@ -111,6 +110,19 @@ def model_pad_id_from_dir(path: str | os.PathLike[str]) -> int | None:
         return None
     pad = json.loads(file.read_text()).get("pad_token_id")
     return None if pad is None else int(pad)
+
+
+def pad_id_for_dir(
+    configured: int | None, path: str | os.PathLike[str], eos_ids: Sequence[int]
+) -> int:
+    """The pad id a backend uses: ``configured`` (``RolloutConfig.pad_token_id``), else the
+    model directory's ``pad_token_id``, else its first eos id, else 0."""
+    if configured is not None:
+        return configured
+    pad = model_pad_id_from_dir(path)
+    if pad is not None:
+        return pad
+    return eos_ids[0] if eos_ids else 0
 
 
 def default_sync_dir() -> str:
@@ -213,7 +225,7 @@ class VLLMRollout:
         model_dir = self._model_dir()
         self.eos_ids = model_eos_ids_from_dir(model_dir)
         self.vocab_size = model_vocab_size_from_dir(model_dir)
-        self.pad_token_id = self._resolve_pad_id(model_dir)
+        self.pad_token_id = pad_id_for_dir(self.config.pad_token_id, model_dir, self.eos_ids)
         self.llm = self._start_engine(model_dir, kwargs)
         self.asleep = False
         self._weights_awake = True
@@ -226,14 +238,6 @@ class VLLMRollout:
         target = self._work_dir / "init-model"
         load_causal_lm(self.config).save_pretrained(target)
         return str(target)
-
-    def _resolve_pad_id(self, model_dir: str) -> int:
-        if self.config.pad_token_id is not None:
-            return self.config.pad_token_id
-        pad = model_pad_id_from_dir(model_dir)
-        if pad is not None:
-            return pad
-        return self.eos_ids[0] if self.eos_ids else 0
 
     def _start_engine(self, model_dir: str, kwargs: dict[str, Any]) -> Any:
         from vllm import LLM
@@ -264,11 +268,9 @@ class VLLMRollout:
         input_ids, attention_mask, _ = prompt_tensors
         longest = check_prompt_lengths(attention_mask, self.config.max_model_len)
         if input_ids.shape[0] == 0:
-            empty = torch.zeros((0, 0), dtype=torch.long)
-            return build_rollout_output(
-                prompts, prompt_tensors, empty, empty, empty.float(), sampling.n,
-                sampling.effective_temperature, self.pad_token_id,
-            )  # fmt: skip
+            return build_output_from_samples(
+                prompts, prompt_tensors, [], [], sampling, self.pad_token_id
+            )
         budget = min(sampling.max_new_tokens, self.config.max_model_len - longest)
         stop_ids = in_vocab(stop_ids_for(sampling, self.eos_ids), self.vocab_size)
         token_lists = [
@@ -290,12 +292,9 @@ class VLLMRollout:
                 tokens = list(completion.token_ids)
                 samples.append(tokens)
                 log_probs.append(sampled_log_probs(tokens, completion.logprobs))
-        responses, response_mask = right_pad(samples, self.pad_token_id, torch.long)
-        rollout_log_probs, _ = right_pad(log_probs, 0.0, torch.float32)
-        return build_rollout_output(
-            prompts, prompt_tensors, responses, response_mask, rollout_log_probs, sampling.n,
-            sampling.effective_temperature, self.pad_token_id,
-        )  # fmt: skip
+        return build_output_from_samples(
+            prompts, prompt_tensors, samples, log_probs, sampling, self.pad_token_id
+        )
 
     def _check_usable(self) -> None:
         if self.closed:
