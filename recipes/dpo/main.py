@@ -16,7 +16,6 @@ letter-reversal preference set, and runs on CPU in under a minute::
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from hf_algos.config import DPOConfig, apply_overrides, build_config, read_yaml
 from hf_algos.data import build_char_tokenizer
 from hf_algos.trainers import DPOTrainer
 from hf_engines.testing import build_tiny_model
+from recipes.cli import parse_recipe_args
 from recipes.dpo.synthetic import write_preference_files
 
 CONFIG_PATH = Path(__file__).with_name("config.yaml")
@@ -82,14 +82,6 @@ def run(overrides: Sequence[str] = (), config_path: Path = CONFIG_PATH) -> list[
     return history
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Command line: an optional config file and ``key.sub=value`` overrides."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--config", type=Path, default=CONFIG_PATH, help="recipe YAML file")
-    parser.add_argument("overrides", nargs="*", help="key.sub=value overrides of the YAML")
-    return parser.parse_args(argv)
-
-
 if __name__ == "__main__":
-    args = parse_args()
+    args = parse_recipe_args(__doc__, CONFIG_PATH)
     run(args.overrides, args.config)

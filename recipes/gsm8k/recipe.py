@@ -1,4 +1,5 @@
-"""What the two GSM8K recipes share: their ``recipe:`` YAML section and the config loading.
+"""What the two GSM8K recipes share: their ``recipe:`` YAML section, the config loading,
+and the train-then-export run (GRPO and PPO differ only in their YAML).
 
 A recipe's YAML is an :class:`hf_algos.config.RLConfig` (the keys of
 ``docs/configuration.md``) plus one ``recipe:`` section of paths. The model directory and
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_algos.config import ConfigError, RLConfig, apply_overrides, build_config, read_yaml
+from hf_algos.trainers import PPOTrainer
 
 
 @dataclass(frozen=True)
@@ -87,3 +89,16 @@ def summarize(history: list[dict[str, float]], names: Sequence[str]) -> str:
         if values:
             lines.append(f"  {name}: {values[0]:.4g} (first) -> {values[-1]:.4g} (last)")
     return "\n".join(lines)
+
+
+def train_and_export(
+    settings: RecipeSettings, config: RLConfig, reported: Sequence[str]
+) -> list[dict[str, float]]:
+    """Train ``config`` to the end, save the final actor to ``<output_dir>/model`` and print
+    the first and last value of the ``reported`` metrics; returns every step's metrics."""
+    model_dir = Path(settings.output_dir) / "model"
+    with PPOTrainer(config) as trainer:
+        history = trainer.fit()
+        trainer.roles.actor.export_hf(str(model_dir))
+    print(f"\n{len(history)} steps\n{summarize(history, reported)}\nmodel: {model_dir}")
+    return history

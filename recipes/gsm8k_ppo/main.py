@@ -14,12 +14,11 @@ Run from the repository root after preparing the data (see README.md)::
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from hf_algos.trainers import PPOTrainer
-from recipes.gsm8k.recipe import load_rl_config, summarize
+from recipes.cli import parse_recipe_args
+from recipes.gsm8k.recipe import load_rl_config, train_and_export
 
 CONFIG_PATH = Path(__file__).with_name("config.yaml")
 
@@ -30,22 +29,9 @@ REPORTED = ("critic/score/mean", "actor/pg_loss", "critic/vf_loss", "val/accurac
 def run(overrides: Sequence[str] = (), config_path: Path = CONFIG_PATH) -> list[dict[str, float]]:
     """Train as the config says, save the final actor; returns every step's metrics."""
     settings, config = load_rl_config(config_path, overrides, "gsm8k_ppo")
-    model_dir = Path(settings.output_dir) / "model"
-    with PPOTrainer(config) as trainer:
-        history = trainer.fit()
-        trainer.roles.actor.export_hf(str(model_dir))
-    print(f"\n{len(history)} steps\n{summarize(history, REPORTED)}\nmodel: {model_dir}")
-    return history
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Command line: an optional config file and ``key.sub=value`` overrides."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--config", type=Path, default=CONFIG_PATH, help="recipe YAML file")
-    parser.add_argument("overrides", nargs="*", help="key.sub=value overrides of the YAML")
-    return parser.parse_args(argv)
+    return train_and_export(settings, config, REPORTED)
 
 
 if __name__ == "__main__":  # the guard matters: vLLM starts its engine in subprocesses
-    args = parse_args()
+    args = parse_recipe_args(__doc__, CONFIG_PATH)
     run(args.overrides, args.config)

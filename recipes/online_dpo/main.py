@@ -21,7 +21,6 @@ script spells them out. Run from the repository root (about a minute on 2 CPU co
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 from collections.abc import Iterator, Sequence
@@ -56,6 +55,7 @@ from hf_engines.workers import ActorConfig, ActorWorker, ReferenceWorker
 from hf_protocol import DataProto
 from hf_rollout import RolloutConfig, SamplingConfig
 from hf_rollout.workers import RolloutWorker
+from recipes.cli import parse_recipe_args
 
 CONFIG_PATH = Path(__file__).with_name("config.yaml")
 
@@ -245,14 +245,6 @@ def run(overrides: Sequence[str] = (), config_path: Path = CONFIG_PATH) -> list[
     return history
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Command line: an optional config file and ``key=value`` overrides."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--config", type=Path, default=CONFIG_PATH, help="recipe YAML file")
-    parser.add_argument("overrides", nargs="*", help="key=value overrides of the YAML")
-    return parser.parse_args(argv)
-
-
 if __name__ == "__main__":  # the guard matters: vLLM starts its engine in subprocesses
-    args = parse_args()
+    args = parse_recipe_args(__doc__, CONFIG_PATH)
     run(args.overrides, args.config)

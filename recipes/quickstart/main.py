@@ -20,7 +20,6 @@ Run from the repository root (about 3-4 minutes on 2 CPU cores)::
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import time
 from collections.abc import Sequence
@@ -30,6 +29,7 @@ from typing import Any
 
 from hf_algos.config import RLConfig, SFTConfig, apply_overrides, build_config, read_yaml
 from hf_algos.trainers import PPOTrainer, SFTTrainer
+from recipes.cli import parse_recipe_args
 from recipes.quickstart.plots import plot_curves
 from recipes.quickstart.task import (
     ModelShape,
@@ -152,14 +152,6 @@ def run_quickstart(
     return result
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Command line: an optional config file and ``key.sub=value`` overrides."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, default=CONFIG_PATH, help="recipe YAML file")
-    parser.add_argument("overrides", nargs="*", help="key.sub=value overrides of the YAML")
-    return parser.parse_args(argv)
-
-
 if __name__ == "__main__":
-    args = parse_args()
+    args = parse_recipe_args(__doc__, CONFIG_PATH)
     run_quickstart(args.overrides, args.config)
