@@ -14,22 +14,13 @@ from torch.distributed.fsdp import (
 from transformers import PreTrainedModel
 
 from hf_engines.config import FSDPConfig
+from hf_engines.distributed import resolve_compute_device
 from hf_engines.models import transformer_blocks
 
 
 def resolve_device(config: FSDPConfig) -> torch.device:
     """The compute device: CUDA when asked, or with ``auto`` when the backend is NCCL."""
-    use_cuda = config.device == "cuda" or (
-        config.device == "auto" and "nccl" in str(dist.get_backend()).lower()
-    )
-    if not use_cuda:
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise RuntimeError(
-            "fsdp.device asks for CUDA but no CUDA device is visible; set fsdp.device='cpu' "
-            "and use the gloo backend to run on the CPU"
-        )
-    return torch.device("cuda", torch.cuda.current_device())
+    return resolve_compute_device(config.device, "fsdp")
 
 
 def build_mesh(config: FSDPConfig, device_type: str) -> DeviceMesh:

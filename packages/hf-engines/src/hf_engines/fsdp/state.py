@@ -2,52 +2,27 @@
 
 from __future__ import annotations
 
-import copy
 import json
-import random
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from safetensors.torch import save_file
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.tensor import DTensor
 from torch.optim.lr_scheduler import LRScheduler
 from transformers import PreTrainedModel
 
-# Tokenizer and chat-template files are copied from the source model directory on export.
-_TOKENIZER_FILES = (
-    "tokenizer*",
-    "special_tokens_map.json",
-    "vocab*",
-    "merges.txt",
-    "chat_template*",
-)
+# Re-exported: the FSDP engine calls ``state.move_optimizer_state``.
+from hf_engines.checkpointing import move_optimizer_state as move_optimizer_state
+from hf_engines.checkpointing import rng_state, set_rng_state, write_hf_directory
+
 _DCP_DIR = "dcp"
 
 
 def _extra_state_file(directory: Path, rank: int) -> Path:
     return directory / f"extra_state_rank{rank}.pt"
-
-
-def rng_state() -> dict[str, Any]:
-    """This process's random number generator states (torch CPU, CUDA, Python)."""
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what :func:`rng_state` returned."""
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def save_checkpoint(
@@ -138,23 +113,8 @@ def export_hf(
         if rank == 0 and name not in skip:
             weights[name] = full.detach().to("cpu", copy=True).contiguous()
     if rank == 0:
-        directory.mkdir(parents=True, exist_ok=True)
-        config = copy.deepcopy(model.config)
-        config.architectures = [class_name]
-        config.save_pretrained(directory)
-        if getattr(model, "generation_config", None) is not None:
-            model.generation_config.save_pretrained(directory)
-        save_file(weights, str(directory / "model.safetensors"), metadata={"format": "pt"})
-        if source_dir is not None:
-            for pattern in _TOKENIZER_FILES:
-                for path in Path(source_dir).glob(pattern):
-                    shutil.copy2(path, directory / path.name)
+        generation_config = getattr(model, "generation_config", None)
+        write_hf_directory(
+            directory, weights, model.config, class_name, source_dir, generation_config
+        )
     dist.barrier()
-
-
-def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
-    """Move every tensor of the optimizer's state to ``device`` in place."""
-    for state in optimizer.state.values():
-        for key, value in state.items():
-            if isinstance(value, torch.Tensor):
-                state[key] = value.to(device, non_blocking=True)

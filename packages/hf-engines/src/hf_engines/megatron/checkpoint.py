@@ -7,10 +7,8 @@ tensor / pipeline layout only. For another layout, export to Hugging Face and st
 
 from __future__ import annotations
 
-import copy
 import json
 import re
-import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,12 +17,11 @@ import torch
 import torch.distributed as dist
 from megatron.core.models.gpt import GPTModel
 from megatron.core.tensor_parallel import get_cuda_rng_tracker
-from safetensors.torch import save_file
 from torch.optim.lr_scheduler import LRScheduler
 from transformers import PretrainedConfig
 
+from hf_engines.checkpointing import rng_state, set_rng_state, write_hf_directory
 from hf_engines.config import MegatronConfig
-from hf_engines.fsdp.state import _TOKENIZER_FILES, rng_state, set_rng_state
 from hf_engines.megatron.convert import mcore_layer_to_hf
 
 _FORMAT = "hf-engines/megatron-per-rank"
@@ -179,21 +176,5 @@ def export_hf(
         if rank == 0 and not (tied and name == "lm_head.weight"):
             weights[name] = tensor.detach().to("cpu", copy=True).contiguous()
     if rank == 0:
-        directory.mkdir(parents=True, exist_ok=True)
-        config = copy.deepcopy(hf_config)
-        config.architectures = [class_name]
-        config.save_pretrained(directory)
-        save_file(weights, str(directory / "model.safetensors"), metadata={"format": "pt"})
-        if source_dir is not None:
-            for pattern in _TOKENIZER_FILES:
-                for path in Path(source_dir).glob(pattern):
-                    shutil.copy2(path, directory / path.name)
+        write_hf_directory(directory, weights, hf_config, class_name, source_dir)
     dist.barrier()
-
-
-def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
-    """Move every tensor of the optimizer's state to ``device`` in place."""
-    for state in optimizer.state.values():
-        for key, value in state.items():
-            if isinstance(value, torch.Tensor):
-                state[key] = value.to(device, non_blocking=True)

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 from megatron.core import parallel_state
 
+from hf_engines.checkpointing import move_optimizer_state
 from hf_engines.config import ConfigError, EngineConfig
 from hf_engines.engine import LossFn, ModelOutputs
 from hf_engines.logprob import response_log_probs
@@ -245,7 +246,7 @@ class MegatronEngine:
         if self.device.type == "cpu":
             return
         self.model.to("cpu")
-        checkpoint.move_optimizer_state(self.optimizer, torch.device("cpu"))
+        move_optimizer_state(self.optimizer, torch.device("cpu"))
         torch.cuda.empty_cache()
 
     def onload(self) -> None:
@@ -253,7 +254,7 @@ class MegatronEngine:
         if self.device.type == "cpu":
             return
         self.model.to(self.device)
-        checkpoint.move_optimizer_state(self.optimizer, self.device)
+        move_optimizer_state(self.optimizer, self.device)
 
 
 def _from_last_stage(values: dict[str, float]) -> dict[str, float]:

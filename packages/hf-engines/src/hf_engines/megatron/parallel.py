@@ -7,22 +7,13 @@ import torch.distributed as dist
 from megatron.core import parallel_state
 
 from hf_engines.config import MegatronConfig
+from hf_engines.distributed import resolve_compute_device
 from hf_engines.megatron.cpu_compat import enable_cpu_execution
 
 
 def resolve_device(config: MegatronConfig) -> torch.device:
     """The compute device: CUDA when asked, or with ``auto`` when the backend is NCCL."""
-    use_cuda = config.device == "cuda" or (
-        config.device == "auto" and "nccl" in str(dist.get_backend()).lower()
-    )
-    if not use_cuda:
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise RuntimeError(
-            "megatron.device asks for CUDA but no CUDA device is visible; set "
-            "megatron.device='cpu' and use the gloo backend to run on the CPU"
-        )
-    return torch.device("cuda", torch.cuda.current_device())
+    return resolve_compute_device(config.device, "megatron")
 
 
 def initialize_parallel(config: MegatronConfig) -> torch.device:
