@@ -51,12 +51,16 @@ class FSDPEngine:
         shard_model(model, self.mesh, config.fsdp)
         self.model = model
         optim = config.optim
+        # foreach=True: torch picks it only for CUDA parameters; on the CPU the default
+        # per-tensor loop pays one DTensor dispatch per op and parameter (the step of the
+        # quickstart's 0.5M-parameter model: 3.0 -> 1.7 ms), and the result is bit-identical.
         self.optimizer = torch.optim.AdamW(
             model.parameters(),
             lr=optim.lr,
             betas=optim.betas,
             eps=optim.eps,
             weight_decay=optim.weight_decay,
+            foreach=True,
         )
         self.scheduler = build_lr_scheduler(
             self.optimizer,
@@ -190,9 +194,14 @@ class FSDPEngine:
     def _clip_gradients(self) -> float:
         """Clip the global gradient norm (if configured) and return it before clipping."""
         max_norm = self.config.optim.grad_clip
-        norm = torch.nn.utils.clip_grad_norm_(
-            self.model.parameters(), max_norm=math.inf if max_norm is None else max_norm
-        )
+        if max_norm is None:
+            # Only the norm: clip_grad_norm_ would also multiply every gradient by 1.0.
+            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+            norm = torch.nn.utils.get_total_norm(grads, foreach=True)
+        else:
+            norm = torch.nn.utils.clip_grad_norm_(
+                self.model.parameters(), max_norm=max_norm, foreach=True
+            )
         if isinstance(norm, DTensor):
             norm = norm.full_tensor()
         return float(norm)
