@@ -181,7 +181,7 @@ class RewardManager:
             deadline = _now() + timeout * rounds + self.config.hard_timeout_grace_s
             # Samples travel in chunks (about four per worker), not one by one: a round trip
             # to a worker costs more than a cheap rule-based score (128 samples, 1 worker:
-            # 10 -> 3 ms). Each sample keeps its own alarm inside the worker.
+            # 9.0 -> 3.4 ms). Each sample keeps its own alarm inside the worker.
             size = max(1, len(jobs) // (self.config.num_workers * _CHUNKS_PER_WORKER))
             chunks = [jobs[i : i + size] for i in range(0, len(jobs), size)]
             handles = [pool.apply_async(run_scoring_chunk, (chunk,)) for chunk in chunks]
