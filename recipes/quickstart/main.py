@@ -12,7 +12,7 @@ What it really is:
 4. save the trained model as a Hugging Face directory, metrics as jsonl and TensorBoard
    events, and a PNG of the reward, accuracy and response-length curves.
 
-Run from the repository root (about 3-4 minutes on 2 CPU cores)::
+Run from the repository root (about 2 minutes on 2 idle CPU cores, 3-5 under load)::
 
     python -m recipes.quickstart.main
     python -m recipes.quickstart.main grpo.trainer.total_training_steps=100 workdir=/tmp/qs
