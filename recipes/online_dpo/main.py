@@ -45,8 +45,9 @@ from hf_controller import (
     ClassWithInitArgs,
     RayClassWithInitArgs,
     RayResourcePool,
-    RayWorkerGroup,
+    WorkerGroup,
     create_colocated_worker_cls_fused,
+    make_worker_group,
 )
 from hf_engines import EngineConfig
 from hf_engines.config import MicroBatchConfig, ModelConfig, OptimConfig
@@ -118,7 +119,7 @@ class Roles(NamedTuple):
     actor: Any
     ref: Any
     rollout: Any
-    group: RayWorkerGroup
+    group: WorkerGroup
     pool: RayResourcePool
 
 
@@ -160,7 +161,9 @@ def build_roles(config: OnlineDPOConfig, model_path: str, pad_token_id: int) -> 
         "rollout": RayClassWithInitArgs(RolloutWorker, rollout),
     }
     pool = RayResourcePool([config.workers], use_gpu=config.use_gpu, name_prefix="online_dpo")
-    group = RayWorkerGroup(pool, create_colocated_worker_cls_fused(roles), name_prefix="online_dpo")
+    group = make_worker_group(
+        pool, create_colocated_worker_cls_fused(roles), name_prefix="online_dpo"
+    )
     views: dict[str, Any] = group.spawn(roles)  # role name -> the group's view of that role
     for role in ("actor", "ref", "rollout"):
         views[role].init_model()

@@ -27,9 +27,9 @@ from typing import Any
 from hf_controller import (
     RayClassWithInitArgs,
     RayResourcePool,
-    RayWorkerGroup,
     ensure_ray,
     export_chrome_trace,
+    make_worker_group,
 )
 from recipes.parallel_map.config import ParallelMapConfig, field_docs
 from recipes.parallel_map.corpus import generate_corpus
@@ -91,7 +91,7 @@ def run_once(files: FileList, workers: int, backend: str, rounds: int) -> RunRes
     group = None
     try:
         started = time.perf_counter()
-        group = RayWorkerGroup(
+        group = make_worker_group(
             pool, RayClassWithInitArgs(cls=WordCountWorker), name_prefix=name, backend=backend
         )
         # One empty call outside the timer (execute_all skips it), so the timed rounds do

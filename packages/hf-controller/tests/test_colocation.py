@@ -54,9 +54,9 @@ def roles() -> dict[str, RayClassWithInitArgs]:
 
 
 def test_colocated_roles_share_one_process_per_rank(ray_session: Any) -> None:
-    group = RayWorkerGroup(
-        RayResourcePool([2], use_gpu=False), create_colocated_worker_cls(roles())
-    )
+    colocated = create_colocated_worker_cls(roles())
+    colocated.update_options({"max_concurrency": 2})  # Ray actor options apply to it too
+    group = RayWorkerGroup(RayResourcePool([2], use_gpu=False), colocated)
     views = group.spawn({"actor", "rollout"})
     actor_info, rollout_info = views["actor"].describe(), views["rollout"].describe()
     assert [i[0] for i in actor_info] == ["actor", "actor"] and actor_info[0][2] == 0.5

@@ -14,6 +14,7 @@ from hf_controller.dispatch import (
     update_dispatch_mode,
 )
 from hf_controller.errors import ConfigurationError, WorkerDiedError, WorkerGroupError
+from hf_controller.factory import make_worker_group
 from hf_controller.futures import GroupFuture
 from hf_controller.local import LocalWorkerGroup
 from hf_controller.ray.cluster import ensure_ray
@@ -22,11 +23,12 @@ from hf_controller.ray.resource_pool import (
     merge_resource_pool,
     split_resource_pool,
 )
-from hf_controller.ray.worker_group import RayClassWithInitArgs, RayWorkerGroup
+from hf_controller.ray.worker_group import RayWorkerGroup
 from hf_controller.sharding import split_balanced
 from hf_controller.tracing import CallTiming, export_chrome_trace
 from hf_controller.worker import Worker
-from hf_controller.worker_group import ClassWithInitArgs, ResourcePool, WorkerGroup
+from hf_controller.worker_class import ClassWithInitArgs, RayClassWithInitArgs
+from hf_controller.worker_group import ResourcePool, WorkerGroup
 
 __version__ = "0.1.0"
 
@@ -51,6 +53,7 @@ __all__ = [
     "ensure_ray",
     "export_chrome_trace",
     "make_nd_compute_dataproto_dispatch_fn",
+    "make_worker_group",
     "merge_resource_pool",
     "register",
     "register_dispatch_mode",

@@ -16,9 +16,13 @@ from typing import Any
 
 from hf_controller.decorator import MAGIC_ATTR
 from hf_controller.worker import Worker
-from hf_controller.worker_group import ClassWithInitArgs, registered_methods, unwrap_worker_class
-
-ROLES_ATTR = "__hf_colocated_roles__"
+from hf_controller.worker_class import (
+    ROLES_ATTR,
+    ClassWithInitArgs,
+    RayClassWithInitArgs,
+    registered_methods,
+    unwrap_worker_class,
+)
 
 
 def _forwarder(role: str, name: str, target: Callable[..., Any]) -> Callable[..., Any]:
@@ -35,7 +39,7 @@ def _forwarder(role: str, name: str, target: Callable[..., Any]) -> Callable[...
     return forward
 
 
-def _build(class_dict: dict[str, ClassWithInitArgs], fused: bool) -> ClassWithInitArgs:
+def _build(class_dict: dict[str, ClassWithInitArgs], fused: bool) -> RayClassWithInitArgs:
     if not class_dict:
         raise ValueError("a colocated worker needs at least one role")
     roles = {role: unwrap_worker_class(c.cls) for role, c in class_dict.items()}
@@ -63,31 +67,23 @@ def _build(class_dict: dict[str, ClassWithInitArgs], fused: bool) -> ClassWithIn
         "Fused_" + "_".join(roles) if fused else "Colocated_" + "_".join(roles)
     )
     setattr(ColocatedWorker, ROLES_ATTR, roles)
-
-    from hf_controller.ray.worker_group import RayClassWithInitArgs
-
     return RayClassWithInitArgs(cls=ColocatedWorker)
 
 
-def create_colocated_worker_cls(class_dict: dict[str, ClassWithInitArgs]) -> ClassWithInitArgs:
-    """A worker class that hosts every role of ``class_dict`` in one process."""
+def create_colocated_worker_cls(
+    class_dict: dict[str, ClassWithInitArgs],
+) -> RayClassWithInitArgs:
+    """A worker class that hosts every role of ``class_dict`` in one process.
+
+    Any worker group (Ray or local) accepts the result; ``update_options`` on it sets
+    Ray actor options.
+    """
     return _build(class_dict, fused=False)
 
 
 def create_colocated_worker_cls_fused(
     class_dict: dict[str, ClassWithInitArgs],
-) -> ClassWithInitArgs:
+) -> RayClassWithInitArgs:
     """Like :func:`create_colocated_worker_cls`; each role also sees its siblings in
     ``self.fused_workers`` (same process, shared memory)."""
     return _build(class_dict, fused=True)
-
-
-def role_classes(cls_with_init: ClassWithInitArgs) -> dict[str, type]:
-    """The role classes of a colocated worker class."""
-    roles = getattr(unwrap_worker_class(cls_with_init.cls), ROLES_ATTR, None)
-    if roles is None:
-        raise ValueError(
-            "spawn/fuse need a worker class made by create_colocated_worker_cls(_fused); "
-            f"got {cls_with_init.cls!r}"
-        )
-    return dict(roles)

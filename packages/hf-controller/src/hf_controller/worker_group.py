@@ -15,10 +15,11 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from hf_controller.decorator import Dispatch, Execute, MethodSpec, method_spec
+from hf_controller.decorator import Dispatch, Execute, MethodSpec
 from hf_controller.dispatch import PADDABLE_MODES, resolve_dispatch_mode
 from hf_controller.sharding import Padding, is_shardable, pad_to_multiple, unpad
 from hf_controller.tracing import CallTimer, CallTiming, export_chrome_trace
+from hf_controller.worker_class import ClassWithInitArgs, registered_methods, role_classes
 
 
 class ResourcePool:
@@ -60,40 +61,6 @@ class ResourcePool:
         return [i for n in self._store for i in range(n)]
 
 
-class ClassWithInitArgs:
-    """A worker class and the arguments to construct it with, kept until the group creates it."""
-
-    def __init__(self, cls: type, *args: Any, **kwargs: Any) -> None:
-        self.cls = cls
-        self.args = args
-        self.kwargs = kwargs
-
-    @property
-    def user_class(self) -> type:
-        """The plain Python class (unwrapped from ``@ray.remote`` when decorated)."""
-        return unwrap_worker_class(self.cls)
-
-    def __call__(self) -> Any:
-        """Construct the worker in this process."""
-        return self.user_class(*self.args, **self.kwargs)
-
-
-def unwrap_worker_class(cls: Any) -> type:
-    """The user's class behind a ``@ray.remote`` actor class (or ``cls`` itself)."""
-    inner = getattr(cls, "__ray_actor_class__", None)
-    return inner if isinstance(inner, type) else cls
-
-
-def registered_methods(cls: type) -> dict[str, MethodSpec]:
-    """Every ``@register``-ed method of ``cls`` (inherited ones included) and its spec."""
-    found = {}
-    for name in dir(cls):
-        spec = method_spec(getattr(cls, name, None))
-        if spec is not None:
-            found[name] = spec
-    return found
-
-
 class WorkerGroup:
     """Backend-independent part of a worker group. Subclasses implement
     :meth:`_execute` (start one call per rank) and :meth:`_wait` (results in order)."""
@@ -121,6 +88,10 @@ class WorkerGroup:
 
     def _wait(self, method: str, handles: list[Any], ranks: list[int]) -> list[Any]:
         """Turn handles into results, in order, raising :class:`WorkerGroupError` on failure."""
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        """End the group's workers (the group cannot be called afterwards)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ binding
@@ -248,8 +219,6 @@ class WorkerGroup:
 
         Needs a worker class made by ``create_colocated_worker_cls(_fused)``.
         """
-        from hf_controller.colocation import role_classes
-
         roles = role_classes(self.cls_with_init)
         views: dict[str, WorkerGroup] = {}
         for prefix in prefix_set:

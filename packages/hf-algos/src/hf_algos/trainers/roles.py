@@ -27,8 +27,8 @@ from hf_controller import (
     Dispatch,
     RayClassWithInitArgs,
     RayResourcePool,
-    RayWorkerGroup,
     create_colocated_worker_cls_fused,
+    make_worker_group,
     register,
 )
 from hf_engines.workers import ActorWorker
@@ -109,7 +109,7 @@ def build_role_groups(
         fused_roles["rollout"] = rollout
     prefix = f"hf_{uuid.uuid4().hex[:6]}"
     pool = _pool(trainer, trainer.n_workers, f"{prefix}_train")
-    group = RayWorkerGroup(
+    group = make_worker_group(
         pool,
         create_colocated_worker_cls_fused(fused_roles),  # type: ignore[arg-type]
         name_prefix=f"{prefix}_train",
@@ -120,7 +120,7 @@ def build_role_groups(
     rollout_group = views.get("rollout")
     if rollout is not None and not hybrid:
         rollout_pool = _pool(trainer, trainer.rollout_workers or trainer.n_workers, prefix)
-        rollout_group = RayWorkerGroup(
+        rollout_group = make_worker_group(
             rollout_pool, rollout, name_prefix=f"{prefix}_rollout", backend=trainer.backend
         )
         owned += [rollout_group, rollout_pool]

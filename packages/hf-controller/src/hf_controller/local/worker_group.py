@@ -3,8 +3,10 @@
 Every rank is an ordinary object in this process and calls run one after the
 other, so ``breakpoint()`` inside a worker method stops right there and a
 debugger steps from the driver into the worker. Dispatch and collect are the
-very same as on Ray. Select it with ``RayWorkerGroup(..., backend="local")`` or
-``HF_CONTROLLER_BACKEND=local``; no other change to the driver is needed.
+very same as on Ray. Build it directly, or with
+``make_worker_group(..., backend="local")`` / ``HF_CONTROLLER_BACKEND=local`` where the
+driver builds its groups with :func:`hf_controller.make_worker_group`; no other change
+to the driver is needed.
 
 Differences from Ray: ``blocking=False`` returns the results (already
 computed); ranks share one process, so ``torch.distributed`` with more than one
@@ -21,12 +23,8 @@ from typing import Any
 
 from hf_controller.errors import WorkerGroupError
 from hf_controller.worker import WorkerIdentity, worker_context
-from hf_controller.worker_group import (
-    ClassWithInitArgs,
-    ResourcePool,
-    WorkerGroup,
-    unwrap_worker_class,
-)
+from hf_controller.worker_class import ClassWithInitArgs, unwrap_worker_class
+from hf_controller.worker_group import ResourcePool, WorkerGroup
 
 
 class LocalWorkerGroup(WorkerGroup):

@@ -17,21 +17,8 @@ from hf_controller.ray.cluster import LOOPBACK_ENV, ensure_ray
 from hf_controller.ray.failures import wait_for_results
 from hf_controller.ray.resource_pool import BundleSlot, RayResourcePool
 from hf_controller.worker import GROUP_NAME_ENV, RESERVED_ENV, master_address
-from hf_controller.worker_group import ClassWithInitArgs, WorkerGroup, unwrap_worker_class
-
-BACKEND_ENV = "HF_CONTROLLER_BACKEND"
-
-
-class RayClassWithInitArgs(ClassWithInitArgs):
-    """A worker class (plain or ``@ray.remote``) with constructor arguments and actor options."""
-
-    def __init__(self, cls: type, *args: Any, **kwargs: Any) -> None:
-        super().__init__(cls, *args, **kwargs)
-        self.options: dict[str, Any] = {}
-
-    def update_options(self, options: dict[str, Any]) -> None:
-        """Extra ``ray.remote`` options for every actor (e.g. ``max_concurrency``)."""
-        self.options.update(options)
+from hf_controller.worker_class import ROLES_ATTR, ClassWithInitArgs, unwrap_worker_class
+from hf_controller.worker_group import WorkerGroup
 
 
 @functools.lru_cache(maxsize=1)
@@ -67,8 +54,6 @@ def make_picklable_for_workers(cls: type) -> None:
     """
     from ray import cloudpickle
 
-    from hf_controller.colocation import ROLES_ATTR
-
     for klass in [cls, *getattr(cls, ROLES_ATTR, {}).values()]:
         top = sys.modules.get(klass.__module__.split(".")[0])
         if top is None or klass.__module__ == "__main__" or _importable_by_workers(top):
@@ -80,19 +65,9 @@ def make_picklable_for_workers(cls: type) -> None:
 class RayWorkerGroup(WorkerGroup):
     """A group of Ray actors, one per bundle of ``resource_pool``, all of one worker class.
 
-    ``backend="local"`` (or ``HF_CONTROLLER_BACKEND=local``) runs the same class in
-    the driver process instead; see :class:`hf_controller.LocalWorkerGroup`.
+    To let the caller (or ``HF_CONTROLLER_BACKEND``) pick the Ray or the local backend,
+    build groups with :func:`hf_controller.make_worker_group`.
     """
-
-    def __new__(cls, *args: Any, backend: str | None = None, **kwargs: Any) -> Any:
-        chosen = backend or os.environ.get(BACKEND_ENV, "ray")
-        if chosen == "local":
-            from hf_controller.local import LocalWorkerGroup
-
-            return LocalWorkerGroup(*args, **kwargs)
-        if chosen != "ray":
-            raise ConfigurationError(f"unknown backend {chosen!r}; use 'ray' or 'local'")
-        return super().__new__(cls)
 
     def __init__(
         self,
@@ -102,13 +77,17 @@ class RayWorkerGroup(WorkerGroup):
         detached: bool = False,
         worker_names: list[str] | None = None,
         worker_env: dict[str, str] | None = None,
-        backend: str | None = None,
         **kwargs: Any,
     ) -> None:
         if ray_cls_with_init is None:
             raise ConfigurationError("RayWorkerGroup needs ray_cls_with_init (the worker class)")
         if kwargs:
-            raise ConfigurationError(f"unknown RayWorkerGroup arguments {sorted(kwargs)}")
+            hint = (
+                "; to choose a backend use hf_controller.make_worker_group(..., backend=...)"
+                if "backend" in kwargs
+                else ""
+            )
+            raise ConfigurationError(f"unknown RayWorkerGroup arguments {sorted(kwargs)}{hint}")
         ensure_ray()
         user_class = unwrap_worker_class(ray_cls_with_init.cls)
         name = name_prefix or f"{user_class.__name__}_{uuid.uuid4().hex[:6]}"
@@ -209,7 +188,7 @@ class RayWorkerGroup(WorkerGroup):
                     "from_detached needs worker_names, or name_prefix and world_size"
                 )
             worker_names = [f"{name_prefix}:{rank}" for rank in range(world_size)]
-        group = cls(ray_cls_with_init=ray_cls_with_init, worker_names=worker_names, backend="ray")
+        group = cls(ray_cls_with_init=ray_cls_with_init, worker_names=worker_names)
         if name_prefix is not None:
             group.name = name_prefix
             group.timer.group = name_prefix
