@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import torch
 
-from hf_algos.config import ConfigError
 from hf_algos.data import read_rows, write_rows
 from hf_algos.rewards import SCORING_FUNCTIONS
+from hf_controller import ConfigurationError
 from recipes.gsm8k.prepare_data import DATA_SOURCE, prepare_gsm8k
 from recipes.gsm8k.synthetic import CPU_OVERRIDES, build_tiny_setup
 
@@ -88,9 +88,9 @@ def test_prepare_data_errors_name_the_problem(tmp_path: Path) -> None:
 def test_recipe_names_missing_model_and_data(tmp_path: Path) -> None:
     from recipes.gsm8k_grpo.main import run
 
-    with pytest.raises(ConfigError, match=r"recipe\.model_path"):
+    with pytest.raises(ConfigurationError, match=r"recipe\.model_path"):
         run([])
-    with pytest.raises(ConfigError, match=r"recipes\.gsm8k\.prepare_data"):
+    with pytest.raises(ConfigurationError, match=r"recipes\.gsm8k\.prepare_data"):
         run([f"recipe.model_path={tmp_path}", "data.train_files=[nowhere/train.parquet]"])
 
 
