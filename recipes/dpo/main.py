@@ -65,11 +65,17 @@ def fill_in(raw: dict[str, Any], settings: RecipeSettings) -> dict[str, Any]:
     return apply_overrides(raw, fills)
 
 
+def load_dpo_config(path: Path, overrides: Sequence[str]) -> tuple[RecipeSettings, DPOConfig]:
+    """The recipe's settings and its validated :class:`DPOConfig` (YAML + overrides); makes
+    the tiny model and the generated pairs first when the config names none."""
+    raw = apply_overrides(read_yaml(path), list(overrides))
+    settings = build_config(RecipeSettings, raw.pop("recipe", None) or {}, "recipe")
+    return settings, build_config(DPOConfig, fill_in(raw, settings))
+
+
 def run(overrides: Sequence[str] = (), config_path: Path = CONFIG_PATH) -> list[dict[str, float]]:
     """Train as the config says, save the final model; returns every step's metrics."""
-    raw = apply_overrides(read_yaml(config_path), list(overrides))
-    settings = build_config(RecipeSettings, raw.pop("recipe", None) or {}, "recipe")
-    config = build_config(DPOConfig, fill_in(raw, settings))
+    settings, config = load_dpo_config(config_path, overrides)
     model_dir = Path(settings.workdir) / "model"
     with DPOTrainer(config) as trainer:
         history = trainer.fit()

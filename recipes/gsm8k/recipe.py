@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hf_algos.config import ConfigError, RLConfig, apply_overrides, build_config, read_yaml
+from hf_algos.config import RLConfig, apply_overrides, build_config, read_yaml
 from hf_algos.trainers import PPOTrainer
+from hf_controller import ConfigurationError
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def check_data_files(raw: dict[str, Any]) -> None:
     files = [*(get_path(raw, "data.train_files") or []), *(get_path(raw, "data.val_files") or [])]
     missing = [f for f in files if not Path(f).exists()]
     if missing:
-        raise ConfigError(
+        raise ConfigurationError(
             f"data files {missing} do not exist; make them from a local copy of GSM8K with "
             "`python -m recipes.gsm8k.prepare_data --src <gsm8k folder> --out data/gsm8k`, or "
             "set data.train_files / data.val_files"
@@ -64,7 +65,7 @@ def load_rl_config(
     raw = apply_overrides(read_yaml(path), list(overrides))
     settings = build_config(RecipeSettings, raw.pop("recipe", None) or {}, "recipe")
     if settings.model_path is None:
-        raise ConfigError(
+        raise ConfigurationError(
             "recipe.model_path is not set; give a local model directory, e.g. `python -m "
             f"recipes.{recipe_name}.main recipe.model_path=/models/Qwen2.5-0.5B-Instruct`"
         )

@@ -137,8 +137,19 @@ def prepare(config: OnlineDPOConfig) -> tuple[str, list[str]]:
     return model_path, files
 
 
-def build_roles(config: OnlineDPOConfig, model_path: str, pad_token_id: int) -> Roles:
-    """Actor (with the DPO loss), reference and rollout, fused in one group of processes."""
+class RoleConfigs(NamedTuple):
+    """The configs of the fused group's roles (built and checked in the driver)."""
+
+    actor: ActorConfig
+    """The policy, updated with the DPO loss."""
+    engine: EngineConfig
+    """The reference's engine (the actor's, frozen)."""
+    rollout: RolloutConfig
+    """The sampler, on the same model."""
+
+
+def role_configs(config: OnlineDPOConfig, model_path: str, pad_token_id: int) -> RoleConfigs:
+    """The actor, reference and rollout configs; starts no process (the tests build these)."""
     engine = EngineConfig(
         model=ModelConfig(path=model_path, dtype=config.dtype),  # type: ignore[arg-type]
         optim=config.optim,
@@ -146,7 +157,6 @@ def build_roles(config: OnlineDPOConfig, model_path: str, pad_token_id: int) -> 
     )
     # One optimizer step per batch of pairs: a mini-batch as large as the most pairs a step has.
     actor = ActorConfig(engine=engine, ppo_mini_batch_size=2 * config.prompts_per_step)
-    loss = functools.partial(dpo_loss_fn, beta=config.beta, loss_type=config.loss_type)
     rollout = RolloutConfig(
         backend=config.rollout_backend,
         model_path=model_path,
@@ -155,10 +165,17 @@ def build_roles(config: OnlineDPOConfig, model_path: str, pad_token_id: int) -> 
         seed=config.seed,
         device="cuda" if config.use_gpu else "cpu",
     )
+    return RoleConfigs(actor, engine, rollout)
+
+
+def build_roles(config: OnlineDPOConfig, model_path: str, pad_token_id: int) -> Roles:
+    """Actor (with the DPO loss), reference and rollout, fused in one group of processes."""
+    configs = role_configs(config, model_path, pad_token_id)
+    loss = functools.partial(dpo_loss_fn, beta=config.beta, loss_type=config.loss_type)
     roles: dict[str, ClassWithInitArgs] = {
-        "actor": RayClassWithInitArgs(ActorWorker, actor, loss),
-        "ref": RayClassWithInitArgs(ReferenceWorker, engine),
-        "rollout": RayClassWithInitArgs(RolloutWorker, rollout),
+        "actor": RayClassWithInitArgs(ActorWorker, configs.actor, loss),
+        "ref": RayClassWithInitArgs(ReferenceWorker, configs.engine),
+        "rollout": RayClassWithInitArgs(RolloutWorker, configs.rollout),
     }
     pool = RayResourcePool([config.workers], use_gpu=config.use_gpu, name_prefix="online_dpo")
     group = make_worker_group(
@@ -208,9 +225,14 @@ def endless(loader: StatefulDataLoader) -> Iterator[DataProto]:
         yield from loader
 
 
+def load_online_dpo_config(path: Path, overrides: Sequence[str]) -> OnlineDPOConfig:
+    """The recipe's validated config: the YAML at ``path`` with ``key=value`` overrides."""
+    return build_config(OnlineDPOConfig, apply_overrides(read_yaml(path), list(overrides)))
+
+
 def run(overrides: Sequence[str] = (), config_path: Path = CONFIG_PATH) -> list[Metrics]:
     """Train as the config says, save the final model; returns every step's metrics."""
-    config = build_config(OnlineDPOConfig, apply_overrides(read_yaml(config_path), overrides))
+    config = load_online_dpo_config(config_path, overrides)
     model_path, files = prepare(config)
     from transformers import AutoTokenizer
 

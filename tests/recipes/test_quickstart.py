@@ -17,7 +17,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from hf_algos.config import ConfigError
+from hf_controller import ConfigurationError
 from recipes.quickstart.main import run_quickstart
 from recipes.quickstart.plots import series
 
@@ -57,7 +57,7 @@ def test_quickstart_smoke_writes_every_output(ray_session: object, tmp_path: Pat
 
 
 def test_quickstart_rejects_a_bad_key_before_training(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="leraning_rate"):
+    with pytest.raises(ConfigurationError, match="leraning_rate"):
         run_quickstart([f"workdir={tmp_path}", "grpo.actor.engine.optim.leraning_rate=1"])
     assert not (tmp_path / "logs").exists()
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import gen_config_reference as gen
 import pytest
 
-from hf_algos.config import ConfigError, RLConfig, load_config
+from hf_algos.config import RLConfig, load_config
+from hf_controller import ConfigurationError
 from hf_engines import ActorConfig
 
 
@@ -121,5 +122,5 @@ def test_documented_error_messages_are_the_real_ones(
     (workdir / "grpo.yaml").write_text(yaml_text)
     assert message in text
 
-    with pytest.raises(ConfigError, match=re.escape(message)):
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
         load_config(RLConfig, "grpo.yaml", [override])

@@ -162,6 +162,25 @@ def test_registry_holds_the_issue_estimators() -> None:
         register_advantage_estimator("grpo", compute_grpo_outcome_advantage)
 
 
+@pytest.mark.parametrize(
+    ("name", "critic", "greedy", "group"),
+    [
+        ("gae", True, False, 1),
+        ("grpo", False, False, 2),
+        ("rloo", False, False, 2),
+        ("reinforce_plus_plus", False, False, 1),
+        ("reinforce_plus_plus_baseline", False, False, 2),
+        ("remax", False, True, 1),
+    ],
+)
+def test_what_an_estimator_needs_follows_from_its_inputs(
+    name: str, critic: bool, greedy: bool, group: int
+) -> None:
+    entry = ADVANTAGE_ESTIMATORS[name]
+    assert (entry.needs_critic, entry.needs_greedy_baseline) == (critic, greedy)
+    assert entry.min_group_size == group
+
+
 def batch() -> DataProto:
     return DataProto.from_dict(
         tensors={"token_level_rewards": REWARDS.clone(), "response_mask": MASK.clone()},
@@ -179,21 +198,25 @@ def test_compute_advantage_on_dataproto_writes_fields() -> None:
     close(data.batch["advantages"][:, 0], [1 / 3, -2 / 3, 1 / 3, 0.5])
 
 
-def test_compute_advantage_tensor_form_matches_function() -> None:
-    adv, ret = compute_advantage(
-        "gae",
-        token_level_rewards=t([[0, 0, 1]]),
-        values=t([[0.5, 0.5, 0.5]]),
-        response_mask=t([[1, 1, 1]]),
-        gamma=0.5,
-        lam=0.5,
-        whiten=False,
-    )
+def test_compute_advantage_takes_an_entry_and_matches_the_function() -> None:
+    gae = ADVANTAGE_ESTIMATORS["gae"]
+    tensors = {
+        "token_level_rewards": t([[0, 0, 1]]),
+        "values": t([[0.5, 0.5, 0.5]]),
+        "response_mask": t([[1, 1, 1]]),
+    }
+    adv, ret = gae.fn(**tensors, gamma=0.5, lam=0.5, whiten=False)
     close(adv, [[-0.28125, -0.125, 0.5]])
     close(ret, [[0.21875, 0.375, 1.0]])
+    data = compute_advantage(DataProto.from_dict(tensors), gae, gamma=0.5, lam=0.5, whiten=False)
+    assert data.batch is not None
+    close(data.batch["advantages"], adv.tolist())
+    close(data.batch["returns"], ret.tolist())
 
 
 def test_compute_advantage_errors_name_the_fix() -> None:
+    with pytest.raises(TypeError, match=r"takes a DataProto first.*\.fn\("):
+        compute_advantage(REWARDS, "grpo")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"unknown advantage estimator 'ppo'.*grpo"):
         compute_advantage(batch(), "ppo")
     with pytest.raises(TypeError, match=r"takes no \['lam'\]"):

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
+from hf_algos.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    get_advantage_estimator,
+    register_advantage_estimator,
+)
 from hf_algos.config import (
-    ConfigError,
     DPOConfig,
     RLConfig,
     SFTConfig,
@@ -16,6 +22,8 @@ from hf_algos.config import (
     load_config,
     parse_override,
 )
+from hf_algos.trainers.ppo import roles_needed
+from hf_controller import ConfigurationError
 
 # a random model has no tokenizer; any existing directory passes the config-time check
 MODEL = [
@@ -84,6 +92,19 @@ def test_optional_section_and_comma_lists() -> None:
         (["trainer.n_workers=16"], "not divisible by the data-parallel size 16"),
         (["algorithm.adv_estimator=gae"], "needs a value model"),
         (["rollout.n=1", "data.train_batch_size=8"], "rollout.n >= 2"),
+        (
+            [
+                "algorithm.adv_estimator=reinforce_plus_plus_baseline",
+                "rollout.n=1",
+                "data.train_batch_size=8",
+            ],
+            "'reinforce_plus_plus_baseline' compares responses within a prompt's group",
+        ),
+        (["algorithm.adv_estimator=grpo2"], "not a registered advantage estimator"),
+        (
+            ["critic.engine.model.hf_config.model_type=llama", "critic.ppo_mini_batch_size=16"],
+            "'grpo' does not use values; remove the critic section",
+        ),
         (["trainer.test_freq=2"], "data.val_files is empty"),
         (["trainer.resume_mode=path"], "resume_from"),
         (["trainer.backend=local", "trainer.n_workers=2"], "n_workers=1"),
@@ -92,7 +113,7 @@ def test_optional_section_and_comma_lists() -> None:
     ],
 )
 def test_errors_name_value_and_fix(overrides: list[str], expected: str) -> None:
-    with pytest.raises(ConfigError) as error:
+    with pytest.raises(ConfigurationError) as error:
         load(*overrides)
     assert expected in str(error.value)
 
@@ -101,7 +122,7 @@ def test_mini_batch_rule_counts_rows_not_prompts() -> None:
     # 4 prompts x 4 samples = 16 rows; 2 workers -> 8 per rank; micro 4 divides 8/2=4 per rank
     config = load("trainer.n_workers=2", "actor.engine.micro_batch.micro_batch_size=4")
     assert config.trainer.n_workers == 2
-    with pytest.raises(ConfigError, match="each rank's mini-batch of 4 rows"):
+    with pytest.raises(ConfigurationError, match="each rank's mini-batch of 4 rows"):
         load("trainer.n_workers=2", "actor.engine.micro_batch.micro_batch_size=3")
 
 
@@ -110,9 +131,9 @@ def test_override_syntax_errors() -> None:
     assert parse_override("a=x: y") == (["a"], {"x": "y"})
     assert parse_override("a=x: y: z") == (["a"], "x: y: z")
     for bad in ("novalue", "=3", "a..b=1"):
-        with pytest.raises(ConfigError, match=r"key\.sub=value"):
+        with pytest.raises(ConfigurationError, match=r"key\.sub=value"):
             parse_override(bad)
-    with pytest.raises(ConfigError, match="is a value"):
+    with pytest.raises(ConfigurationError, match="is a value"):
         apply_overrides({"a": 1}, ["a.b=2"])
 
 
@@ -127,9 +148,9 @@ def test_dpo_and_sft_checks() -> None:
         ],
     )
     assert dpo.dpo.beta == pytest.approx(0.1)
-    with pytest.raises(ConfigError, match="must be even"):
+    with pytest.raises(ConfigurationError, match="must be even"):
         load_config(DPOConfig, overrides=[*MODEL, "data.train_batch_size=4"])
-    with pytest.raises(ConfigError, match=r"rollout\.n=1 must be >= 2"):
+    with pytest.raises(ConfigurationError, match=r"rollout\.n=1 must be >= 2"):
         load_config(
             DPOConfig,
             overrides=[*MODEL, "dpo.online=true", "actor.engine.micro_batch.micro_batch_size=2"],
@@ -138,7 +159,50 @@ def test_dpo_and_sft_checks() -> None:
         SFTConfig, overrides=[*MODEL, "data.train_batch_size=4", "actor.ppo_mini_batch_size=2"]
     )
     assert sft.loss_mask == "response"
-    with pytest.raises(ConfigError, match="does not divide"):
+    with pytest.raises(ConfigurationError, match="does not divide"):
         load_config(
             SFTConfig, overrides=[*MODEL, "data.train_batch_size=4", "actor.ppo_mini_batch_size=3"]
         )
+
+
+# ---------------------------------------------------------------------- estimator registry
+
+
+def toy_value_advantage(
+    token_level_rewards: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    scale: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A made-up estimator that reads ``values``: ``scale * (r_t - V_t)``; ``(B, R)`` in/out."""
+    advantages = scale * (token_level_rewards - values) * response_mask
+    return advantages, advantages + values
+
+
+@pytest.fixture
+def toy_estimator() -> Iterator[str]:
+    """``toy_value_advantage`` registered for one test, then removed from the registry."""
+    register_advantage_estimator("toy_value", toy_value_advantage)
+    try:
+        yield "toy_value"
+    finally:
+        del ADVANTAGE_ESTIMATORS["toy_value"]
+
+
+def test_a_new_estimator_reading_values_gets_a_critic_with_no_other_edit(
+    toy_estimator: str,
+) -> None:
+    with pytest.raises(ConfigurationError, match="'toy_value' reads values, so it needs a value"):
+        load(f"algorithm.adv_estimator={toy_estimator}")
+    config = load(
+        f"algorithm.adv_estimator={toy_estimator}",
+        "critic.engine.model.hf_config.model_type=llama",
+        "critic.ppo_mini_batch_size=16",
+    )
+    entry = get_advantage_estimator(toy_estimator)
+    assert entry.needs_critic and entry.min_group_size == 1
+    assert roles_needed(config, entry) == {"actor", "critic"}
+    # the same config with grpo (the default) builds no critic
+    grpo = load()
+    assert roles_needed(grpo, get_advantage_estimator("grpo")) == {"actor"}

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
+from hf_controller import ConfigurationError
 from hf_engines import (
-    ConfigError,
     EngineConfig,
     FSDPConfig,
     FSDPEngine,
@@ -36,32 +36,32 @@ def test_from_dict_builds_nested_configs(tiny_models: dict[str, Path]) -> None:
 
 def test_unknown_key_is_named_with_the_valid_keys(tiny_models: dict[str, Path]) -> None:
     data = {"model": {"path": str(tiny_models["llama"])}, "optim": {"lrr": 1e-4}}
-    with pytest.raises(ConfigError, match=r"optim\.lrr.*valid keys: betas, eps, grad_clip"):
+    with pytest.raises(ConfigurationError, match=r"optim\.lrr.*valid keys: betas, eps, grad_clip"):
         config_from_dict(EngineConfig, data)
-    with pytest.raises(ConfigError, match=r"unknown key.*optimizer.*valid keys"):
+    with pytest.raises(ConfigurationError, match=r"unknown key.*optimizer.*valid keys"):
         config_from_dict(EngineConfig, {"model": {"path": "x"}, "optimizer": {}})
 
 
 def test_missing_model_section_is_named() -> None:
-    with pytest.raises(ConfigError, match=r"missing required key.*model"):
+    with pytest.raises(ConfigurationError, match=r"missing required key.*model"):
         config_from_dict(EngineConfig, {})
 
 
 def test_missing_model_path_names_the_path_and_the_fix(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-model"
-    with pytest.raises(ConfigError, match=f"{missing}.*does not exist.*save_pretrained"):
+    with pytest.raises(ConfigurationError, match=f"{missing}.*does not exist.*save_pretrained"):
         config_from_dict(EngineConfig, {"model": {"path": str(missing)}})
-    with pytest.raises(ConfigError, match=r"has no config.json"):
+    with pytest.raises(ConfigurationError, match=r"has no config.json"):
         ModelConfig(path=str(tmp_path))
     assert not dist.is_initialized()
 
 
 def test_model_needs_exactly_one_source(tiny_models: dict[str, Path]) -> None:
-    with pytest.raises(ConfigError, match=r"exactly one of model.path"):
+    with pytest.raises(ConfigurationError, match=r"exactly one of model.path"):
         ModelConfig()
-    with pytest.raises(ConfigError, match=r"exactly one of model.path"):
+    with pytest.raises(ConfigurationError, match=r"exactly one of model.path"):
         ModelConfig(path=str(tiny_models["llama"]), hf_config={"model_type": "llama"})
-    with pytest.raises(ConfigError, match=r"model_type"):
+    with pytest.raises(ConfigurationError, match=r"model_type"):
         ModelConfig(hf_config={"hidden_size": 32})
 
 
@@ -73,37 +73,41 @@ def test_model_needs_exactly_one_source(tiny_models: dict[str, Path]) -> None:
     ],
 )
 def test_bad_model_values_are_named(kwargs: dict[str, str], message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigurationError, match=message):
         ModelConfig(hf_config={"model_type": "llama"}, **kwargs)  # type: ignore[arg-type]
 
 
 def test_bad_optim_values_are_named() -> None:
-    with pytest.raises(ConfigError, match=r"optim.lr=-1"):
+    with pytest.raises(ConfigurationError, match=r"optim.lr=-1"):
         OptimConfig(lr=-1)
-    with pytest.raises(ConfigError, match=r"total_steps > optim.warmup_steps.*total_steps=None"):
+    with pytest.raises(
+        ConfigurationError, match=r"total_steps > optim.warmup_steps.*total_steps=None"
+    ):
         OptimConfig(schedule="cosine")
-    with pytest.raises(ConfigError, match=r"optim.betas"):
+    with pytest.raises(ConfigurationError, match=r"optim.betas"):
         OptimConfig(betas=(0.9, 1.5))
-    with pytest.raises(ConfigError, match=r"optim.schedule='linear'"):
+    with pytest.raises(ConfigurationError, match=r"optim.schedule='linear'"):
         OptimConfig(schedule="linear")  # type: ignore[arg-type]
 
 
 def test_mini_batch_not_divisible_names_the_sizes() -> None:
     config = MicroBatchConfig(micro_batch_size=3)
     config.validate_for(mini_batch_size=12, dp_size=2)
-    with pytest.raises(ConfigError, match=r"mini-batch size 10 is not divisible by.*size 4"):
+    with pytest.raises(ConfigurationError, match=r"mini-batch size 10 is not divisible by.*size 4"):
         config.validate_for(mini_batch_size=10, dp_size=4)
-    with pytest.raises(ConfigError, match=r"8 rows.*micro_batch_size=3.*divisor of 8"):
+    with pytest.raises(ConfigurationError, match=r"8 rows.*micro_batch_size=3.*divisor of 8"):
         config.validate_for(mini_batch_size=16, dp_size=2)
     MicroBatchConfig(micro_batch_size=None, max_tokens=100).validate_for(16, 2)
-    with pytest.raises(ConfigError, match=r"micro_batch_size or max_tokens"):
+    with pytest.raises(ConfigurationError, match=r"micro_batch_size or max_tokens"):
         MicroBatchConfig(micro_batch_size=None)
 
 
 def test_mesh_must_cover_the_world() -> None:
     assert FSDPConfig().mesh_shape(4) == (1, 4)
     assert FSDPConfig(dp_replicate=2).mesh_shape(4) == (2, 2)
-    with pytest.raises(ConfigError, match=r"dp_replicate=3 x fsdp.dp_shard=-1.*world_size=4"):
+    with pytest.raises(
+        ConfigurationError, match=r"dp_replicate=3 x fsdp.dp_shard=-1.*world_size=4"
+    ):
         FSDPConfig(dp_replicate=3).mesh_shape(4)
 
 

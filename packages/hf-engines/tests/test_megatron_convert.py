@@ -13,7 +13,8 @@ import torch
 import torch.distributed as dist
 from transformers import AutoModelForCausalLM
 
-from hf_engines import ConfigError, EngineConfig, MegatronConfig, config_from_dict
+from hf_controller import ConfigurationError
+from hf_engines import EngineConfig, MegatronConfig, config_from_dict
 
 
 def _engine_config(model_dir: Path, **megatron: object) -> EngineConfig:
@@ -75,27 +76,27 @@ def test_fused_qkv_groups_each_query_group_with_its_key_and_value() -> None:
 def test_megatron_config_rejects_a_split_the_model_cannot_take(
     tiny_models: dict[str, Path],
 ) -> None:
-    with pytest.raises(ConfigError, match=r"tensor_model_parallel_size=3 .*heads=4"):
+    with pytest.raises(ConfigurationError, match=r"tensor_model_parallel_size=3 .*heads=4"):
         _engine_config(tiny_models["llama"], tensor_model_parallel_size=3)
-    with pytest.raises(ConfigError, match=r"pipeline_model_parallel_size=4 .*layers=2"):
+    with pytest.raises(ConfigurationError, match=r"pipeline_model_parallel_size=4 .*layers=2"):
         _engine_config(tiny_models["llama"], pipeline_model_parallel_size=4)
-    with pytest.raises(ConfigError, match=r"megatron.layer_spec='te'"):
+    with pytest.raises(ConfigurationError, match=r"megatron.layer_spec='te'"):
         _engine_config(tiny_models["llama"], layer_spec="te")
-    with pytest.raises(ConfigError, match=r"unknown key.*megatron.tp"):
+    with pytest.raises(ConfigurationError, match=r"unknown key.*megatron.tp"):
         _engine_config(tiny_models["llama"], tp=2)
     assert not dist.is_initialized()  # all of it before any process group
 
 
 def test_megatron_config_rejects_an_unsupported_model(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
-    with pytest.raises(ConfigError, match=r"model_type='gpt2'.*backend='fsdp'"):
+    with pytest.raises(ConfigurationError, match=r"model_type='gpt2'.*backend='fsdp'"):
         _engine_config(tmp_path)
 
 
 def test_megatron_config_checks_the_world_size() -> None:
     config = MegatronConfig(tensor_model_parallel_size=2, pipeline_model_parallel_size=2)
     assert config.data_parallel_size(8) == 2
-    with pytest.raises(ConfigError, match=r"world_size=6 .* multiple of 4"):
+    with pytest.raises(ConfigurationError, match=r"world_size=6 .* multiple of 4"):
         config.data_parallel_size(6)
 
 

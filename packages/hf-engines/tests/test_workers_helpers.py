@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from hf_controller import ConfigurationError
 from hf_engines import (
     ActorConfig,
-    ConfigError,
     CriticConfig,
     EngineConfig,
     ModelConfig,
@@ -57,18 +57,18 @@ def test_score_position_follows_the_last_response_token() -> None:
 def test_roles_check_the_model_head(tiny_models: dict[str, Path]) -> None:
     lm = EngineConfig(model=ModelConfig(path=str(tiny_models["llama"])))
     value = EngineConfig(model=ModelConfig(path=str(tiny_models["llama"]), head="value"))
-    with pytest.raises(ConfigError, match=r"CriticWorker needs model\.head"):
+    with pytest.raises(ConfigurationError, match=r"CriticWorker needs model\.head"):
         CriticConfig(engine=lm, ppo_mini_batch_size=2)
-    with pytest.raises(ConfigError, match=r"ActorWorker needs model\.head"):
+    with pytest.raises(ConfigurationError, match=r"ActorWorker needs model\.head"):
         ActorConfig(engine=value, ppo_mini_batch_size=2)
-    with pytest.raises(ConfigError, match=r"RewardModelWorker needs model\.head"):
+    with pytest.raises(ConfigurationError, match=r"RewardModelWorker needs model\.head"):
         RewardModelWorker(lm)
-    with pytest.raises(ConfigError, match=r"ReferenceWorker needs model\.head"):
+    with pytest.raises(ConfigurationError, match=r"ReferenceWorker needs model\.head"):
         ReferenceWorker(value)
-    with pytest.raises(ConfigError, match="ppo_mini_batch_size=0"):
+    with pytest.raises(ConfigurationError, match="ppo_mini_batch_size=0"):
         ActorConfig(engine=lm, ppo_mini_batch_size=0)
     config = ActorConfig(engine=lm, ppo_mini_batch_size=3)
-    with pytest.raises(ConfigError, match="not divisible by the data-parallel size 2"):
+    with pytest.raises(ConfigurationError, match="not divisible by the data-parallel size 2"):
         config.validate_for(2)
 
 

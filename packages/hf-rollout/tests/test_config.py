@@ -1,10 +1,11 @@
-"""SamplingConfig and RolloutConfig: defaults, validation and dict construction."""
+"""SamplingConfig and RolloutConfig: defaults, ConfigurationError checks, dict construction."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from hf_controller import ConfigurationError
 from hf_rollout import RolloutConfig, SamplingConfig
 
 
@@ -32,23 +33,25 @@ def test_greedy_reports_temperature_one() -> None:
     ],
 )
 def test_sampling_rejects_bad_values(field: str, value: object, words: str) -> None:
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(ConfigurationError) as info:
         SamplingConfig(**{field: value})  # type: ignore[arg-type]
     assert words in str(info.value) and f"got {value}" in str(info.value)
 
 
 def test_sampling_from_dict_lists_valid_keys_on_a_typo() -> None:
     assert SamplingConfig.from_dict({"n": 2, "stop_token_ids": [3, 4]}).stop_token_ids == (3, 4)
-    with pytest.raises(ValueError, match=r"unknown key\(s\) \['temprature'\].*'temperature'"):
+    with pytest.raises(
+        ConfigurationError, match=r"unknown key\(s\) \['temprature'\].*'temperature'"
+    ):
         SamplingConfig.from_dict({"temprature": 0.5})
 
 
 def test_rollout_config_needs_exactly_one_model_source() -> None:
-    with pytest.raises(ValueError, match="exactly one of model_path"):
+    with pytest.raises(ConfigurationError, match="exactly one of model_path"):
         RolloutConfig()
-    with pytest.raises(ValueError, match="exactly one of model_path"):
+    with pytest.raises(ConfigurationError, match="exactly one of model_path"):
         RolloutConfig(model_path="/x", model_config={"model_type": "qwen2"})
-    with pytest.raises(ValueError, match="needs a 'model_type'"):
+    with pytest.raises(ConfigurationError, match="needs a 'model_type'"):
         RolloutConfig(model_config={"hidden_size": 8})
 
 
@@ -56,7 +59,7 @@ def test_rollout_config_dtype_and_device() -> None:
     config = RolloutConfig(model_path="/x", dtype="bfloat16", device="cpu")
     assert config.torch_dtype is torch.bfloat16
     assert config.resolve_device() == torch.device("cpu")
-    with pytest.raises(ValueError, match=r"dtype 'fp8' is not supported; choose from"):
+    with pytest.raises(ConfigurationError, match=r"dtype 'fp8' is not supported; choose from"):
         RolloutConfig(model_path="/x", dtype="fp8")
-    with pytest.raises(ValueError, match=r"unknown key\(s\) \['modelpath'\]"):
+    with pytest.raises(ConfigurationError, match=r"unknown key\(s\) \['modelpath'\]"):
         RolloutConfig.from_dict({"modelpath": "/x"})

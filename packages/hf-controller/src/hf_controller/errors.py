@@ -28,4 +28,9 @@ class WorkerDiedError(WorkerGroupError):
 
 
 class ConfigurationError(ValueError):
-    """A worker group or resource pool was set up with values that cannot work."""
+    """A configuration value cannot work; the message names the value and how to fix it.
+
+    The one config error type of HybridFlow: worker groups and resource pools raise it here,
+    and hf-engines, hf-rollout and hf-algos raise it for their configs. It is a
+    ``ValueError``, so ``except ValueError`` catches it too.
+    """

@@ -3,7 +3,6 @@
 from typing import TYPE_CHECKING
 
 from hf_engines.config import (
-    ConfigError,
     EngineConfig,
     FSDPConfig,
     MegatronConfig,
@@ -39,7 +38,6 @@ __version__ = "0.1.0"
 __all__ = [
     "ActorConfig",
     "ActorWorker",
-    "ConfigError",
     "CriticConfig",
     "CriticWorker",
     "EngineConfig",

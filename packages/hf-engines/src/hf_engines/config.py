@@ -16,25 +16,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from hf_controller import ConfigurationError
+
 DType = Literal["float32", "bfloat16", "float16"]
 _DTYPES = typing.get_args(DType)
 
 ConfigT = TypeVar("ConfigT")
 
 
-class ConfigError(ValueError):
-    """A configuration value is wrong; the message names the value and how to fix it."""
-
-
 def _check_choice(name: str, value: object, choices: tuple[object, ...]) -> None:
     if value not in choices:
-        raise ConfigError(f"{name}={value!r} is not one of {', '.join(map(repr, choices))}")
+        raise ConfigurationError(f"{name}={value!r} is not one of {', '.join(map(repr, choices))}")
 
 
 def _check_positive(name: str, value: float, allow_zero: bool = False) -> None:
     if value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
-        raise ConfigError(f"{name}={value!r} must be {bound}")
+        raise ConfigurationError(f"{name}={value!r} must be {bound}")
 
 
 @dataclass(frozen=True)
@@ -60,20 +58,20 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         if (self.path is None) == (self.hf_config is None):
-            raise ConfigError(
+            raise ConfigurationError(
                 "model needs exactly one of model.path (a local Hugging Face model directory) "
                 "or model.hf_config (a config dict for random initialisation); "
                 f"got path={self.path!r} and hf_config={'set' if self.hf_config else None}"
             )
         if self.path is not None and not (Path(self.path) / "config.json").is_file():
             problem = "does not exist" if not Path(self.path).exists() else "has no config.json"
-            raise ConfigError(
+            raise ConfigurationError(
                 f"model.path={self.path!r} {problem}. Set model.path to a local Hugging Face "
                 "model directory (save one with model.save_pretrained(dir)); no model hub is "
                 "reachable at run time. For a randomly initialised model give model.hf_config."
             )
         if self.hf_config is not None and "model_type" not in self.hf_config:
-            raise ConfigError(
+            raise ConfigurationError(
                 "model.hf_config has no 'model_type' key; add e.g. model_type='llama' so "
                 f"transformers knows the architecture (keys given: {sorted(self.hf_config)})"
             )
@@ -109,7 +107,7 @@ class OptimConfig:
         _check_positive("optim.lr", self.lr)
         _check_positive("optim.weight_decay", self.weight_decay, allow_zero=True)
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
-            raise ConfigError(f"optim.betas={self.betas!r} must be two numbers in [0, 1)")
+            raise ConfigurationError(f"optim.betas={self.betas!r} must be two numbers in [0, 1)")
         object.__setattr__(self, "betas", (float(self.betas[0]), float(self.betas[1])))
         if self.grad_clip is not None:
             _check_positive("optim.grad_clip", self.grad_clip)
@@ -118,13 +116,13 @@ class OptimConfig:
         if self.schedule == "cosine" and (
             self.total_steps is None or self.total_steps <= self.warmup_steps
         ):
-            raise ConfigError(
+            raise ConfigurationError(
                 f"optim.schedule='cosine' needs optim.total_steps > optim.warmup_steps "
                 f"(got total_steps={self.total_steps!r}, warmup_steps={self.warmup_steps}); "
                 "set total_steps to the number of optimizer steps of the run"
             )
         if not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise ConfigError(f"optim.min_lr_ratio={self.min_lr_ratio!r} must be in [0, 1]")
+            raise ConfigurationError(f"optim.min_lr_ratio={self.min_lr_ratio!r} must be in [0, 1]")
 
 
 @dataclass(frozen=True)
@@ -160,7 +158,7 @@ class FSDPConfig:
         """Return ``(dp_replicate, dp_shard)`` for ``world_size`` ranks, or raise naming the fix."""
         shard = world_size // self.dp_replicate if self.dp_shard == -1 else self.dp_shard
         if shard < 1 or self.dp_replicate * shard != world_size:
-            raise ConfigError(
+            raise ConfigurationError(
                 f"fsdp.dp_replicate={self.dp_replicate} x fsdp.dp_shard={self.dp_shard} does not "
                 f"cover world_size={world_size}; choose values whose product is {world_size} "
                 "(or dp_shard=-1)"
@@ -179,7 +177,7 @@ class MicroBatchConfig:
 
     def __post_init__(self) -> None:
         if self.micro_batch_size is None and self.max_tokens is None:
-            raise ConfigError(
+            raise ConfigurationError(
                 "micro_batch needs micro_batch_size or max_tokens; set micro_batch_size=1 "
                 "to process one row at a time"
             )
@@ -195,14 +193,14 @@ class MicroBatchConfig:
         each rank's share must divide into micro-batches of ``micro_batch_size`` rows.
         """
         if mini_batch_size % dp_size != 0:
-            raise ConfigError(
+            raise ConfigurationError(
                 f"mini-batch size {mini_batch_size} is not divisible by the data-parallel size "
                 f"{dp_size}; use a multiple of {dp_size}"
             )
         per_rank = mini_batch_size // dp_size
         rows = self.micro_batch_size
         if self.max_tokens is None and rows is not None and per_rank % rows != 0:
-            raise ConfigError(
+            raise ConfigurationError(
                 f"each rank's mini-batch of {per_rank} rows ({mini_batch_size} / {dp_size} "
                 f"ranks) is not divisible by micro_batch.micro_batch_size="
                 f"{self.micro_batch_size}; choose a divisor of {per_rank} or set "
@@ -239,7 +237,7 @@ class MegatronConfig:
         """Data-parallel ranks for ``world_size`` ranks, or raise naming the fix."""
         model_parallel = self.tensor_model_parallel_size * self.pipeline_model_parallel_size
         if world_size % model_parallel != 0:
-            raise ConfigError(
+            raise ConfigurationError(
                 f"world_size={world_size} is not divisible by megatron.tensor_model_parallel_"
                 f"size={self.tensor_model_parallel_size} x megatron.pipeline_model_parallel_"
                 f"size={self.pipeline_model_parallel_size} = {model_parallel}; use a multiple "
@@ -251,7 +249,7 @@ class MegatronConfig:
         """Check that a Hugging Face config (as a dict) splits over this layout."""
         model_type = hf_config.get("model_type")
         if model_type not in _MEGATRON_MODEL_TYPES:
-            raise ConfigError(
+            raise ConfigurationError(
                 f"model_type={model_type!r} is not supported by the Megatron engine; it "
                 f"converts {', '.join(_MEGATRON_MODEL_TYPES)} (use backend='fsdp' for others)"
             )
@@ -282,7 +280,7 @@ class MegatronConfig:
         )
         for name, value, size, option in checks:
             if value % size != 0:
-                raise ConfigError(
+                raise ConfigurationError(
                     f"{option}={size} does not divide the model's {name}={value}; choose a "
                     f"{option} that divides {value}"
                 )
@@ -329,12 +327,12 @@ def config_from_dict(cls: type[ConfigT], data: Mapping[str, Any], where: str = "
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a config dataclass")
     if not isinstance(data, Mapping):
-        raise ConfigError(f"{where or cls.__name__} must be a mapping, got {data!r}")
+        raise ConfigurationError(f"{where or cls.__name__} must be a mapping, got {data!r}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
         prefix = f"{where}." if where else ""
-        raise ConfigError(
+        raise ConfigurationError(
             f"unknown key(s) {', '.join(prefix + k for k in unknown)} in {cls.__name__}; "
             f"valid keys: {', '.join(sorted(fields))}"
         )
@@ -347,7 +345,9 @@ def config_from_dict(cls: type[ConfigT], data: Mapping[str, Any], where: str = "
     )
     if missing:
         prefix = f"{where}." if where else ""
-        raise ConfigError(f"missing required key(s) {', '.join(prefix + k for k in missing)}")
+        raise ConfigurationError(
+            f"missing required key(s) {', '.join(prefix + k for k in missing)}"
+        )
     hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}
     for name, value in data.items():

@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from hf_controller import ConfigurationError
+
 _DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
     "bfloat16": torch.bfloat16,
@@ -25,7 +27,7 @@ def _from_dict(cls: type[_C], values: Mapping[str, Any]) -> _C:
     names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
     unknown = sorted(set(values) - set(names))
     if unknown:
-        raise ValueError(
+        raise ConfigurationError(
             f"{cls.__name__}: unknown key(s) {unknown}; valid keys are {sorted(names)}"
         )
     return cls(**values)
@@ -58,18 +60,20 @@ class SamplingConfig:
         if not isinstance(self.stop_token_ids, tuple):
             object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
         if self.n < 1:
-            raise ValueError(f"SamplingConfig.n must be >= 1, got {self.n}")
+            raise ConfigurationError(f"SamplingConfig.n must be >= 1, got {self.n}")
         if self.temperature < 0:
-            raise ValueError(
+            raise ConfigurationError(
                 f"SamplingConfig.temperature must be >= 0, got {self.temperature} "
                 "(use greedy=True or temperature=0 for greedy decoding)"
             )
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"SamplingConfig.top_p must be in (0, 1], got {self.top_p}")
+            raise ConfigurationError(f"SamplingConfig.top_p must be in (0, 1], got {self.top_p}")
         if self.top_k != -1 and self.top_k < 1:
-            raise ValueError(f"SamplingConfig.top_k must be -1 (off) or >= 1, got {self.top_k}")
+            raise ConfigurationError(
+                f"SamplingConfig.top_k must be -1 (off) or >= 1, got {self.top_k}"
+            )
         if self.max_new_tokens < 1:
-            raise ValueError(
+            raise ConfigurationError(
                 f"SamplingConfig.max_new_tokens must be >= 1, got {self.max_new_tokens}"
             )
 
@@ -115,23 +119,25 @@ class RolloutConfig:
 
     def __post_init__(self) -> None:
         if (self.model_path is None) == (self.model_config is None):
-            raise ValueError(
+            raise ConfigurationError(
                 "RolloutConfig needs exactly one of model_path (a local HF directory) or "
                 f"model_config (a config dict); got model_path={self.model_path!r}, "
                 f"model_config={'set' if self.model_config is not None else None}"
             )
         if self.model_config is not None and "model_type" not in self.model_config:
-            raise ValueError(
+            raise ConfigurationError(
                 "RolloutConfig.model_config needs a 'model_type' key (e.g. 'qwen2'); got keys "
                 f"{sorted(self.model_config)}"
             )
         if self.dtype not in _DTYPES:
-            raise ValueError(
+            raise ConfigurationError(
                 f"RolloutConfig.dtype {self.dtype!r} is not supported; "
                 f"choose from {sorted(_DTYPES)}"
             )
         if self.max_model_len < 2:
-            raise ValueError(f"RolloutConfig.max_model_len must be >= 2, got {self.max_model_len}")
+            raise ConfigurationError(
+                f"RolloutConfig.max_model_len must be >= 2, got {self.max_model_len}"
+            )
 
     @property
     def torch_dtype(self) -> torch.dtype:

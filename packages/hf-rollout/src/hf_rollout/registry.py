@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from hf_controller import ConfigurationError
 from hf_rollout.base import RolloutEngine
 from hf_rollout.config import RolloutConfig
 
@@ -31,7 +32,7 @@ def register_rollout_backend(name: str, target: str) -> None:
 def rollout_backend_class(name: str) -> type[Any]:
     """The class of backend ``name``; unknown names are an error listing the choices."""
     if name not in ROLLOUT_BACKENDS:
-        raise ValueError(
+        raise ConfigurationError(
             f"unknown rollout backend {name!r}; choose one of {sorted(ROLLOUT_BACKENDS)}"
         )
     module_name, class_name = ROLLOUT_BACKENDS[name].split(":")

@@ -1,10 +1,8 @@
-"""``compute_advantage``: run a registered estimator on a DataProto (or on tensors)."""
+"""``compute_advantage``: run a registered estimator on a DataProto."""
 
 from __future__ import annotations
 
-from typing import Any, overload
-
-import torch
+from typing import Any
 
 from hf_algos.advantages.registry import AdvantageEstimator, get_advantage_estimator
 from hf_protocol import DataProto
@@ -49,38 +47,32 @@ def _batch_inputs(
     return inputs
 
 
-@overload
-def compute_advantage(data: DataProto, estimator: str, **kwargs: Any) -> DataProto: ...
-
-
-@overload
 def compute_advantage(
-    data: str, estimator: None = None, **kwargs: Any
-) -> tuple[torch.Tensor, torch.Tensor]: ...
+    data: DataProto, estimator: str | AdvantageEstimator, **kwargs: Any
+) -> DataProto:
+    """Run an advantage estimator on the batch ``data``, e.g. ``compute_advantage(batch, "grpo")``.
 
-
-def compute_advantage(
-    data: DataProto | str, estimator: str | None = None, **kwargs: Any
-) -> DataProto | tuple[torch.Tensor, torch.Tensor]:
-    """Run the advantage estimator named ``estimator`` (see ``ADVANTAGE_ESTIMATORS``).
-
-    DataProto form, ``compute_advantage(batch, "grpo", norm_adv_by_std=False)``: reads the
-    estimator's inputs from ``batch`` (``token_level_rewards``, ``response_mask``, ``values``,
-    ``reward_baselines`` from the tensors; the group ``index`` from the non-tensor ``uid``),
-    writes ``advantages`` and ``returns`` ``(B, R)`` into ``batch`` and returns it. Keyword
-    arguments are hyper-parameters; a batch input passed as a keyword overrides the batch.
-
-    Tensor form, ``compute_advantage("gae", token_level_rewards=..., values=...,
-    response_mask=..., gamma=1.0, lam=0.95)``: returns ``(advantages, returns)``.
-    Unknown keywords are an error naming the accepted ones.
+    ``estimator`` is a registered name (see ``ADVANTAGE_ESTIMATORS``) or an
+    :class:`AdvantageEstimator` entry (a trainer looks its estimator up once and passes the
+    entry). Reads the estimator's inputs from ``data`` (``token_level_rewards``,
+    ``response_mask``, ``values``, ``reward_baselines`` ``(B, R)`` / ``(B,)`` from the
+    tensors; the group ``index`` from the non-tensor ``uid``), writes ``advantages`` and
+    ``returns`` ``(B, R)`` into ``data`` and returns it. Keyword arguments are
+    hyper-parameters; a batch input passed as a keyword overrides the batch. Unknown keywords
+    are an error naming the accepted ones. On plain tensors, call the estimator function
+    itself (``get_advantage_estimator("gae").fn(token_level_rewards=..., ...)``).
     """
-    if isinstance(data, str):
-        chosen = get_advantage_estimator(data)
-        _check_hyperparameters(chosen, kwargs)
-        return chosen.fn(**kwargs)
-    if estimator is None:
-        raise TypeError("compute_advantage(batch, estimator): name the estimator, e.g. 'grpo'")
-    chosen = get_advantage_estimator(estimator)
+    if not isinstance(data, DataProto):
+        raise TypeError(
+            f"compute_advantage(batch, estimator, ...) takes a DataProto first, got "
+            f"{type(data).__name__}; on tensors call the estimator function, e.g. "
+            "get_advantage_estimator('gae').fn(token_level_rewards=..., values=..., "
+            "response_mask=...)"
+        )
+    if isinstance(estimator, AdvantageEstimator):
+        chosen = estimator
+    else:
+        chosen = get_advantage_estimator(estimator)
     _check_hyperparameters(chosen, kwargs)
     inputs = _batch_inputs(data, chosen, kwargs)
     params = {k: v for k, v in kwargs.items() if k not in inputs}

@@ -2,7 +2,11 @@
 
 An entry records the estimator function and, read from its signature, which batch fields it
 consumes (``token_level_rewards``, ``values``, ``response_mask``, ``reward_baselines``,
-``index``) and which keyword hyper-parameters it accepts (``gamma``, ``lam``, ...).
+``index``) and which keyword hyper-parameters it accepts (``gamma``, ``lam``, ...). What a
+run must provide follows from those inputs alone, so registering an estimator is the only
+edit a new one needs: reading ``values`` asks for a critic, ``reward_baselines`` for a greedy
+baseline rollout, ``index`` for groups of ``rollout.n >= 2`` responses per prompt. Config
+validation and the PPO trainer read these properties; nothing else lists estimators.
 """
 
 from __future__ import annotations
@@ -42,6 +46,27 @@ class AdvantageEstimator:
     def inputs(self) -> tuple[str, ...]:
         """The batch fields ``fn`` takes (``index`` is the ``uid`` column)."""
         return tuple(p for p in inspect.signature(self.fn).parameters if p in BATCH_INPUTS)
+
+    @property
+    def needs_critic(self) -> bool:
+        """Whether ``fn`` reads ``values``, so a run needs a value model (a ``critic`` section)."""
+        return "values" in self.inputs
+
+    @property
+    def needs_greedy_baseline(self) -> bool:
+        """Whether ``fn`` reads ``reward_baselines``: the score of a greedy answer per prompt,
+        which the trainer gets from one extra greedy rollout a step (ReMax)."""
+        return "reward_baselines" in self.inputs
+
+    @property
+    def min_group_size(self) -> int:
+        """Fewest responses per prompt (``rollout.n``) that ``fn`` can use.
+
+        An estimator that reads ``index`` compares each response with the others of its
+        prompt's group, so it needs 2; with one response per prompt it degenerates (no
+        baseline, or the raw score). Any other estimator works on single responses.
+        """
+        return 2 if "index" in self.inputs else 1
 
     @property
     def hyperparameters(self) -> dict[str, object]:

@@ -13,26 +13,24 @@ from hf_algos.config.sections import (
     AlgorithmConfig,
     CriticSection,
     DataConfig,
+    DPOSection,
     KLControlConfig,
     RewardConfig,
     RolloutSection,
     TrainerSection,
 )
-from hf_algos.config.trainers import (
-    DPOConfig,
-    DPOSection,
-    RLConfig,
-    SFTConfig,
+from hf_algos.config.trainers import DPOConfig, RLConfig, SFTConfig
+from hf_algos.config.validation import (
+    check_estimator,
     check_mini_batches,
     validate_dpo_config,
     validate_rl_config,
+    validate_sft_config,
 )
-from hf_engines.config import ConfigError
 
 __all__ = [
     "ActorSection",
     "AlgorithmConfig",
-    "ConfigError",
     "CriticSection",
     "DPOConfig",
     "DPOSection",
@@ -45,6 +43,7 @@ __all__ = [
     "TrainerSection",
     "apply_overrides",
     "build_config",
+    "check_estimator",
     "check_mini_batches",
     "config_to_dict",
     "load_config",
@@ -52,4 +51,5 @@ __all__ = [
     "read_yaml",
     "validate_dpo_config",
     "validate_rl_config",
+    "validate_sft_config",
 ]

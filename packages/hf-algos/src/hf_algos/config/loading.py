@@ -21,7 +21,8 @@ from typing import Any, TypeVar
 
 import yaml
 
-from hf_engines.config import ConfigError, config_from_dict
+from hf_controller import ConfigurationError
+from hf_engines.config import config_from_dict
 
 ConfigT = TypeVar("ConfigT")
 
@@ -34,10 +35,10 @@ def read_yaml(path: str | PathLike[str]) -> dict[str, Any]:
     """Read a YAML mapping from ``path``; an empty file is an empty mapping."""
     file = Path(path)
     if not file.is_file():
-        raise ConfigError(f"config file {str(file)!r} does not exist; pass a YAML file path")
+        raise ConfigurationError(f"config file {str(file)!r} does not exist; pass a YAML file path")
     data = yaml.safe_load(file.read_text()) or {}
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {str(file)!r} must hold a mapping, got {type(data)}")
+        raise ConfigurationError(f"config file {str(file)!r} must hold a mapping, got {type(data)}")
     return data
 
 
@@ -45,7 +46,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     """Split ``"a.b.c=value"`` into ``(["a", "b", "c"], value)``; the value is parsed as YAML."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip() or any(not part for part in key.strip().split(".")):
-        raise ConfigError(
+        raise ConfigurationError(
             f"override {text!r} is not of the form key.sub=value (e.g. actor.engine.optim.lr=1e-6)"
         )
     try:
@@ -67,7 +68,7 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
                 child = node[part] = {}
             if not isinstance(child, dict):
                 where = ".".join(path[: depth + 1])
-                raise ConfigError(
+                raise ConfigurationError(
                     f"override {text!r}: {where} is a value ({child!r}), not a section; "
                     f"set {where}=... instead"
                 )
@@ -87,7 +88,7 @@ def coerce_to_fields(cls: type, data: Mapping[str, Any], where: str = "") -> dic
     :func:`~hf_engines.config.config_from_dict` to report with the list of valid keys.
     """
     if not isinstance(data, Mapping):
-        raise ConfigError(f"{where or cls.__name__} must be a mapping, got {data!r}")
+        raise ConfigurationError(f"{where or cls.__name__} must be a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     result: dict[str, Any] = {}
@@ -113,7 +114,7 @@ def coerce_value(value: Any, hint: Any, where: str) -> Any:
         return _coerce_sequence(value, hint, origin, args, where)
     if origin is dict or hint is dict:
         if not isinstance(value, Mapping):
-            raise ConfigError(f"{where}={value!r} must be a mapping (key: value pairs)")
+            raise ConfigurationError(f"{where}={value!r} must be a mapping (key: value pairs)")
         return dict(value)
     if hint in (bool, int, float, str):
         return _coerce_scalar(value, hint, where)
@@ -127,16 +128,16 @@ def _coerce_union(value: Any, args: tuple[Any, ...], where: str) -> Any:
     for arg in (a for a in args if a is not type(None)):
         try:
             return coerce_value(value, arg, where)
-        except ConfigError as error:
+        except ConfigurationError as error:
             errors.append(str(error))
-    raise ConfigError("; ".join(errors))
+    raise ConfigurationError("; ".join(errors))
 
 
 def _coerce_literal(value: Any, choices: tuple[Any, ...], where: str) -> Any:
     for choice in choices:
         if value == choice or (isinstance(value, str) and str(choice) == value):
             return choice
-    raise ConfigError(f"{where}={value!r} is not one of {', '.join(map(repr, choices))}")
+    raise ConfigurationError(f"{where}={value!r} is not one of {', '.join(map(repr, choices))}")
 
 
 def _coerce_sequence(value: Any, hint: Any, origin: Any, args: tuple[Any, ...], where: str) -> Any:
@@ -146,7 +147,7 @@ def _coerce_sequence(value: Any, hint: Any, origin: Any, args: tuple[Any, ...], 
         value = [value]
     if origin is tuple and args and args[-1] is not Ellipsis:
         if len(value) != len(args):
-            raise ConfigError(f"{where}={value!r} needs exactly {len(args)} values")
+            raise ConfigurationError(f"{where}={value!r} needs exactly {len(args)} values")
         return tuple(
             coerce_value(v, a, f"{where}[{i}]")
             for i, (v, a) in enumerate(zip(value, args, strict=True))
@@ -163,17 +164,17 @@ def _coerce_scalar(value: Any, kind: type, where: str) -> Any:
         text = str(value).strip().lower()
         if text in _TRUE | _FALSE:
             return text in _TRUE
-        raise ConfigError(f"{where}={value!r} is not a boolean; use true or false")
+        raise ConfigurationError(f"{where}={value!r} is not a boolean; use true or false")
     if kind is str:
         if isinstance(value, Mapping | list | tuple):
-            raise ConfigError(f"{where}={value!r} must be a string")
+            raise ConfigurationError(f"{where}={value!r} must be a string")
         return str(value)
     if isinstance(value, bool):
-        raise ConfigError(f"{where}={value!r} must be a number, not a boolean")
+        raise ConfigurationError(f"{where}={value!r} must be a number, not a boolean")
     try:
         number = float(value) if kind is float else _to_int(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"{where}={value!r} is not a valid {kind.__name__}") from None
+        raise ConfigurationError(f"{where}={value!r} is not a valid {kind.__name__}") from None
     return number
 
 
@@ -201,9 +202,9 @@ def build_config(cls: type[ConfigT], data: Mapping[str, Any], where: str = "") -
     kwargs = coerce_to_fields(cls, data, where)
     try:
         return config_from_dict(cls, kwargs, where)
-    except ConfigError as error:
+    except ConfigurationError as error:
         if where and not str(error).startswith(where) and f" {where}." not in str(error):
-            raise ConfigError(f"in {where}: {error}") from None
+            raise ConfigurationError(f"in {where}: {error}") from None
         raise
 
 

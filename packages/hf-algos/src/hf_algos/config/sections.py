@@ -11,18 +11,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from hf_engines.config import ConfigError, EngineConfig
+from hf_controller import ConfigurationError
+from hf_engines.config import EngineConfig
 
 
 def _positive(name: str, value: float, allow_zero: bool = False) -> None:
     if value < 0 or (value == 0 and not allow_zero):
-        raise ConfigError(f"{name}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
+        raise ConfigurationError(f"{name}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
 
 
 def _existing_files(name: str, paths: tuple[str, ...]) -> None:
     missing = [p for p in paths if not Path(p).exists()]
     if missing:
-        raise ConfigError(
+        raise ConfigurationError(
             f"{name} lists files that do not exist: {missing}; give paths to local .jsonl or "
             ".parquet files (relative paths are taken from the working directory "
             f"{str(Path.cwd())!r})"
@@ -56,7 +57,7 @@ class DataConfig:
         _existing_files("data.train_files", self.train_files)
         _existing_files("data.val_files", self.val_files)
         if self.tokenizer_path is not None and not Path(self.tokenizer_path).is_dir():
-            raise ConfigError(
+            raise ConfigurationError(
                 f"data.tokenizer_path={self.tokenizer_path!r} is not a directory; give a local "
                 "tokenizer directory (tokenizer.save_pretrained(dir)) or leave it unset to "
                 "use the actor model's directory"
@@ -93,7 +94,7 @@ class RolloutSection:
         _positive("rollout.temperature", self.temperature)
         _positive("rollout.max_new_tokens", self.max_new_tokens)
         if not 0.0 < self.top_p <= 1.0:
-            raise ConfigError(f"rollout.top_p={self.top_p!r} must be in (0, 1]")
+            raise ConfigurationError(f"rollout.top_p={self.top_p!r} must be in (0, 1]")
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,8 @@ class AlgorithmConfig:
     """Advantage estimation and the reward-side KL penalty."""
 
     adv_estimator: str = "grpo"
-    """Estimator in ``hf_algos.advantages.ADVANTAGE_ESTIMATORS`` (gae needs a critic)."""
+    """Estimator in ``hf_algos.advantages.ADVANTAGE_ESTIMATORS``; one that reads ``values``
+    (gae) needs a critic section, one that groups by prompt (grpo, rloo) ``rollout.n >= 2``."""
     gamma: float = 1.0
     """Discount."""
     lam: float = 1.0
@@ -272,13 +274,37 @@ class TrainerSection:
         _positive("trainer.save_freq", self.save_freq, allow_zero=True)
         resume_dir = Path(self.resume_from) if self.resume_from is not None else None
         if self.resume_mode == "path" and (resume_dir is None or not resume_dir.is_dir()):
-            raise ConfigError(
+            raise ConfigurationError(
                 f"trainer.resume_mode='path' needs trainer.resume_from to be an existing "
                 f"checkpoint directory (global_step_<k>); got {self.resume_from!r}"
             )
         if self.backend == "local" and (self.n_workers != 1 or self.placement != "hybrid"):
-            raise ConfigError(
+            raise ConfigurationError(
                 f"trainer.backend='local' runs one worker in the driver process; it needs "
                 f"trainer.n_workers=1 and placement='hybrid' (got {self.n_workers}, "
                 f"{self.placement!r}); use backend='ray' for more"
+            )
+
+
+@dataclass(frozen=True)
+class DPOSection:
+    """DPO loss and, for online DPO, how pairs are made."""
+
+    beta: float = 0.1
+    """Inverse temperature of the implicit reward."""
+    loss_type: str = "sigmoid"
+    """DPO loss variant in ``hf_algos.dpo`` (sigmoid, ipo, hinge, ...)."""
+    label_smoothing: float = 0.0
+    """Conservative-DPO label noise."""
+    online: bool = False
+    """Sample ``rollout.n`` responses per prompt, score them and pair best against worst."""
+    mini_batch_size: int = 8
+    """Pairs per optimizer step, over all ranks."""
+
+    def __post_init__(self) -> None:
+        _positive("dpo.beta", self.beta)
+        _positive("dpo.mini_batch_size", self.mini_batch_size)
+        if not 0.0 <= self.label_smoothing < 0.5:
+            raise ConfigurationError(
+                f"dpo.label_smoothing={self.label_smoothing!r} must be in [0, 0.5)"
             )

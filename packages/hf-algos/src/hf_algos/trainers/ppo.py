@@ -11,8 +11,9 @@ One step, as DESIGN.md draws it::
     critic.update_critic(batch); actor.update_actor(batch)
     sync actor weights -> rollout                        # in-process when hybrid
 
-The estimator decides the rest: ``gae`` uses the critic, ``remax`` adds a greedy rollout
-whose score is the baseline, the others need nothing more.
+The estimator's registry entry decides the rest: one that reads ``values`` (``gae``) gets a
+critic, one that reads ``reward_baselines`` (``remax``) a greedy rollout whose score is the
+baseline, the others need nothing more.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from typing import Any
 import torch
 
 from hf_algos.advantages import compute_advantage
-from hf_algos.advantages.registry import get_advantage_estimator
+from hf_algos.advantages.registry import AdvantageEstimator, get_advantage_estimator
 from hf_algos.config.loading import config_to_dict
-from hf_algos.config.trainers import CRITIC_ESTIMATORS, RLConfig
+from hf_algos.config.trainers import RLConfig
 from hf_algos.kl import AdaptiveKLController, FixedKLController, KLController, apply_kl_penalty
 from hf_algos.rewards import RewardModelScorer
 from hf_algos.tracking import (
@@ -68,10 +69,10 @@ class PPOTrainer(Trainer):
             builders.val_dataset(config.data, self.tokenizer) if config.data.val_files else None
         )
         self.kl_ctrl = build_kl_controller(config)
-        self.use_critic = config.algorithm.adv_estimator in CRITIC_ESTIMATORS
-        self.use_ref = config.reference and (
-            config.actor.use_kl_loss or config.algorithm.use_kl_in_reward
-        )
+        self.estimator = get_advantage_estimator(config.algorithm.adv_estimator)
+        needed = roles_needed(config, self.estimator)
+        self.use_critic = "critic" in needed
+        self.use_ref = "ref" in needed
         self.roles = build_role_groups(config.trainer, self._role_classes(), self._rollout_cls())
         self.roles.init_models()
         self.roles.sync_weights()
@@ -130,7 +131,7 @@ class PPOTrainer(Trainer):
         seed = self.config.trainer.seed * 1_000_003 + self.global_step
         sampling = builders.sampling_config(self.config.rollout, self.tokenizer, seed=seed)
         batch = self._rollout(prompts, dataclasses.asdict(sampling), metrics)
-        if self.config.algorithm.adv_estimator == "remax":
+        if self.estimator.needs_greedy_baseline:
             tensors(batch)["reward_baselines"] = self.greedy_baseline(prompts, metrics)
         return batch
 
@@ -165,14 +166,13 @@ class PPOTrainer(Trainer):
         metrics: Metrics = {}
         if algorithm.use_kl_in_reward:
             _, metrics = apply_kl_penalty(batch, self.kl_ctrl, algorithm.kl_penalty)
-        estimator = get_advantage_estimator(algorithm.adv_estimator)
         options = {
             "gamma": algorithm.gamma,
             "lam": algorithm.lam,
             "norm_adv_by_std": algorithm.norm_adv_by_std_in_grpo,
         }
-        accepted = {k: v for k, v in options.items() if k in estimator.hyperparameters}
-        compute_advantage(batch, algorithm.adv_estimator, **accepted)
+        accepted = {k: v for k, v in options.items() if k in self.estimator.hyperparameters}
+        compute_advantage(batch, self.estimator, **accepted)
         return metrics
 
     def update(self, batch: DataProto, metrics: Metrics, timing: dict[str, float]) -> None:
@@ -244,6 +244,23 @@ class PPOTrainer(Trainer):
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+def roles_needed(config: RLConfig, estimator: AdvantageEstimator) -> frozenset[str]:
+    """The training roles a run of ``config`` builds (the rollout aside); starts nothing.
+
+    ``actor`` always; ``ref`` when a KL term (``actor.use_kl_loss`` or
+    ``algorithm.use_kl_in_reward``) reads the reference policy; ``critic`` when ``estimator``
+    reads ``values``; ``reward_model`` when ``reward.model`` is set.
+    """
+    roles = {"actor"}
+    if config.reference and (config.actor.use_kl_loss or config.algorithm.use_kl_in_reward):
+        roles.add("ref")
+    if estimator.needs_critic:
+        roles.add("critic")
+    if config.reward.model is not None:
+        roles.add("reward_model")
+    return frozenset(roles)
 
 
 def build_kl_controller(config: RLConfig) -> KLController:

@@ -17,8 +17,9 @@ import torch
 import torch.distributed as dist
 from megatron.core import parallel_state
 
+from hf_controller import ConfigurationError
 from hf_engines.checkpointing import move_optimizer_state
-from hf_engines.config import ConfigError, EngineConfig
+from hf_engines.config import EngineConfig
 from hf_engines.engine import LossFn, ModelOutputs
 from hf_engines.logprob import response_log_probs
 from hf_engines.megatron import checkpoint
@@ -45,7 +46,7 @@ class MegatronEngine:
 
     def __init__(self, config: EngineConfig) -> None:
         if config.backend != "megatron":
-            raise ConfigError(
+            raise ConfigurationError(
                 f"MegatronEngine got backend={config.backend!r}; set backend='megatron'"
             )
         self.config = config

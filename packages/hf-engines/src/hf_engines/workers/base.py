@@ -11,8 +11,14 @@ from collections.abc import Iterator
 
 import torch
 
-from hf_controller import Dispatch, Worker, make_nd_compute_dataproto_dispatch_fn, register
-from hf_engines.config import ConfigError, EngineConfig
+from hf_controller import (
+    ConfigurationError,
+    Dispatch,
+    Worker,
+    make_nd_compute_dataproto_dispatch_fn,
+    register,
+)
+from hf_engines.config import EngineConfig
 from hf_engines.engine import TrainingEngine
 from hf_engines.fsdp import FSDPEngine
 from hf_engines.workers.distributed import init_distributed
@@ -28,7 +34,7 @@ from hf_protocol import DataProto
 def check_head(role: str, config: EngineConfig, head: str) -> None:
     """Raise naming the fix unless ``config`` builds a model with ``head``."""
     if config.model.head != head:
-        raise ConfigError(
+        raise ConfigurationError(
             f"{role} needs model.head={head!r}, got {config.model.head!r}; set model.head="
             f"{head!r} in this role's engine config"
         )
@@ -48,7 +54,7 @@ def build_engine(config: EngineConfig) -> TrainingEngine:
         engine_class = importlib.import_module("hf_engines.megatron").MegatronEngine
         engine: TrainingEngine = engine_class(config)
         return engine
-    raise ConfigError(f"backend={backend!r} is not one of 'fsdp', 'megatron'")
+    raise ConfigurationError(f"backend={backend!r} is not one of 'fsdp', 'megatron'")
 
 
 class EngineWorker(Worker):

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from hf_engines.config import ConfigError, EngineConfig
+from hf_controller import ConfigurationError
+from hf_engines.config import EngineConfig
 from hf_engines.engine import LossFn, TrainingEngine
 from hf_protocol import DataProto
 
@@ -37,9 +38,9 @@ class UpdateConfig:
 
     def __post_init__(self) -> None:
         if self.ppo_mini_batch_size < 1:
-            raise ConfigError(f"ppo_mini_batch_size={self.ppo_mini_batch_size} must be >= 1")
+            raise ConfigurationError(f"ppo_mini_batch_size={self.ppo_mini_batch_size} must be >= 1")
         if self.ppo_epochs < 1:
-            raise ConfigError(f"ppo_epochs={self.ppo_epochs} must be >= 1")
+            raise ConfigurationError(f"ppo_epochs={self.ppo_epochs} must be >= 1")
 
     def validate_for(self, dp_size: int) -> None:
         """Check the mini-batch divides over ``dp_size`` ranks and into micro-batches."""

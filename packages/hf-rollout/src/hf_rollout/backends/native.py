@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 
+from hf_controller import ConfigurationError
 from hf_protocol import DataProto
 from hf_rollout.backends.fast_decoder import LlamaFamilyDecoder, supports
 from hf_rollout.backends.steppers import LeanStepper, Stepper, TransformersStepper
@@ -105,7 +106,7 @@ class NativeRollout:
     def __init__(self, config: RolloutConfig) -> None:
         unknown = sorted(set(config.engine_kwargs) - _KWARGS)
         if unknown:
-            raise ValueError(
+            raise ConfigurationError(
                 f"native rollout: unknown engine_kwargs {unknown}; valid are {sorted(_KWARGS)}"
             )
         self.config = config

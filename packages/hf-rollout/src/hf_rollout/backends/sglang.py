@@ -43,6 +43,7 @@ from typing import Any
 
 import torch
 
+from hf_controller import ConfigurationError
 from hf_protocol import DataProto
 from hf_rollout.backends.vllm import (
     in_vocab,
@@ -121,14 +122,14 @@ class SGLangRollout:
 
     def __init__(self, config: RolloutConfig) -> None:
         if config.model_path is None:
-            raise ValueError(
+            raise ConfigurationError(
                 "sglang rollout needs RolloutConfig.model_path (a local HF directory); "
                 "model_config (random init) is served by the native and vllm backends"
             )
         kwargs = dict(config.engine_kwargs)
         reserved = sorted(_RESERVED & set(kwargs))
         if reserved:
-            raise ValueError(
+            raise ConfigurationError(
                 f"sglang rollout: engine_kwargs {reserved} are set from RolloutConfig fields; "
                 "set model_path, dtype, max_model_len, seed there instead"
             )

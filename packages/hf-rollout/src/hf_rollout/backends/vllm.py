@@ -55,6 +55,7 @@ from typing import Any
 
 import torch
 
+from hf_controller import ConfigurationError
 from hf_protocol import DataProto
 from hf_rollout.backends.native import load_causal_lm
 from hf_rollout.base import (
@@ -203,7 +204,7 @@ class VLLMRollout:
         kwargs = dict(config.engine_kwargs)
         reserved = sorted(_RESERVED & set(kwargs))
         if reserved:
-            raise ValueError(
+            raise ConfigurationError(
                 f"vllm rollout: engine_kwargs {reserved} are set from RolloutConfig fields; "
                 "set model_path / model_config, dtype, max_model_len, seed there instead"
             )
@@ -217,7 +218,7 @@ class VLLMRollout:
         self._sleep_level = int(own.get("sleep_level", 1))
         kv_gib = own.get("kv_cache_space_gib", 1)
         if not isinstance(kv_gib, int) or kv_gib < 1:
-            raise ValueError(
+            raise ConfigurationError(
                 f"vllm rollout: kv_cache_space_gib must be a whole number of GiB >= 1, got "
                 f"{kv_gib!r} (vLLM's VLLM_CPU_KVCACHE_SPACE takes integers)"
             )

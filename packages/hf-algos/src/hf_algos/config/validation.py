@@ -1,0 +1,239 @@
+"""Checks that span several sections of a trainer config, run before any worker starts.
+
+Each section checks its own values (:mod:`hf_algos.config.sections`); the checks here hold
+sections against each other: batch sizes that must divide into mini-batches, ranks and
+micro-batches, the advantage estimator against the critic and ``rollout.n``, validation
+against ``data.val_files``. Every error is a :class:`hf_controller.ConfigurationError` that
+names the numbers involved and a value that works.
+
+The root configs (:mod:`hf_algos.config.trainers`) call these from ``__post_init__``. So that
+this module never imports them back, each check takes the sections it reads, not the root.
+"""
+
+from __future__ import annotations
+
+from hf_algos.advantages.registry import (
+    ADVANTAGE_ESTIMATORS,
+    AdvantageEstimator,
+    get_advantage_estimator,
+)
+from hf_algos.config.sections import (
+    ActorSection,
+    AlgorithmConfig,
+    CriticSection,
+    DataConfig,
+    DPOSection,
+    RolloutSection,
+    TrainerSection,
+    _positive,
+)
+from hf_controller import ConfigurationError
+from hf_engines.config import MicroBatchConfig
+
+
+def check_mini_batches(
+    role: str,
+    rows: int,
+    mini_batch_size: int,
+    micro_batch: MicroBatchConfig,
+    world_size: int,
+    rows_name: str,
+) -> None:
+    """Rows of a step must split into whole mini-batches, ranks and micro-batches.
+
+    ``rows`` is the step's row count (named ``rows_name`` in the message).
+    """
+    if rows % world_size != 0:
+        raise ConfigurationError(
+            f"{rows_name} = {rows} rows per step cannot be split evenly over "
+            f"{world_size} {role} workers (trainer.n_workers); use a multiple of {world_size} "
+            f"rows or {_divisors_text(rows)} workers"
+        )
+    if mini_batch_size > rows or rows % mini_batch_size != 0:
+        raise ConfigurationError(
+            f"{role}.ppo_mini_batch_size={mini_batch_size} does not divide the {rows} rows of a "
+            f"step ({rows_name}); choose one of {_divisors_text(rows)}"
+        )
+    try:
+        micro_batch.validate_for(mini_batch_size, world_size)
+    except ConfigurationError as error:
+        raise ConfigurationError(
+            f"{role}: {error} (mini-batch = {role}.ppo_mini_batch_size={mini_batch_size}, "
+            f"data-parallel size = trainer.n_workers={world_size}; micro-batch = "
+            f"{role}.engine.micro_batch)"
+        ) from None
+
+
+def _divisors_text(n: int) -> str:
+    divisors = [d for d in range(1, n + 1) if n % d == 0]
+    return ", ".join(map(str, divisors))
+
+
+def check_estimator(
+    algorithm: AlgorithmConfig, critic: CriticSection | None, rollout: RolloutSection
+) -> AdvantageEstimator:
+    """``algorithm.adv_estimator`` is registered and gets what its entry says it reads.
+
+    A critic section exactly when the estimator reads ``values``; ``rollout.n`` at least its
+    ``min_group_size``. Returns the registry entry.
+    """
+    name = algorithm.adv_estimator
+    if name not in ADVANTAGE_ESTIMATORS:
+        raise ConfigurationError(
+            f"algorithm.adv_estimator={name!r} is not a registered advantage estimator; choose "
+            f"one of {', '.join(sorted(ADVANTAGE_ESTIMATORS))}, or register yours with "
+            "hf_algos.advantages.register_advantage_estimator before building the config"
+        )
+    estimator = get_advantage_estimator(name)
+    with_critic = sorted(n for n, e in ADVANTAGE_ESTIMATORS.items() if e.needs_critic)
+    critic_free = sorted(n for n, e in ADVANTAGE_ESTIMATORS.items() if not e.needs_critic)
+    if estimator.needs_critic and critic is None:
+        raise ConfigurationError(
+            f"algorithm.adv_estimator={name!r} reads values, so it needs a value model: add a "
+            f"critic section (critic.engine.model...), or use a critic-free estimator "
+            f"({', '.join(critic_free)})"
+        )
+    if critic is not None and not estimator.needs_critic:
+        raise ConfigurationError(
+            f"a critic section is set but algorithm.adv_estimator={name!r} does not use "
+            f"values; remove the critic section or choose an estimator that reads them "
+            f"({', '.join(with_critic)})"
+        )
+    if rollout.n < estimator.min_group_size:
+        raise ConfigurationError(
+            f"algorithm.adv_estimator={name!r} compares responses within a prompt's group, so "
+            f"it needs rollout.n >= {estimator.min_group_size} (got {rollout.n}); "
+            "e.g. rollout.n=4"
+        )
+    return estimator
+
+
+def validate_rl_config(
+    *,
+    actor: ActorSection,
+    data: DataConfig,
+    rollout: RolloutSection,
+    critic: CriticSection | None,
+    reference: bool,
+    algorithm: AlgorithmConfig,
+    trainer: TrainerSection,
+) -> None:
+    """Checks across the sections of an :class:`~hf_algos.config.RLConfig`.
+
+    Raises :class:`~hf_controller.ConfigurationError` naming the fix.
+    """
+    rows = data.train_batch_size * rollout.n
+    rows_name = f"data.train_batch_size x rollout.n = {data.train_batch_size} x {rollout.n}"
+    check_mini_batches(
+        "actor",
+        rows,
+        actor.ppo_mini_batch_size,
+        actor.engine.micro_batch,
+        trainer.n_workers,
+        rows_name,
+    )
+    check_estimator(algorithm, critic, rollout)
+    if critic is not None:
+        check_mini_batches(
+            "critic",
+            rows,
+            critic.ppo_mini_batch_size,
+            critic.engine.micro_batch,
+            trainer.n_workers,
+            rows_name,
+        )
+    if (actor.use_kl_loss or algorithm.use_kl_in_reward) and not reference:
+        raise ConfigurationError(
+            "actor.use_kl_loss or algorithm.use_kl_in_reward needs the reference policy; "
+            "set reference=true or turn both off"
+        )
+    _check_loop(trainer, bool(data.val_files))
+    _check_placement(trainer, rows)
+    check_tokenizer_source(data, actor)
+
+
+def check_tokenizer_source(data: DataConfig, actor: ActorSection) -> None:
+    """A tokenizer must come from ``data.tokenizer_path`` or the actor's model directory."""
+    if data.tokenizer_path is None and actor.engine.model.path is None:
+        raise ConfigurationError(
+            "no tokenizer: actor.engine.model.hf_config builds a random model without one; set "
+            "data.tokenizer_path to a local tokenizer directory (tokenizer.save_pretrained(dir))"
+        )
+
+
+def _check_loop(trainer: TrainerSection, has_val: bool) -> None:
+    if trainer.test_freq > 0 and not has_val:
+        raise ConfigurationError(
+            f"trainer.test_freq={trainer.test_freq} asks for validation but data.val_files is "
+            "empty; add validation files or set trainer.test_freq=0"
+        )
+    if trainer.val_before_train and not has_val:
+        raise ConfigurationError("trainer.val_before_train needs data.val_files")
+
+
+def _check_placement(trainer: TrainerSection, rows: int) -> None:
+    if trainer.placement == "separate":
+        rollout_workers = trainer.rollout_workers or trainer.n_workers
+        if rows % rollout_workers != 0:
+            raise ConfigurationError(
+                f"{rows} rows per step cannot be split evenly over trainer.rollout_workers="
+                f"{rollout_workers}; choose one of {_divisors_text(rows)}"
+            )
+    elif trainer.rollout_workers not in (None, trainer.n_workers):
+        raise ConfigurationError(
+            f"trainer.rollout_workers={trainer.rollout_workers} only applies to "
+            "placement='separate'; in the hybrid placement rollout shares the actor's "
+            f"{trainer.n_workers} workers. Remove it or set placement=separate"
+        )
+
+
+def validate_dpo_config(
+    *,
+    actor: ActorSection,
+    data: DataConfig,
+    dpo: DPOSection,
+    rollout: RolloutSection,
+    trainer: TrainerSection,
+) -> None:
+    """Checks across the sections of a :class:`~hf_algos.config.DPOConfig`."""
+    pairs = data.train_batch_size
+    if dpo.online and rollout.n < 2:
+        raise ConfigurationError(
+            f"online DPO pairs the best and worst of rollout.n responses per prompt; "
+            f"rollout.n={rollout.n} must be >= 2"
+        )
+    # A pair is two rows (chosen, rejected) that must stay in one micro-batch.
+    micro = actor.engine.micro_batch
+    if micro.max_tokens is not None or (micro.micro_batch_size or 0) % 2 != 0:
+        raise ConfigurationError(
+            f"DPO keeps each pair's chosen and rejected rows in one micro-batch, so "
+            f"actor.engine.micro_batch.micro_batch_size must be even and max_tokens unset "
+            f"(got micro_batch_size={micro.micro_batch_size}, max_tokens={micro.max_tokens}); "
+            f"e.g. micro_batch_size=2"
+        )
+    check_mini_batches(
+        "dpo",
+        2 * pairs,
+        2 * dpo.mini_batch_size,
+        micro,
+        trainer.n_workers,
+        f"2 x data.train_batch_size = 2 x {pairs} pair rows",
+    )
+    check_tokenizer_source(data, actor)
+    _check_loop(trainer, bool(data.val_files))
+
+
+def validate_sft_config(
+    *, actor: ActorSection, data: DataConfig, max_response_length: int, trainer: TrainerSection
+) -> None:
+    """Checks across the sections of an :class:`~hf_algos.config.SFTConfig`."""
+    _positive("max_response_length", max_response_length)
+    check_mini_batches(
+        "actor",
+        data.train_batch_size,
+        actor.ppo_mini_batch_size,
+        actor.engine.micro_batch,
+        trainer.n_workers,
+        "data.train_batch_size",
+    )
+    check_tokenizer_source(data, actor)
