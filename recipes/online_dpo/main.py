@@ -21,7 +21,6 @@ script spells them out. Run from the repository root (about a minute on 2 CPU co
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -201,7 +200,7 @@ def online_dpo_step(
 ) -> Metrics:
     """Sample, score, pair, reference log-prob, DPO update, weight sync: one step."""
     metrics: Metrics = {}
-    prompts.meta_info["sampling"] = dataclasses.asdict(sampling)
+    prompts.meta_info["sampling"] = sampling  # the object itself reaches the workers
     batch = take_metrics(roles.rollout.generate_sequences(prompts), metrics)  # n rows a prompt
     batch = batch.union(take_metrics(reward.score(batch), metrics))  # token_level_scores
     scores = batch.batch["token_level_scores"].sum(-1)  # type: ignore[index]

@@ -1,11 +1,16 @@
-"""SamplingConfig and RolloutConfig: defaults, ConfigurationError checks, dict construction."""
+"""SamplingConfig and RolloutConfig: defaults, ConfigurationError checks, dict construction,
+pickling."""
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 import torch
+from ray import cloudpickle
 
 from hf_controller import ConfigurationError
+from hf_protocol import DataProto
 from hf_rollout import RolloutConfig, SamplingConfig
 
 
@@ -44,6 +49,15 @@ def test_sampling_from_dict_lists_valid_keys_on_a_typo() -> None:
         ConfigurationError, match=r"unknown key\(s\) \['temprature'\].*'temperature'"
     ):
         SamplingConfig.from_dict({"temprature": 0.5})
+
+
+def test_sampling_pickles_as_itself_inside_a_request() -> None:
+    """A driver sends the object in ``meta_info["sampling"]``; Ray pickles it as it is."""
+    sampling = SamplingConfig(n=2, stop_token_ids=(3,), seed=5, greedy=True)
+    request = DataProto.from_dict({"input_ids": torch.ones(2, 3)}, meta_info={"sampling": sampling})
+    for dumps, loads in ((pickle.dumps, pickle.loads), (cloudpickle.dumps, cloudpickle.loads)):
+        received = loads(dumps(request)).meta_info["sampling"]
+        assert isinstance(received, SamplingConfig) and received == sampling
 
 
 def test_rollout_config_needs_exactly_one_model_source() -> None:

@@ -32,7 +32,7 @@ from hf_rollout.workers import RolloutWorker
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
 
 PAD = 0
-GREEDY = {"greedy": True, "max_new_tokens": 6, "eos_token_id": 1, "n": 2}
+GREEDY = SamplingConfig(greedy=True, max_new_tokens=6, eos_token_id=1, n=2)
 
 
 def nll_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
@@ -46,7 +46,7 @@ def rollout_config(model: Path) -> RolloutConfig:
     return RolloutConfig(model_path=str(model), pad_token_id=PAD)
 
 
-def prompts_with_sampling(rows: int, seed: int, sampling: dict[str, Any]) -> DataProto:
+def prompts_with_sampling(rows: int, seed: int, sampling: SamplingConfig) -> DataProto:
     prompts = make_prompts(random_prompt_ids(rows, seed=seed), PAD)
     prompts.meta_info["sampling"] = sampling
     return prompts
@@ -54,8 +54,8 @@ def prompts_with_sampling(rows: int, seed: int, sampling: dict[str, Any]) -> Dat
 
 def single_process(model: Path, prompts: DataProto) -> DataProto:
     engine = NativeRollout(rollout_config(model))
-    out = engine.generate(prompts, SamplingConfig.from_dict(prompts.meta_info["sampling"]))
-    return pad_responses_to(out, GREEDY["max_new_tokens"], PAD)
+    out = engine.generate(prompts, prompts.meta_info["sampling"])
+    return pad_responses_to(out, GREEDY.max_new_tokens, PAD)
 
 
 @pytest.mark.timeout(240)
@@ -115,7 +115,7 @@ def test_fused_with_actor_syncs_weights_in_process(
     actor, rollout = group.actor, group.rollout  # type: ignore[attr-defined]
     actor.init_model()
     rollout.init_model()
-    sampling = {"temperature": 0.8, "max_new_tokens": 5, "seed": 3, "eos_token_id": 1}
+    sampling = SamplingConfig(temperature=0.8, max_new_tokens=5, seed=3, eos_token_id=1)
     batch = rollout.generate_sequences(prompts_with_sampling(8, seed=2, sampling=sampling))
     actor.update_actor(batch)  # the actor moves away from the rollout's weights
     before = rollout.generate_sequences(prompts_with_sampling(4, seed=3, sampling=sampling))
@@ -132,21 +132,46 @@ def test_fused_with_actor_syncs_weights_in_process(
     )
 
 
-def test_local_group_raw_prompts_and_errors(tiny_models: dict[str, Path]) -> None:
-    group = LocalWorkerGroup(
-        world_size=1,
-        ray_cls_with_init=RayClassWithInitArgs(
-            RolloutWorker, rollout_config(tiny_models["llama"]), SamplingConfig(max_new_tokens=4)
-        ),
+def local_group(model: Path) -> LocalWorkerGroup:
+    return LocalWorkerGroup(
+        world_size=1, ray_cls_with_init=RayClassWithInitArgs(RolloutWorker, rollout_config(model))
     )
+
+
+def test_local_group_raw_prompts_and_errors(tiny_models: dict[str, Path]) -> None:
+    group = local_group(tiny_models["llama"])
     with pytest.raises(WorkerGroupError, match="call init_model"):
         group.sleep()
     group.init_model()
     raw = DataProto.from_dict(
-        non_tensors={"raw_prompt_ids": [[5, 6, 7], [8]]}, meta_info={"max_prompt_length": 6}
+        non_tensors={"raw_prompt_ids": [[5, 6, 7], [8]]},
+        meta_info={"max_prompt_length": 6, "sampling": SamplingConfig(max_new_tokens=4)},
     )
     out = group.generate_sequences(raw)
     assert out.batch["prompts"].shape == (2, 6) and out.batch["responses"].shape == (2, 4)
     assert out.batch["prompts"][1].tolist() == [PAD] * 5 + [8]
     with pytest.raises(WorkerGroupError, match=r"reads the fused 'actor' role.*fused roles \[\]"):
         group.update_weights()
+
+
+def test_worker_samples_with_the_config_object_it_is_sent(tiny_models: dict[str, Path]) -> None:
+    group = local_group(tiny_models["llama"])
+    group.init_model()
+    sampling = SamplingConfig(n=3, max_new_tokens=5, temperature=0.5, seed=7)
+    out = group.generate_sequences(prompts_with_sampling(2, seed=4, sampling=sampling))
+    assert out.batch["responses"].shape == (6, 5)  # n rows per prompt, max_new_tokens wide
+    assert out.meta_info["temperature"] == 0.5
+    assert out.meta_info["sampling"] == sampling  # rides along unchanged, still an object
+
+    default = group.generate_sequences(make_prompts(random_prompt_ids(2, seed=4), PAD))
+    assert default.batch["responses"].shape == (2, SamplingConfig().max_new_tokens)
+    assert default.meta_info["temperature"] == SamplingConfig().temperature
+
+
+def test_worker_rejects_a_sampling_dict_naming_the_fix(tiny_models: dict[str, Path]) -> None:
+    group = local_group(tiny_models["llama"])
+    group.init_model()
+    prompts = make_prompts(random_prompt_ids(2, seed=4), PAD)
+    prompts.meta_info["sampling"] = {"n": 2, "max_new_tokens": 4}
+    with pytest.raises(WorkerGroupError, match=r"must be a hf_rollout.SamplingConfig, got dict"):
+        group.generate_sequences(prompts)

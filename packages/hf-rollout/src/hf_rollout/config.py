@@ -89,7 +89,11 @@ class SamplingConfig:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> SamplingConfig:
-        """Build from a dict (e.g. ``meta_info["sampling"]``); unknown keys are an error."""
+        """Build from a dict (e.g. a YAML section); unknown keys are an error.
+
+        Not for requests: a rollout worker takes the :class:`SamplingConfig` object itself
+        in ``meta_info["sampling"]``.
+        """
         return _from_dict(cls, values)
 
 

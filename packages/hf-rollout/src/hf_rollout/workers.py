@@ -21,18 +21,21 @@ NamedTensors = Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor]
 class RolloutWorker(Worker):
     """Generation as a worker role; the backend is chosen by ``config.backend``.
 
-    ``generate_sequences`` samples with ``prompts.meta_info["sampling"]`` (a dict of
-    :class:`SamplingConfig` fields) when given, else with this worker's ``sampling``.
+    ``generate_sequences`` samples as ``prompts.meta_info["sampling"]`` says: a
+    :class:`SamplingConfig`, the very object the driver built (it pickles through Ray as
+    it is). A request without one samples with ``SamplingConfig()``'s defaults (one sample,
+    temperature 1, at most 32 new tokens); anything else is an error
+    (:func:`request_sampling`).
+
     Responses are right-padded to ``max_new_tokens`` so the shards of all ranks have one
     width; raw token-list prompts are left-padded to ``meta_info["max_prompt_length"]``
     when given (set it when several ranks get raw prompts, for the same reason). Per-call
     seeds and the engine's generator are offset by the rank, so ranks draw differently.
     """
 
-    def __init__(self, config: RolloutConfig, sampling: SamplingConfig | None = None) -> None:
+    def __init__(self, config: RolloutConfig) -> None:
         super().__init__()
         self.config = config
-        self.sampling = sampling or SamplingConfig()
         self._engine: RolloutEngine | None = None
 
     @property
@@ -51,8 +54,8 @@ class RolloutWorker(Worker):
             reseed(self.config.seed + self.rank)
 
     def _sampling_for(self, prompts: DataProto) -> SamplingConfig:
-        given = prompts.meta_info.get("sampling")
-        sampling = SamplingConfig.from_dict(given) if given is not None else self.sampling
+        """This rank's sampling: the request's, with its seed offset by the rank."""
+        sampling = request_sampling(prompts)
         if sampling.seed is not None:
             sampling = dataclasses.replace(sampling, seed=sampling.seed + self.rank)
         return sampling
@@ -129,3 +132,21 @@ class RolloutWorker(Worker):
         if self._engine is not None:
             self._engine.shutdown()
             self._engine = None
+
+
+def request_sampling(prompts: DataProto) -> SamplingConfig:
+    """``prompts.meta_info["sampling"]``, or ``SamplingConfig()`` when the request has none.
+
+    Raises ``TypeError`` naming the fix when it is not a :class:`SamplingConfig` (e.g. a
+    dict of its fields, which older callers sent).
+    """
+    sampling = prompts.meta_info.get("sampling")
+    if sampling is None:
+        return SamplingConfig()
+    if not isinstance(sampling, SamplingConfig):
+        raise TypeError(
+            f'meta_info["sampling"] must be a hf_rollout.SamplingConfig, got '
+            f"{type(sampling).__name__} {sampling!r:.120}; send the config object itself, "
+            f'e.g. prompts.meta_info["sampling"] = SamplingConfig(n=4, max_new_tokens=256)'
+        )
+    return sampling

@@ -2,14 +2,28 @@
 
 from hf_algos.trainers.base import Trainer
 from hf_algos.trainers.dpo import DPOTrainer
+from hf_algos.trainers.groups import (
+    ActorGroup,
+    CriticGroup,
+    ReferenceGroup,
+    RewardModelGroup,
+    RewardScorer,
+    RolloutGroup,
+)
 from hf_algos.trainers.ppo import PPOTrainer
 from hf_algos.trainers.roles import RoleGroups, SyncActorWorker, build_role_groups
 from hf_algos.trainers.sft import SFTDataset, SFTTrainer, sft_loss
 
 __all__ = [
+    "ActorGroup",
+    "CriticGroup",
     "DPOTrainer",
     "PPOTrainer",
+    "ReferenceGroup",
+    "RewardModelGroup",
+    "RewardScorer",
     "RoleGroups",
+    "RolloutGroup",
     "SFTDataset",
     "SFTTrainer",
     "SyncActorWorker",

@@ -13,7 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hf_algos.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
+from hf_algos.checkpoint import (
+    Checkpointable,
+    CheckpointManager,
+    capture_rng_state,
+    restore_rng_state,
+)
 from hf_algos.config.sections import TrainerSection
 from hf_algos.data import StatefulDataLoader
 from hf_algos.tracking import Tracking
@@ -54,7 +59,7 @@ class Trainer:
         """Metrics on the held-out set (``val/...``); empty when there is none."""
         return {}
 
-    def checkpoint_roles(self) -> dict[str, Any]:
+    def checkpoint_roles(self) -> dict[str, Checkpointable]:
         """Role name -> group with ``save_checkpoint`` / ``load_checkpoint``."""
         return {"actor": self.roles.actor}
 

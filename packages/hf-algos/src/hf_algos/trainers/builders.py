@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Iterator
-from typing import Any
+
+from transformers import PreTrainedTokenizerBase
 
 from hf_algos.config.sections import (
     ActorSection,
@@ -16,11 +17,12 @@ from hf_algos.config.sections import (
     TrainerSection,
 )
 from hf_algos.data import RLDataset, RLDatasetConfig, StatefulDataLoader
+from hf_algos.data.loader import CollatingDataset
 from hf_algos.losses import critic_loss, ppo_actor_loss
 from hf_algos.rewards import RewardManager, RewardManagerConfig
 from hf_algos.trainers.roles import SyncActorWorker
 from hf_controller import RayClassWithInitArgs
-from hf_engines import EngineConfig
+from hf_engines import EngineConfig, LossFn
 from hf_engines.workers import (
     ActorConfig,
     CriticConfig,
@@ -33,36 +35,38 @@ from hf_rollout import RolloutConfig, SamplingConfig
 from hf_rollout.workers import RolloutWorker
 
 
-def load_tokenizer(data: DataConfig, actor: ActorSection) -> Any:
+def load_tokenizer(data: DataConfig, actor: ActorSection) -> PreTrainedTokenizerBase:
     """The tokenizer from ``data.tokenizer_path``, else from the actor's model directory."""
     from transformers import AutoTokenizer
 
     path = data.tokenizer_path or actor.engine.model.path
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
 
 
-def rl_dataset(data: DataConfig, files: tuple[str, ...], tokenizer: Any) -> RLDataset:
+def rl_dataset(
+    data: DataConfig, files: tuple[str, ...], tokenizer: PreTrainedTokenizerBase
+) -> RLDataset:
     """Tokenized prompts of ``files``."""
     config = RLDatasetConfig(max_prompt_length=data.max_prompt_length, prompt_key=data.prompt_key)
     return RLDataset(list(files), tokenizer, config)
 
 
-def rl_loader(data: DataConfig, tokenizer: Any) -> StatefulDataLoader:
+def rl_loader(data: DataConfig, tokenizer: PreTrainedTokenizerBase) -> StatefulDataLoader:
     """The training prompts: shuffled per epoch, full batches, resumable."""
     dataset = rl_dataset(data, data.train_files, tokenizer)
     return StatefulDataLoader(dataset, data.train_batch_size, data.shuffle, data.seed)
 
 
-def val_dataset(data: DataConfig, tokenizer: Any) -> tuple[RLDataset, int]:
+def val_dataset(data: DataConfig, tokenizer: PreTrainedTokenizerBase) -> tuple[RLDataset, int]:
     """The validation prompts and the batch size to score them in."""
     dataset = rl_dataset(data, data.val_files, tokenizer)
     return dataset, data.val_batch_size or len(dataset)
 
 
-def all_batches(dataset: Any, batch_size: int) -> Iterator[DataProto]:
+def all_batches(dataset: CollatingDataset, batch_size: int) -> Iterator[DataProto]:
     """Every row of ``dataset`` once, in order, in batches of ``batch_size`` (last may be short)."""
     for start in range(0, len(dataset), batch_size):
         rows = [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]
@@ -88,7 +92,10 @@ def actor_class(
 
 
 def actor_class_with_loss(
-    actor: ActorSection, trainer: TrainerSection, loss_fn: Any, mini_batch_rows: int | None = None
+    actor: ActorSection,
+    trainer: TrainerSection,
+    loss_fn: LossFn,
+    mini_batch_rows: int | None = None,
 ) -> RayClassWithInitArgs:
     """The actor role with any engine loss function (DPO, SFT)."""
     config = ActorConfig(
@@ -131,9 +138,13 @@ def reward_model_class(engine: EngineConfig) -> RayClassWithInitArgs:
 
 
 def rollout_class(
-    rollout: RolloutSection, actor: ActorSection, trainer: TrainerSection, tokenizer: Any
+    rollout: RolloutSection,
+    actor: ActorSection,
+    trainer: TrainerSection,
+    tokenizer: PreTrainedTokenizerBase,
 ) -> RayClassWithInitArgs:
-    """The rollout role on the actor's architecture (weights arrive by sync)."""
+    """The rollout role on the actor's architecture (weights arrive by sync); each
+    ``generate_sequences`` call brings its :func:`sampling_config`."""
     model = actor.engine.model
     config = RolloutConfig(
         backend=rollout.backend,
@@ -146,13 +157,17 @@ def rollout_class(
         device="cuda" if trainer.use_gpu else "cpu",
         engine_kwargs=dict(rollout.engine_kwargs),
     )
-    return RayClassWithInitArgs(RolloutWorker, config, sampling_config(rollout, tokenizer))
+    return RayClassWithInitArgs(RolloutWorker, config)
 
 
 def sampling_config(
-    rollout: RolloutSection, tokenizer: Any, seed: int | None = None, greedy: bool = False
+    rollout: RolloutSection,
+    tokenizer: PreTrainedTokenizerBase,
+    seed: int | None = None,
+    greedy: bool = False,
 ) -> SamplingConfig:
-    """Sampling for a step (``seed``) or, with ``greedy``, one deterministic answer."""
+    """Sampling for a step (``seed``) or, with ``greedy``, one deterministic answer: the one
+    object that reaches the rollout workers (``meta_info["sampling"]``)."""
     return SamplingConfig(
         n=1 if greedy else rollout.n,
         temperature=rollout.temperature,
@@ -165,7 +180,7 @@ def sampling_config(
     )
 
 
-def reward_manager(reward: RewardConfig, tokenizer: Any) -> RewardManager:
+def reward_manager(reward: RewardConfig, tokenizer: PreTrainedTokenizerBase) -> RewardManager:
     """Rule-based scoring by ``data_source`` in a pool of processes."""
     config = RewardManagerConfig(num_workers=reward.num_workers, timeout_s=reward.timeout_s)
     return RewardManager(tokenizer, config)

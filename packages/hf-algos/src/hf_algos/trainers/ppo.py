@@ -18,7 +18,6 @@ baseline, the others need nothing more.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any
 
@@ -26,6 +25,7 @@ import torch
 
 from hf_algos.advantages import compute_advantage
 from hf_algos.advantages.registry import AdvantageEstimator, get_advantage_estimator
+from hf_algos.checkpoint import Checkpointable
 from hf_algos.config.loading import config_to_dict
 from hf_algos.config.trainers import RLConfig
 from hf_algos.kl import AdaptiveKLController, FixedKLController, KLController, apply_kl_penalty
@@ -38,6 +38,7 @@ from hf_algos.tracking import (
 )
 from hf_algos.trainers import builders
 from hf_algos.trainers.base import Metrics, Trainer
+from hf_algos.trainers.groups import RewardScorer
 from hf_algos.trainers.roles import build_role_groups
 from hf_algos.trainers.steps import (
     MODEL_FIELDS,
@@ -47,7 +48,9 @@ from hf_algos.trainers.steps import (
     greedy_validation,
     tensors,
 )
+from hf_controller import RayClassWithInitArgs
 from hf_protocol import DataProto
+from hf_rollout import SamplingConfig
 
 ACTOR_UPDATE_FIELDS = (*MODEL_FIELDS, "old_log_probs", "advantages", "ref_log_prob")
 CRITIC_UPDATE_FIELDS = (*MODEL_FIELDS, "values", "returns")
@@ -78,7 +81,7 @@ class PPOTrainer(Trainer):
         self.roles.sync_weights()
         self.reward = self._build_reward()
 
-    def _role_classes(self) -> dict[str, Any]:
+    def _role_classes(self) -> dict[str, RayClassWithInitArgs]:
         config = self.config
         roles = {"actor": builders.actor_class(config.actor, config.trainer)}
         if self.use_ref:
@@ -90,12 +93,12 @@ class PPOTrainer(Trainer):
             roles["reward_model"] = builders.reward_model_class(config.reward.model)
         return roles
 
-    def _rollout_cls(self) -> Any:
+    def _rollout_cls(self) -> RayClassWithInitArgs:
         config = self.config
         return builders.rollout_class(config.rollout, config.actor, config.trainer, self.tokenizer)
 
-    def _build_reward(self) -> Any:
-        if self.roles.reward_model is not None:
+    def _build_reward(self) -> RewardScorer:
+        if self.roles.has("reward_model"):
             return RewardModelScorer(self.roles.reward_model)
         return builders.reward_manager(self.config.reward, self.tokenizer)
 
@@ -130,12 +133,12 @@ class PPOTrainer(Trainer):
         """``rollout.n`` samples per prompt (seeded by the step, so a resumed run repeats)."""
         seed = self.config.trainer.seed * 1_000_003 + self.global_step
         sampling = builders.sampling_config(self.config.rollout, self.tokenizer, seed=seed)
-        batch = self._rollout(prompts, dataclasses.asdict(sampling), metrics)
+        batch = self._rollout(prompts, sampling, metrics)
         if self.estimator.needs_greedy_baseline:
             tensors(batch)["reward_baselines"] = self.greedy_baseline(prompts, metrics)
         return batch
 
-    def _rollout(self, prompts: DataProto, sampling: dict[str, Any], metrics: Metrics) -> DataProto:
+    def _rollout(self, prompts: DataProto, sampling: SamplingConfig, metrics: Metrics) -> DataProto:
         return generate(self.roles.rollout, prompts, sampling, metrics)
 
     def old_log_probs(self, batch: DataProto, metrics: Metrics) -> None:
@@ -148,9 +151,9 @@ class PPOTrainer(Trainer):
     def greedy_baseline(self, prompts: DataProto, metrics: Metrics) -> torch.Tensor:
         """ReMax: the score of each prompt's greedy answer, repeated for its ``n`` samples."""
         sampling = builders.sampling_config(self.config.rollout, self.tokenizer, greedy=True)
-        greedy = self._rollout(prompts, dataclasses.asdict(sampling), {})
+        greedy = self._rollout(prompts, sampling, {})
         scores = self.reward.score(greedy)
-        baseline = scores.batch["token_level_scores"].sum(-1)
+        baseline = tensors(scores)["token_level_scores"].sum(-1)
         metrics["critic/reward_baseline/mean"] = float(baseline.mean())
         return baseline.repeat_interleave(self.config.rollout.n)
 
@@ -212,9 +215,9 @@ class PPOTrainer(Trainer):
 
     # ------------------------------------------------------------------ state
 
-    def checkpoint_roles(self) -> dict[str, Any]:
+    def checkpoint_roles(self) -> dict[str, Checkpointable]:
         """The actor, and the critic when there is one."""
-        roles = {"actor": self.roles.actor}
+        roles: dict[str, Checkpointable] = {"actor": self.roles.actor}
         if self.use_critic:
             roles["critic"] = self.roles.critic
         return roles
@@ -234,9 +237,9 @@ class PPOTrainer(Trainer):
 
     def shutdown(self) -> None:
         """Stop reward processes and workers."""
-        close = getattr(getattr(self, "reward", None), "close", None)
-        if close is not None:
-            close()
+        reward: RewardScorer | None = getattr(self, "reward", None)  # None if __init__ failed
+        if reward is not None:
+            reward.close()
         super().shutdown()
 
     def __enter__(self) -> PPOTrainer:

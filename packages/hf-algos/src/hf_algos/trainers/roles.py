@@ -17,12 +17,21 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
 
 import torch
 
 from hf_algos.config.sections import TrainerSection
+from hf_algos.trainers.groups import (
+    ActorGroup,
+    CriticGroup,
+    EngineGroup,
+    ReferenceGroup,
+    RewardModelGroup,
+    RolloutGroup,
+    as_group,
+)
 from hf_controller import (
     Dispatch,
     RayClassWithInitArgs,
@@ -49,28 +58,82 @@ class SyncActorWorker(ActorWorker):
         return state if self.rank == 0 else None
 
 
-@dataclass
-class RoleGroups:
-    """The worker groups of one run; roles that the run does not use are ``None``."""
+OptionalRole = Literal["rollout", "ref", "critic", "reward_model"]
+"""A role that a run may go without."""
 
-    actor: Any
-    """Group with ``compute_log_prob``, ``update_actor``, ``save_checkpoint``, ..."""
-    rollout: Any
-    """Group with ``generate_sequences`` and ``update_weights``."""
-    fused: bool
-    """Rollout shares the actor's processes (hybrid placement)."""
-    ref: Any = None
-    """Group with ``compute_ref_log_prob``."""
-    critic: Any = None
-    """Group with ``compute_values`` and ``update_critic``."""
-    reward_model: Any = None
-    """Group with ``compute_rm_score``."""
-    owned: list[Any] = field(default_factory=list)
-    """Top-level groups and pools to shut down at the end."""
+_ABSENT_HINTS: dict[OptionalRole, str] = {
+    "rollout": "SFT and offline DPO build none (set dpo.online=true for online DPO)",
+    "ref": "PPO builds one when actor.use_kl_loss or algorithm.use_kl_in_reward is set",
+    "critic": "PPO builds one for an estimator that needs values (algorithm.adv_estimator=gae)",
+    "reward_model": "set reward.model to score with a reward model",
+}
+
+
+class RoleGroups:
+    """The worker groups of one run, typed by what the driver calls on them.
+
+    ``actor`` always exists; ``rollout``, ``ref``, ``critic`` and ``reward_model`` exist
+    when the run uses them. Reading an absent one raises an error naming the setting that
+    builds it; :meth:`has` asks first.
+    """
+
+    def __init__(
+        self,
+        actor: ActorGroup,
+        fused: bool,
+        rollout: RolloutGroup | None = None,
+        ref: ReferenceGroup | None = None,
+        critic: CriticGroup | None = None,
+        reward_model: RewardModelGroup | None = None,
+        owned: list[object] | None = None,
+    ) -> None:
+        self.actor = actor
+        """Group with ``compute_log_prob``, ``update_actor``, checkpoints, ``full_state_dict``."""
+        self.fused = fused
+        """Rollout shares the actor's processes (hybrid placement)."""
+        self.owned: list[object] = owned if owned is not None else []
+        """Top-level groups and pools to shut down at the end."""
+        self._rollout = rollout
+        self._ref = ref
+        self._critic = critic
+        self._reward_model = reward_model
+
+    @property
+    def rollout(self) -> RolloutGroup:
+        """Group with ``generate_sequences`` and ``update_weights``."""
+        return _present("rollout", self._rollout)
+
+    @property
+    def ref(self) -> ReferenceGroup:
+        """Group with ``compute_ref_log_prob``."""
+        return _present("ref", self._ref)
+
+    @property
+    def critic(self) -> CriticGroup:
+        """Group with ``compute_values`` and ``update_critic``."""
+        return _present("critic", self._critic)
+
+    @property
+    def reward_model(self) -> RewardModelGroup:
+        """Group with ``compute_rm_score``."""
+        return _present("reward_model", self._reward_model)
+
+    def has(self, role: OptionalRole) -> bool:
+        """Whether this run built ``role``."""
+        return self._optional()[role] is not None
+
+    def _optional(self) -> dict[str, EngineGroup | RolloutGroup | None]:
+        return {
+            "ref": self._ref,
+            "critic": self._critic,
+            "reward_model": self._reward_model,
+            "rollout": self._rollout,
+        }
 
     def init_models(self) -> None:
         """Build every role's model (collective per group); the actor first."""
-        for group in (self.actor, self.ref, self.critic, self.reward_model, self.rollout):
+        self.actor.init_model()
+        for group in self._optional().values():  # ref, critic, reward model, then rollout
             if group is not None:
                 group.init_model()
 
@@ -78,9 +141,11 @@ class RoleGroups:
         """Load the actor's current weights into the rollout engine(s)."""
         if self.fused:
             self.rollout.update_weights()  # reads the fused actor in-process, every rank
-        else:
-            state = self.actor.full_state_dict()[0]
-            self.rollout.update_weights(state)
+            return
+        state = self.actor.full_state_dict()[0]
+        if state is None:
+            raise RuntimeError("the actor's rank 0 returned no state dict to sync")
+        self.rollout.update_weights(state)
 
     def shutdown(self) -> None:
         """End the worker processes and release their reservations."""
@@ -90,6 +155,18 @@ class RoleGroups:
                 with contextlib.suppress(Exception):  # best effort at teardown
                     kill()
         self.owned.clear()
+
+
+GroupT = TypeVar("GroupT")
+
+
+def _present(role: OptionalRole, group: GroupT | None) -> GroupT:
+    if group is None:
+        raise AttributeError(
+            f"this run has no {role!r} worker group: {_ABSENT_HINTS[role]}; check "
+            f"roles.has({role!r}) before using it"
+        )
+    return group
 
 
 def build_role_groups(
@@ -125,14 +202,18 @@ def build_role_groups(
         )
         owned += [rollout_group, rollout_pool]
     return RoleGroups(
-        actor=views["actor"],
-        rollout=rollout_group,
+        actor=as_group(views["actor"], ActorGroup),
         fused=hybrid,
-        ref=views.get("ref"),
-        critic=views.get("critic"),
-        reward_model=views.get("reward_model"),
+        rollout=_optional_group(rollout_group, RolloutGroup),
+        ref=_optional_group(views.get("ref"), ReferenceGroup),
+        critic=_optional_group(views.get("critic"), CriticGroup),
+        reward_model=_optional_group(views.get("reward_model"), RewardModelGroup),
         owned=owned,
     )
+
+
+def _optional_group(group: object | None, protocol: Callable[..., GroupT]) -> GroupT | None:
+    return None if group is None else as_group(group, protocol)
 
 
 def _pool(trainer: TrainerSection, workers: int, name: str) -> RayResourcePool | None:

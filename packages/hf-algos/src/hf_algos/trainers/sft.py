@@ -10,9 +10,9 @@ after its first token.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
+from transformers import PreTrainedTokenizerBase
 
 from hf_algos.config.loading import config_to_dict
 from hf_algos.config.trainers import SFTConfig
@@ -24,11 +24,14 @@ from hf_algos.tracking import compute_timing_metrics, timed
 from hf_algos.trainers import builders
 from hf_algos.trainers.base import Metrics, Trainer
 from hf_algos.trainers.roles import build_role_groups
-from hf_algos.trainers.steps import MODEL_FIELDS, absorb, for_worker
+from hf_algos.trainers.steps import MODEL_FIELDS, absorb, for_worker, tensors
+from hf_engines import ModelOutputs
 from hf_protocol import DataProto
 
 
-def sft_loss(outputs: Any, micro_batch: DataProto) -> tuple[torch.Tensor, dict[str, float]]:
+def sft_loss(
+    outputs: ModelOutputs, micro_batch: DataProto
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Negative log-likelihood per target token (token mean over ``response_mask``).
 
     Reads ``outputs["log_probs"]`` ``(b, R)`` and ``response_mask`` ``(b, R)``.
@@ -45,7 +48,9 @@ def sft_loss(outputs: Any, micro_batch: DataProto) -> tuple[torch.Tensor, dict[s
 class SFTDataset:
     """Prompt + response rows tokenized up front (``prompt_key`` / ``response_key``)."""
 
-    def __init__(self, files: Sequence[str], tokenizer: Any, config: SFTConfig) -> None:
+    def __init__(
+        self, files: Sequence[str], tokenizer: PreTrainedTokenizerBase, config: SFTConfig
+    ) -> None:
         self.pad_token_id = int(tokenizer.pad_token_id)
         use_template = resolve_chat_template(tokenizer, None)
         self.items: list[tuple[list[int], list[int]]] = []
@@ -122,9 +127,8 @@ class SFTTrainer(Trainer):
         dataset = self.val_data
         batch = dataset.collate([dataset[i] for i in range(len(dataset))])
         output = self.roles.actor.compute_log_prob(for_worker(batch))
-        assert output.batch is not None and batch.batch is not None
-        log_probs = output.batch["old_log_probs"]
-        mask = batch.batch["response_mask"].to(log_probs.dtype)
+        log_probs = tensors(output)["old_log_probs"]
+        mask = tensors(batch)["response_mask"].to(log_probs.dtype)
         return {"val/sft_nll": float(-(log_probs * mask).sum() / mask.sum())}
 
     def __enter__(self) -> SFTTrainer:

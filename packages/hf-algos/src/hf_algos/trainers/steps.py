@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
-
 import numpy as np
 import torch
+from tensordict import TensorDict
 
+from hf_algos.data import RLDataset
 from hf_algos.tracking import merge_worker_metrics
 from hf_algos.trainers import builders
+from hf_algos.trainers.groups import RewardScorer, RolloutGroup
 from hf_protocol import DataProto
 from hf_rollout import SamplingConfig
 
@@ -22,20 +22,20 @@ MODEL_FIELDS = (*PROMPT_FIELDS, "responses", "response_mask")
 
 
 def generate(
-    rollout: Any, prompts: DataProto, sampling: dict[str, Any] | SamplingConfig, metrics: Metrics
+    rollout: RolloutGroup, prompts: DataProto, sampling: SamplingConfig, metrics: Metrics
 ) -> DataProto:
-    """Responses for ``prompts`` from the rollout group (the non-tensor columns ride along)."""
-    if isinstance(sampling, SamplingConfig):
-        sampling = dataclasses.asdict(sampling)
+    """Responses for ``prompts`` from the rollout group, sampled as ``sampling`` says (the
+    object itself travels to the workers in ``meta_info["sampling"]``); the non-tensor
+    columns ride along."""
     request = prompts.select(batch_keys=list(PROMPT_FIELDS))
     request.non_tensor_batch = dict(prompts.non_tensor_batch)
     request.meta_info = {"sampling": sampling}
-    output: DataProto = rollout.generate_sequences(request)
+    output = rollout.generate_sequences(request)
     absorb(None, output, metrics)
     return output
 
 
-def tensors(batch: DataProto) -> Any:
+def tensors(batch: DataProto) -> TensorDict:
     """``batch.batch`` (a TensorDict), which a rollout output always has."""
     assert batch.batch is not None, "the batch holds no tensors"
     return batch.batch
@@ -61,7 +61,10 @@ def absorb(batch: DataProto | None, output: DataProto, metrics: Metrics) -> None
 
 
 def greedy_validation(
-    rollout: Any, reward: Any, val_data: tuple[Any, int], sampling: SamplingConfig
+    rollout: RolloutGroup,
+    reward: RewardScorer,
+    val_data: tuple[RLDataset, int],
+    sampling: SamplingConfig,
 ) -> Metrics:
     """Greedy answers to every validation prompt, scored: ``val/score/mean``,
     ``val/accuracy`` and ``val/<data_source>/score/mean``."""
