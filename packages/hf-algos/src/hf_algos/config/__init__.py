@@ -10,12 +10,12 @@ from hf_algos.config.loading import (
 )
 from hf_algos.config.sections import (
     ActorSection,
-    AlgorithmConfig,
+    AlgorithmSection,
     CriticSection,
-    DataConfig,
+    DataSection,
     DPOSection,
-    KLControlConfig,
-    RewardConfig,
+    KLControlSection,
+    RewardSection,
     RolloutSection,
     TrainerSection,
 )
@@ -30,14 +30,14 @@ from hf_algos.config.validation import (
 
 __all__ = [
     "ActorSection",
-    "AlgorithmConfig",
+    "AlgorithmSection",
     "CriticSection",
     "DPOConfig",
     "DPOSection",
-    "DataConfig",
-    "KLControlConfig",
+    "DataSection",
+    "KLControlSection",
     "RLConfig",
-    "RewardConfig",
+    "RewardSection",
     "RolloutSection",
     "SFTConfig",
     "TrainerSection",

@@ -1,5 +1,10 @@
 """The sections of a trainer's configuration, one small frozen dataclass per component.
 
+Every section class ends in ``Section`` (``DataSection``, ``ActorSection``, ...); the top-level
+configs a trainer takes end in ``Config`` (``RLConfig``, ``DPOConfig``, ``SFTConfig``), as do
+the component configs of the other packages (``hf_engines.EngineConfig``,
+``hf_rollout.RolloutConfig``) that sections embed or build.
+
 Each section checks its own values in ``__post_init__``; checks that need several sections
 (batch sizes against each other and the world size) are in
 :mod:`hf_algos.config.validation`. Engine settings reuse :class:`hf_engines.EngineConfig`.
@@ -31,7 +36,7 @@ def _existing_files(name: str, paths: tuple[str, ...]) -> None:
 
 
 @dataclass(frozen=True)
-class DataConfig:
+class DataSection:
     """Where prompts come from and how many a step uses."""
 
     train_files: tuple[str, ...] = ()
@@ -161,7 +166,7 @@ class CriticSection:
 
 
 @dataclass(frozen=True)
-class KLControlConfig:
+class KLControlSection:
     """KL penalty in the reward (``algorithm.use_kl_in_reward``)."""
 
     type: Literal["fixed", "adaptive"] = "fixed"
@@ -180,7 +185,7 @@ class KLControlConfig:
 
 
 @dataclass(frozen=True)
-class AlgorithmConfig:
+class AlgorithmSection:
     """Advantage estimation and the reward-side KL penalty."""
 
     adv_estimator: str = "grpo"
@@ -196,12 +201,12 @@ class AlgorithmConfig:
     """Subtract ``beta * KL(policy || reference)`` from the token rewards."""
     kl_penalty: str = "kl"
     """KL estimator of the reward penalty."""
-    kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+    kl_ctrl: KLControlSection = field(default_factory=KLControlSection)
     """The penalty's coefficient controller."""
 
 
 @dataclass(frozen=True)
-class RewardConfig:
+class RewardSection:
     """How responses are scored."""
 
     num_workers: int = 2

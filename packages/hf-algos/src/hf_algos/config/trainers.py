@@ -12,11 +12,11 @@ from typing import Literal
 
 from hf_algos.config.sections import (
     ActorSection,
-    AlgorithmConfig,
+    AlgorithmSection,
     CriticSection,
-    DataConfig,
+    DataSection,
     DPOSection,
-    RewardConfig,
+    RewardSection,
     RolloutSection,
     TrainerSection,
 )
@@ -33,7 +33,7 @@ class RLConfig:
 
     actor: ActorSection
     """The policy."""
-    data: DataConfig = field(default_factory=DataConfig)
+    data: DataSection = field(default_factory=DataSection)
     """Prompts."""
     rollout: RolloutSection = field(default_factory=RolloutSection)
     """Generation."""
@@ -42,9 +42,9 @@ class RLConfig:
     others."""
     reference: bool = True
     """Keep a frozen copy of the initial policy for KL terms (``ref_log_prob``)."""
-    reward: RewardConfig = field(default_factory=RewardConfig)
+    reward: RewardSection = field(default_factory=RewardSection)
     """Scoring."""
-    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    algorithm: AlgorithmSection = field(default_factory=AlgorithmSection)
     """Advantages and the reward KL penalty."""
     trainer: TrainerSection = field(default_factory=TrainerSection)
     """Steps, placement, logging, checkpoints."""
@@ -67,14 +67,14 @@ class DPOConfig:
 
     actor: ActorSection
     """The policy (``ppo_mini_batch_size`` is unused; see ``dpo.mini_batch_size``)."""
-    data: DataConfig = field(default_factory=DataConfig)
+    data: DataSection = field(default_factory=DataSection)
     """Preference pairs (offline: ``prompt``/``chosen``/``rejected``) or prompts (online);
     ``train_batch_size`` counts pairs (offline) or prompts (online)."""
     dpo: DPOSection = field(default_factory=DPOSection)
     """The loss."""
     rollout: RolloutSection = field(default_factory=RolloutSection)
     """Online DPO only: sampling (``n`` >= 2 responses per prompt)."""
-    reward: RewardConfig = field(default_factory=RewardConfig)
+    reward: RewardSection = field(default_factory=RewardSection)
     """Online DPO only: scoring."""
     max_response_length: int = 64
     """Offline: chosen / rejected responses are right-padded (and cut) to this length."""
@@ -97,7 +97,7 @@ class SFTConfig:
 
     actor: ActorSection
     """The model (``ppo_mini_batch_size`` is the rows per optimizer step)."""
-    data: DataConfig = field(default_factory=DataConfig)
+    data: DataSection = field(default_factory=DataSection)
     """Rows with the prompt (``prompt_key``) and the target (``response_key``)."""
     response_key: str = "response"
     """Column holding the target response text."""

@@ -19,9 +19,9 @@ from hf_algos.advantages.registry import (
 )
 from hf_algos.config.sections import (
     ActorSection,
-    AlgorithmConfig,
+    AlgorithmSection,
     CriticSection,
-    DataConfig,
+    DataSection,
     DPOSection,
     RolloutSection,
     TrainerSection,
@@ -70,7 +70,7 @@ def _divisors_text(n: int) -> str:
 
 
 def check_estimator(
-    algorithm: AlgorithmConfig, critic: CriticSection | None, rollout: RolloutSection
+    algorithm: AlgorithmSection, critic: CriticSection | None, rollout: RolloutSection
 ) -> AdvantageEstimator:
     """``algorithm.adv_estimator`` is registered and gets what its entry says it reads.
 
@@ -111,11 +111,11 @@ def check_estimator(
 def validate_rl_config(
     *,
     actor: ActorSection,
-    data: DataConfig,
+    data: DataSection,
     rollout: RolloutSection,
     critic: CriticSection | None,
     reference: bool,
-    algorithm: AlgorithmConfig,
+    algorithm: AlgorithmSection,
     trainer: TrainerSection,
 ) -> None:
     """Checks across the sections of an :class:`~hf_algos.config.RLConfig`.
@@ -152,7 +152,7 @@ def validate_rl_config(
     check_tokenizer_source(data, actor)
 
 
-def check_tokenizer_source(data: DataConfig, actor: ActorSection) -> None:
+def check_tokenizer_source(data: DataSection, actor: ActorSection) -> None:
     """A tokenizer must come from ``data.tokenizer_path`` or the actor's model directory."""
     if data.tokenizer_path is None and actor.engine.model.path is None:
         raise ConfigurationError(
@@ -190,7 +190,7 @@ def _check_placement(trainer: TrainerSection, rows: int) -> None:
 def validate_dpo_config(
     *,
     actor: ActorSection,
-    data: DataConfig,
+    data: DataSection,
     dpo: DPOSection,
     rollout: RolloutSection,
     trainer: TrainerSection,
@@ -224,7 +224,7 @@ def validate_dpo_config(
 
 
 def validate_sft_config(
-    *, actor: ActorSection, data: DataConfig, max_response_length: int, trainer: TrainerSection
+    *, actor: ActorSection, data: DataSection, max_response_length: int, trainer: TrainerSection
 ) -> None:
     """Checks across the sections of an :class:`~hf_algos.config.SFTConfig`."""
     _positive("max_response_length", max_response_length)

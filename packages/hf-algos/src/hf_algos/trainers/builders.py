@@ -11,8 +11,8 @@ from transformers import PreTrainedTokenizerBase
 from hf_algos.config.sections import (
     ActorSection,
     CriticSection,
-    DataConfig,
-    RewardConfig,
+    DataSection,
+    RewardSection,
     RolloutSection,
     TrainerSection,
 )
@@ -35,7 +35,7 @@ from hf_rollout import RolloutConfig, SamplingConfig
 from hf_rollout.workers import RolloutWorker
 
 
-def load_tokenizer(data: DataConfig, actor: ActorSection) -> PreTrainedTokenizerBase:
+def load_tokenizer(data: DataSection, actor: ActorSection) -> PreTrainedTokenizerBase:
     """The tokenizer from ``data.tokenizer_path``, else from the actor's model directory."""
     from transformers import AutoTokenizer
 
@@ -47,20 +47,20 @@ def load_tokenizer(data: DataConfig, actor: ActorSection) -> PreTrainedTokenizer
 
 
 def rl_dataset(
-    data: DataConfig, files: tuple[str, ...], tokenizer: PreTrainedTokenizerBase
+    data: DataSection, files: tuple[str, ...], tokenizer: PreTrainedTokenizerBase
 ) -> RLDataset:
     """Tokenized prompts of ``files``."""
     config = RLDatasetConfig(max_prompt_length=data.max_prompt_length, prompt_key=data.prompt_key)
     return RLDataset(list(files), tokenizer, config)
 
 
-def rl_loader(data: DataConfig, tokenizer: PreTrainedTokenizerBase) -> StatefulDataLoader:
+def rl_loader(data: DataSection, tokenizer: PreTrainedTokenizerBase) -> StatefulDataLoader:
     """The training prompts: shuffled per epoch, full batches, resumable."""
     dataset = rl_dataset(data, data.train_files, tokenizer)
     return StatefulDataLoader(dataset, data.train_batch_size, data.shuffle, data.seed)
 
 
-def val_dataset(data: DataConfig, tokenizer: PreTrainedTokenizerBase) -> tuple[RLDataset, int]:
+def val_dataset(data: DataSection, tokenizer: PreTrainedTokenizerBase) -> tuple[RLDataset, int]:
     """The validation prompts and the batch size to score them in."""
     dataset = rl_dataset(data, data.val_files, tokenizer)
     return dataset, data.val_batch_size or len(dataset)
@@ -180,7 +180,7 @@ def sampling_config(
     )
 
 
-def reward_manager(reward: RewardConfig, tokenizer: PreTrainedTokenizerBase) -> RewardManager:
+def reward_manager(reward: RewardSection, tokenizer: PreTrainedTokenizerBase) -> RewardManager:
     """Rule-based scoring by ``data_source`` in a pool of processes."""
     config = RewardManagerConfig(num_workers=reward.num_workers, timeout_s=reward.timeout_s)
     return RewardManager(tokenizer, config)
