@@ -4,16 +4,14 @@ from hf_algos.trainers.base import Trainer
 from hf_algos.trainers.dpo import DPOTrainer
 from hf_algos.trainers.ppo import PPOTrainer
 from hf_algos.trainers.roles import RoleGroups, SyncActorWorker, build_role_groups
-from hf_algos.trainers.sft import SFTDataset, SFTTrainer, sft_loss
+from hf_algos.trainers.sft import SFTTrainer
 
 __all__ = [
     "DPOTrainer",
     "PPOTrainer",
     "RoleGroups",
-    "SFTDataset",
     "SFTTrainer",
     "SyncActorWorker",
     "Trainer",
     "build_role_groups",
-    "sft_loss",
 ]

@@ -1,0 +1,144 @@
+"""DPO: preference losses (sigmoid, IPO, hinge) and the engine loss function.
+
+Batch convention for DPO training: a pair is two **adjacent rows**, the chosen response at
+an even row ``2k`` and the rejected one at ``2k + 1``, both for the same prompt and padded
+to the same response length. The reference model's per-token log-probs are in the batch as
+``ref_log_prob`` (``(B, R)``, from ``ReferenceWorker.compute_ref_log_prob``). Every split
+of the batch (across data-parallel ranks, into mini- and micro-batches) must therefore keep
+an even number of rows: use even batch, mini-batch and micro-batch row counts (not a token
+budget). :func:`dpo_loss_fn` raises on an odd micro-batch.
+
+The engine weights each micro-batch's loss by its share of response tokens, so with several
+micro-batches the step is a token-weighted average of per-micro-batch pair means (exact
+when micro-batches hold equal token counts, or there is only one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final, NamedTuple
+
+import torch
+from torch.nn.functional import logsigmoid
+
+from hf_algos.losses.fields import batch_field
+from hf_protocol import DataProto, fields
+
+if TYPE_CHECKING:  # hf_engines imports transformers; only its types are needed here
+    from hf_engines import ModelOutputs
+
+
+class DPOLossOutput(NamedTuple):
+    """Per-pair DPO quantities, each ``(N,)`` for ``N`` pairs."""
+
+    losses: torch.Tensor
+    """The loss of each pair (with gradient); minimise its mean."""
+    chosen_rewards: torch.Tensor
+    """Implicit reward ``beta * (log pi - log pi_ref)`` of the chosen response (no grad)."""
+    rejected_rewards: torch.Tensor
+    """Implicit reward of the rejected response (no grad)."""
+
+
+def _sigmoid(margin: torch.Tensor, beta: float, label_smoothing: float) -> torch.Tensor:
+    # Label smoothing treats a fraction of labels as flipped (conservative DPO).
+    return -(1 - label_smoothing) * logsigmoid(beta * margin) - label_smoothing * logsigmoid(
+        -beta * margin
+    )
+
+
+def _ipo(margin: torch.Tensor, beta: float, label_smoothing: float) -> torch.Tensor:
+    del label_smoothing
+    return (margin - 1.0 / (2.0 * beta)) ** 2
+
+
+def _hinge(margin: torch.Tensor, beta: float, label_smoothing: float) -> torch.Tensor:
+    del label_smoothing
+    return torch.relu(1.0 - beta * margin)
+
+
+DPO_LOSSES: Final[dict[str, Callable[[torch.Tensor, float, float], torch.Tensor]]] = {
+    "sigmoid": _sigmoid,
+    "ipo": _ipo,
+    "hinge": _hinge,
+}
+"""Per-pair loss of the log-ratio margin ``h``, by name (with ``beta``, ``label_smoothing``):
+``sigmoid`` ``-log sigmoid(beta h)`` (DPO), ``ipo`` ``(h - 1/(2 beta))^2`` (IPO),
+``hinge`` ``max(0, 1 - beta h)`` (SLiC)."""
+
+
+def dpo_loss(
+    policy_chosen_logps: torch.Tensor,
+    policy_rejected_logps: torch.Tensor,
+    ref_chosen_logps: torch.Tensor,
+    ref_rejected_logps: torch.Tensor,
+    *,
+    beta: float = 0.1,
+    loss_type: str = "sigmoid",
+    label_smoothing: float = 0.0,
+) -> DPOLossOutput:
+    """Preference loss of ``N`` pairs from sequence log-probs, each input ``(N,)``.
+
+    ``h = (log pi(y_w) - log pi(y_l)) - (log pi_ref(y_w) - log pi_ref(y_l))`` and the
+    per-pair loss of :data:`DPO_LOSSES` ``[loss_type]``.
+    """
+    if beta <= 0:
+        raise ValueError(f"beta={beta} must be > 0 (DPO papers use 0.1 to 0.5)")
+    if not 0.0 <= label_smoothing < 0.5:
+        raise ValueError(f"label_smoothing={label_smoothing} must be in [0, 0.5)")
+    try:
+        per_pair = DPO_LOSSES[loss_type]
+    except KeyError:
+        known = ", ".join(DPO_LOSSES)
+        raise ValueError(f"unknown DPO loss_type {loss_type!r}; choose one of {known}") from None
+    chosen_ratio = policy_chosen_logps - ref_chosen_logps
+    rejected_ratio = policy_rejected_logps - ref_rejected_logps
+    losses = per_pair(chosen_ratio - rejected_ratio, beta, label_smoothing)
+    return DPOLossOutput(losses, beta * chosen_ratio.detach(), beta * rejected_ratio.detach())
+
+
+def dpo_loss_fn(
+    outputs: ModelOutputs,
+    micro_batch: DataProto,
+    *,
+    beta: float = 0.1,
+    loss_type: str = "sigmoid",
+    label_smoothing: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """DPO in the engine convention; pairs are adjacent rows (see the module docstring).
+
+    Sequence log-probs are sums over ``response_mask`` of ``outputs["log_probs"]`` and of
+    ``ref_log_prob``. Returns the mean pair loss and metrics ``dpo_loss``,
+    ``reward_chosen``, ``reward_rejected``, ``reward_margin``, ``reward_accuracy``.
+    Bind the hyper-parameters with ``functools.partial(dpo_loss_fn, beta=...)``.
+    """
+    log_probs = outputs["log_probs"]
+    device = log_probs.device
+    if log_probs.shape[0] % 2:
+        raise ValueError(
+            f"a DPO micro-batch holds pairs as adjacent rows, but got {log_probs.shape[0]} "
+            "rows; use even batch, mini-batch and micro-batch row counts (not a token budget)"
+        )
+    mask = batch_field(micro_batch, fields.RESPONSE_MASK, device, "the data loader writes")
+    mask = mask.to(log_probs.dtype)
+    ref = batch_field(micro_batch, fields.REF_LOG_PROB, device, "ref.compute_ref_log_prob writes")
+    policy_seq = (log_probs * mask).sum(-1)
+    ref_seq = (ref.to(log_probs.dtype) * mask).sum(-1)
+    out = dpo_loss(
+        policy_seq[0::2],
+        policy_seq[1::2],
+        ref_seq[0::2],
+        ref_seq[1::2],
+        beta=beta,
+        loss_type=loss_type,
+        label_smoothing=label_smoothing,
+    )
+    loss = out.losses.mean()
+    margin = out.chosen_rewards - out.rejected_rewards
+    metrics = {
+        "dpo_loss": float(loss.detach()),
+        "reward_chosen": float(out.chosen_rewards.mean()),
+        "reward_rejected": float(out.rejected_rewards.mean()),
+        "reward_margin": float(margin.mean()),
+        "reward_accuracy": float((margin > 0).float().mean()),
+    }
+    return loss, metrics
