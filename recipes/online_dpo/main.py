@@ -33,10 +33,11 @@ from hf_algos.data import (
     RLDatasetConfig,
     StatefulDataLoader,
     build_char_tokenizer,
+    make_preference_batch,
     make_reverse_letters_rows,
     write_rows,
 )
-from hf_algos.dpo import dpo_loss_fn, make_preference_batch
+from hf_algos.losses import dpo_loss_fn
 from hf_algos.rewards import RewardManager
 from hf_algos.rewards.manager import RewardManagerConfig
 from hf_algos.tracking import Tracking, merge_worker_metrics
@@ -91,7 +92,7 @@ class OnlineDPOConfig:
     beta: float = 0.1
     """DPO inverse temperature: how far the policy may move from the reference."""
     loss_type: str = "sigmoid"
-    """DPO loss variant of ``hf_algos.dpo.DPO_LOSSES``."""
+    """DPO loss variant of ``hf_algos.losses.DPO_LOSSES``."""
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-4, weight_decay=0.0))
     """The actor's AdamW settings."""
     micro_batch_size: int = 8

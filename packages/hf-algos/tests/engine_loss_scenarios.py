@@ -14,8 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from hf_algos.dpo import dpo_loss_fn
-from hf_algos.losses import critic_loss, ppo_actor_loss
+from hf_algos.losses import critic_loss, dpo_loss_fn, ppo_actor_loss
 from hf_engines import EngineConfig, FSDPEngine, config_from_dict
 from hf_engines.testing import make_toy_batch
 from hf_protocol import DataProto

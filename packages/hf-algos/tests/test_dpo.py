@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from hf_algos.dpo import build_preference_pairs, dpo_loss, dpo_loss_fn, make_preference_batch
+from hf_algos.data import build_preference_pairs, make_preference_batch
+from hf_algos.losses import dpo_loss, dpo_loss_fn
 from hf_protocol import DataProto
 
 # One pair: policy chosen -1, rejected -2; reference -1.5 for both -> margin h = 1.

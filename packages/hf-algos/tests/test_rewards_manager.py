@@ -13,14 +13,13 @@ import pytest
 import torch
 
 from hf_algos.data import build_char_tokenizer
-from hf_algos.data.collate import right_pad
 from hf_algos.rewards import (
     RewardManager,
     RewardManagerConfig,
     compute_reverse_letters_score,
     register_scoring_function,
 )
-from hf_protocol import DataProto
+from hf_protocol import DataProto, right_pad
 
 # Scoring functions used by the tests. They run in spawned worker processes, which import
 # this module by name, so they live at module level.

@@ -10,10 +10,11 @@ from transformers import AutoModelForCausalLM
 
 from hf_engines import ModelConfig
 from hf_engines.models import build_hf_model, transformer_blocks
-from hf_engines.testing import TINY_CONFIGS, build_tiny_model, launch_ranks, make_toy_batch
+from hf_engines.testing import build_tiny_model, launch_ranks, make_toy_batch
+from hf_protocol.testing import TINY_DECODER_CONFIGS
 
 
-@pytest.mark.parametrize("family", sorted(TINY_CONFIGS))
+@pytest.mark.parametrize("family", sorted(TINY_DECODER_CONFIGS))
 def test_tiny_models_load_from_their_directory(tiny_models: dict[str, Path], family: str) -> None:
     model = AutoModelForCausalLM.from_pretrained(tiny_models[family], local_files_only=True)
     assert model.config.hidden_size == 32 and model.config.num_hidden_layers == 2
@@ -30,7 +31,7 @@ def test_same_seed_same_weights(tmp_path: Path) -> None:
 
 
 def test_random_init_from_hf_config_is_seeded() -> None:
-    config = ModelConfig(hf_config=TINY_CONFIGS["llama"], seed=1)
+    config = ModelConfig(hf_config=TINY_DECODER_CONFIGS["llama"], seed=1)
     first, second = build_hf_model(config), build_hf_model(config)
     for a, b in zip(first.parameters(), second.parameters(), strict=True):
         assert torch.equal(a, b)

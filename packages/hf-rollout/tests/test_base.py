@@ -9,32 +9,17 @@ import numpy as np
 import pytest
 import torch
 
-from hf_protocol import DataProto
+from hf_protocol import DataProto, left_pad
 from hf_rollout import (
     build_output_from_samples,
     build_rollout_output,
     check_prompt_lengths,
-    left_pad,
     mask_through_first_stop,
     read_prompts,
-    right_pad,
     stop_ids_for,
 )
 from hf_rollout.backends.vllm import pad_id_for_dir
 from hf_rollout.config import SamplingConfig
-
-
-def test_left_pad_builds_masks_and_positions() -> None:
-    ids, mask, pos = left_pad([[5, 6, 7], [9]], pad_token_id=0)
-    assert ids.tolist() == [[5, 6, 7], [0, 0, 9]]
-    assert mask.tolist() == [[1, 1, 1], [0, 0, 1]]
-    assert pos.tolist() == [[0, 1, 2], [0, 0, 0]]
-
-
-def test_right_pad_pads_values_and_masks() -> None:
-    values, mask = right_pad([[0.5, -1.0], [], [2.0]], pad_value=0.0, dtype=torch.float32)
-    assert values.tolist() == [[0.5, -1.0], [0.0, 0.0], [2.0, 0.0]]
-    assert mask.tolist() == [[1, 1], [0, 0], [1, 0]]
 
 
 def test_read_prompts_accepts_raw_token_lists() -> None:
@@ -51,7 +36,7 @@ def test_read_prompts_names_what_is_missing() -> None:
 
 
 def test_prompt_length_errors_name_the_limit() -> None:
-    _, mask, _ = left_pad([[3] * 4, [3] * 8], pad_token_id=0)
+    _, mask, _ = left_pad([[3] * 4, [3] * 8], pad_id=0)
     assert check_prompt_lengths(mask, max_model_len=9) == 8
     with pytest.raises(ValueError, match=r"row 1 has 8 tokens, but max_model_len=8"):
         check_prompt_lengths(mask, max_model_len=8)
@@ -74,7 +59,7 @@ def test_mask_through_first_stop_keeps_the_stop_token() -> None:
 
 
 def test_build_rollout_output_joins_and_repeats() -> None:
-    prompt_tensors = left_pad([[5, 6], [7]], pad_token_id=0)
+    prompt_tensors = left_pad([[5, 6], [7]], pad_id=0)
     prompts = DataProto.from_dict(
         tensors=dict(
             zip(("input_ids", "attention_mask", "position_ids"), prompt_tensors, strict=True)
@@ -108,7 +93,7 @@ def test_build_rollout_output_of_no_prompts() -> None:
 
 
 def test_build_output_from_samples_pads_ragged_lists() -> None:
-    prompt_tensors = left_pad([[5, 6], [7]], pad_token_id=0)
+    prompt_tensors = left_pad([[5, 6], [7]], pad_id=0)
     prompts = DataProto.from_dict(
         tensors=dict(
             zip(("input_ids", "attention_mask", "position_ids"), prompt_tensors, strict=True)

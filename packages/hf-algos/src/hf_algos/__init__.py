@@ -5,16 +5,19 @@ from hf_algos.data import (
     PreferenceDataset,
     RLDataset,
     StatefulDataLoader,
+    build_preference_pairs,
     collate_to_dataproto,
+    make_preference_batch,
     make_reverse_letters_rows,
 )
-from hf_algos.dpo import build_preference_pairs, dpo_loss, dpo_loss_fn, make_preference_batch
 from hf_algos.kl import AdaptiveKLController, FixedKLController, apply_kl_penalty, kl_penalty
 from hf_algos.losses import (
     LOSS_AGG_MODES,
     POLICY_LOSSES,
     aggregate_loss,
     critic_loss,
+    dpo_loss,
+    dpo_loss_fn,
     ppo_actor_loss,
 )
 from hf_algos.rewards import SCORING_FUNCTIONS, RewardManager, RewardModelScorer

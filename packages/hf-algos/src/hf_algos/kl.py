@@ -22,7 +22,7 @@ from typing import Any, Final
 import torch
 
 from hf_algos.masked import masked_mean
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 
 #: k3 values are clamped to this magnitude (an outlier token can give exp(20)).
 LOW_VAR_KL_CLAMP: Final[float] = 10.0
@@ -140,11 +140,19 @@ def apply_kl_penalty(
     per-sequence KL and returns ``data`` (modified in place) with metrics
     ``actor/reward_kl_penalty`` (mean token KL) and ``actor/reward_kl_penalty_coeff``.
     """
-    batch = _require(data, ("token_level_scores", "old_log_probs", "ref_log_prob", "response_mask"))
-    mask = batch["response_mask"].to(torch.float32)
-    kl = kl_penalty(batch["old_log_probs"], batch["ref_log_prob"], kind) * mask
+    batch = _require(
+        data,
+        (
+            fields.TOKEN_LEVEL_SCORES,
+            fields.OLD_LOG_PROBS,
+            fields.REF_LOG_PROB,
+            fields.RESPONSE_MASK,
+        ),
+    )
+    mask = batch[fields.RESPONSE_MASK].to(torch.float32)
+    kl = kl_penalty(batch[fields.OLD_LOG_PROBS], batch[fields.REF_LOG_PROB], kind) * mask
     beta = controller.value
-    batch["token_level_rewards"] = batch["token_level_scores"] - beta * kl
+    batch[fields.TOKEN_LEVEL_REWARDS] = batch[fields.TOKEN_LEVEL_SCORES] - beta * kl
     sequence_kl = masked_mean(kl, mask, dim=-1)
     current_kl = float(sequence_kl.mean())
     controller.update(current_kl, n_steps=len(data))

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from tensordict import TensorDict
 
 from hf_engines.config import MicroBatchConfig
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 
 
 def split_by_size(num_rows: int, micro_batch_size: int) -> list[list[int]]:
@@ -66,7 +66,7 @@ def split_micro_batches(batch: DataProto, config: MicroBatchConfig) -> list[Data
     """
     rows = len(batch)
     if config.max_tokens is not None:
-        counts = batch_tensors(batch)["attention_mask"].sum(dim=-1).tolist()
+        counts = batch_tensors(batch)[fields.ATTENTION_MASK].sum(dim=-1).tolist()
         groups = split_by_token_budget([int(c) for c in counts], config.max_tokens)
     else:
         assert config.micro_batch_size is not None  # guaranteed by MicroBatchConfig

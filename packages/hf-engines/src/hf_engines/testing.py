@@ -15,31 +15,13 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from hf_engines.engine import LossOutput, ModelOutputs
-from hf_protocol import DataProto
-
-_TINY_COMMON: dict[str, Any] = {
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 128,
-    "max_position_embeddings": 256,
-}
-
-TINY_CONFIGS: dict[str, dict[str, Any]] = {
-    "llama": {"model_type": "llama", **_TINY_COMMON},
-    # Tied embeddings exercise the export path that must not write lm_head twice.
-    "qwen2": {"model_type": "qwen2", "tie_word_embeddings": True, **_TINY_COMMON},
-    "qwen3": {"model_type": "qwen3", "head_dim": 8, **_TINY_COMMON},
-}
-"""Tiny decoder configs by family: hidden 32, 2 layers, vocab 128 (random weights)."""
+from hf_protocol import DataProto, build_prompt_response_batch, fields
+from hf_protocol.testing import tiny_decoder_config
 
 
 def build_tiny_model(
@@ -47,13 +29,10 @@ def build_tiny_model(
 ) -> Path:
     """Save a randomly initialised tiny ``family`` causal LM to ``directory``; return it.
 
-    ``family`` is a key of :data:`TINY_CONFIGS`. The same seed gives the same weights.
+    ``family`` is a key of :data:`hf_protocol.testing.TINY_DECODER_CONFIGS`. The same seed
+    gives the same weights.
     """
-    if family not in TINY_CONFIGS:
-        raise ValueError(
-            f"unknown tiny model family {family!r}; choose from {sorted(TINY_CONFIGS)}"
-        )
-    options = dict(TINY_CONFIGS[family])
+    options = tiny_decoder_config(family)
     config = AutoConfig.for_model(options.pop("model_type"), **options)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -77,31 +56,22 @@ def make_toy_batch(
     (``(B, R)``), ``input_ids``, ``attention_mask``, ``position_ids`` (``(B, P + R)``).
     """
     generator = torch.Generator().manual_seed(seed)
-    prompts = torch.zeros(batch_size, prompt_length, dtype=torch.int64)
-    prompt_mask = torch.zeros_like(prompts)
-    responses = torch.zeros(batch_size, response_length, dtype=torch.int64)
-    response_mask = torch.zeros_like(responses)
-    for row in range(batch_size):
+    prompt_ids: list[list[int]] = []
+    response_ids: list[list[int]] = []
+    for _ in range(batch_size):
         n_prompt = int(torch.randint(2, prompt_length + 1, (1,), generator=generator))
         n_response = int(torch.randint(1, response_length + 1, (1,), generator=generator))
         start = int(torch.randint(1, vocab_size, (1,), generator=generator))
         tokens = [(start + i - 1) % (vocab_size - 1) + 1 for i in range(n_prompt + n_response)]
-        prompts[row, prompt_length - n_prompt :] = torch.tensor(tokens[:n_prompt])
-        prompt_mask[row, prompt_length - n_prompt :] = 1
-        responses[row, :n_response] = torch.tensor(tokens[n_prompt:])
-        response_mask[row, :n_response] = 1
-    attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
-    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
-    return DataProto.from_dict(
-        tensors={
-            "prompts": prompts,
-            "responses": responses,
-            "response_mask": response_mask,
-            "input_ids": torch.cat([prompts, responses], dim=1),
-            "attention_mask": attention_mask,
-            "position_ids": position_ids,
-        },
-        meta_info={"temperature": 1.0},
+        prompt_ids.append(tokens[:n_prompt])
+        response_ids.append(tokens[n_prompt:])
+    return build_prompt_response_batch(
+        prompt_ids,
+        response_ids,
+        pad_id=0,
+        prompt_width=prompt_length,
+        response_width=response_length,
+        meta_info={fields.TEMPERATURE: 1.0},
     )
 
 
@@ -109,7 +79,7 @@ def _response_mask(micro_batch: DataProto, device: torch.device) -> torch.Tensor
     """The batch's ``response_mask`` as floats on ``device`` (where the model outputs are)."""
     if micro_batch.batch is None:
         raise ValueError("a toy loss needs a batch with tensors; this DataProto has none")
-    return micro_batch.batch["response_mask"].float().to(device)
+    return micro_batch.batch[fields.RESPONSE_MASK].float().to(device)
 
 
 def toy_nll_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
@@ -124,8 +94,8 @@ def toy_nll_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
 
 def toy_value_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
     """Token-mean squared error of the values against a target of 1 (metric ``vf_loss``)."""
-    mask = _response_mask(micro_batch, outputs["values"].device)
-    loss = (((outputs["values"] - 1.0) ** 2) * mask).sum() / mask.sum()
+    mask = _response_mask(micro_batch, outputs[fields.VALUES].device)
+    loss = (((outputs[fields.VALUES] - 1.0) ** 2) * mask).sum() / mask.sum()
     return loss, {"vf_loss": float(loss.detach())}
 
 

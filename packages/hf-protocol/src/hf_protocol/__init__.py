@@ -1,8 +1,21 @@
-"""hf-protocol: the DataProto batch container exchanged between HybridFlow worker groups."""
+"""hf-protocol: the DataProto batch container exchanged between HybridFlow worker groups.
 
+Also the batch contract: :mod:`hf_protocol.fields` names the fields, :mod:`hf_protocol.layout`
+pads prompts and responses into them.
+"""
+
+from hf_protocol import fields
 from hf_protocol.data_proto import DataProto, DataProtoItem
 from hf_protocol.distributed import all_gather_data_proto
 from hf_protocol.future import DataProtoFuture
+from hf_protocol.layout import (
+    PromptTensors,
+    build_prompt_response_batch,
+    continue_position_ids,
+    left_pad,
+    position_ids_from_mask,
+    right_pad,
+)
 from hf_protocol.padding import pad_dataproto_to_divisor, unpad_dataproto
 from hf_protocol.unions import union_numpy_dict, union_tensor_dict
 
@@ -12,8 +25,15 @@ __all__ = [
     "DataProto",
     "DataProtoFuture",
     "DataProtoItem",
+    "PromptTensors",
     "all_gather_data_proto",
+    "build_prompt_response_batch",
+    "continue_position_ids",
+    "fields",
+    "left_pad",
     "pad_dataproto_to_divisor",
+    "position_ids_from_mask",
+    "right_pad",
     "union_numpy_dict",
     "union_tensor_dict",
     "unpad_dataproto",

@@ -1,6 +1,12 @@
-"""Assertions for tests that handle DataProtos (ours and downstream packages')."""
+"""Test helpers shared by the packages: DataProto assertions and tiny model configs.
+
+The configs are plain dicts (no transformers import here), so hf-engines and hf-rollout,
+which do not depend on each other, build their tiny test models from one definition.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -46,3 +52,32 @@ def assert_dataproto_equal(actual: DataProto, expected: DataProto, check_meta: b
         assert values_equal(actual.meta_info, expected.meta_info), (
             f"meta_info differs: {actual.meta_info!r:.200} != {expected.meta_info!r:.200}"
         )
+
+
+_TINY_DECODER: dict[str, Any] = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 128,
+    "max_position_embeddings": 256,
+}
+
+TINY_DECODER_CONFIGS: dict[str, dict[str, Any]] = {
+    "llama": {"model_type": "llama", **_TINY_DECODER},
+    # Tied embeddings exercise the export path that must not write lm_head twice.
+    "qwen2": {"model_type": "qwen2", "tie_word_embeddings": True, **_TINY_DECODER},
+    "qwen3": {"model_type": "qwen3", "head_dim": 8, **_TINY_DECODER},
+}
+"""Tiny decoder configs by family (``transformers`` config fields): hidden 32, 2 layers,
+4 heads (2 key/value), vocab 128. Models built from them get random weights."""
+
+
+def tiny_decoder_config(family: str, **overrides: Any) -> dict[str, Any]:
+    """A copy of :data:`TINY_DECODER_CONFIGS` ``[family]`` with ``overrides`` applied."""
+    if family not in TINY_DECODER_CONFIGS:
+        raise ValueError(
+            f"unknown tiny model family {family!r}; choose from {sorted(TINY_DECODER_CONFIGS)}"
+        )
+    return {**TINY_DECODER_CONFIGS[family], **overrides}

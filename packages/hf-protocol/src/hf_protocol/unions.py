@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 from tensordict import TensorDict
 
+from hf_protocol import fields
 from hf_protocol.columns import values_equal
 
 
@@ -82,7 +83,7 @@ def merge_concat_meta_info(metas: list[dict[str, Any]]) -> dict[str, Any]:
     metrics: dict[str, list[Any]] = {}
     for index, meta in enumerate(metas):
         for key, value in meta.items():
-            if key == "metrics":
+            if key == fields.METRICS:
                 _gather_metrics(metrics, value, index)
             elif key not in merged:
                 merged[key] = value
@@ -93,7 +94,7 @@ def merge_concat_meta_info(metas: list[dict[str, Any]]) -> dict[str, Any]:
                     f"or report per-part values under meta_info['metrics']."
                 )
     if metrics:
-        merged["metrics"] = metrics
+        merged[fields.METRICS] = metrics
     return merged
 
 

@@ -5,11 +5,8 @@ from hf_rollout.base import (
     build_output_from_samples,
     build_rollout_output,
     check_prompt_lengths,
-    left_pad,
     mask_through_first_stop,
-    position_ids_from_mask,
     read_prompts,
-    right_pad,
     stop_ids_for,
 )
 from hf_rollout.config import RolloutConfig, SamplingConfig
@@ -31,12 +28,9 @@ __all__ = [
     "build_rollout",
     "build_rollout_output",
     "check_prompt_lengths",
-    "left_pad",
     "mask_through_first_stop",
-    "position_ids_from_mask",
     "read_prompts",
     "register_rollout_backend",
-    "right_pad",
     "rollout_backend_class",
     "stop_ids_for",
 ]

@@ -17,13 +17,19 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from hf_protocol import DataProto
+from hf_protocol import (
+    DataProto,
+    continue_position_ids,
+    fields,
+    left_pad,
+    position_ids_from_mask,
+    right_pad,
+)
 from hf_rollout.config import SamplingConfig
 
-PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
-"""Tensor columns a prompt batch carries (left-padded, shape ``(B, P)``)."""
-RAW_PROMPT_KEY = "raw_prompt_ids"
-"""Non-tensor column accepted instead: one list of token ids per prompt, unpadded."""
+PROMPT_KEYS = (fields.INPUT_IDS, fields.ATTENTION_MASK, fields.POSITION_IDS)
+"""Tensor columns a prompt batch carries (left-padded, shape ``(B, P)``); the non-tensor
+``raw_prompt_ids`` (one unpadded token list per prompt) is accepted instead."""
 
 
 @runtime_checkable
@@ -51,50 +57,6 @@ class RolloutEngine(Protocol):
         ...
 
 
-def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Positions counting real tokens from 0; pads before the first token get 0.
-
-    Shape: ``(B, L)`` -> ``(B, L)``.
-    """
-    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
-
-
-def left_pad(
-    token_lists: Sequence[Sequence[int]], pad_token_id: int, min_width: int = 0
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Left-pad token lists into ``input_ids``, ``attention_mask``, ``position_ids`` (B, P).
-
-    ``P`` is the longest list, or ``min_width`` when that is larger.
-    """
-    width = max(min_width, *(len(tokens) for tokens in token_lists), 0)
-    input_ids = torch.full((len(token_lists), width), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(token_lists), width), dtype=torch.long)
-    for row, tokens in enumerate(token_lists):
-        if len(tokens):
-            input_ids[row, width - len(tokens) :] = torch.as_tensor(list(tokens), dtype=torch.long)
-            attention_mask[row, width - len(tokens) :] = 1
-    return input_ids, attention_mask, position_ids_from_mask(attention_mask)
-
-
-def right_pad(
-    sequences: Sequence[Sequence[float]] | Sequence[Sequence[int]],
-    pad_value: float,
-    dtype: torch.dtype,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad sequences into a ``(B, R)`` tensor and its 0/1 mask (long).
-
-    For backends that return one list of tokens (or log-probs) per sample.
-    """
-    width = max((len(values) for values in sequences), default=0)
-    out = torch.full((len(sequences), width), pad_value, dtype=dtype)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for row, values in enumerate(sequences):
-        if len(values):
-            out[row, : len(values)] = torch.as_tensor(list(values), dtype=dtype)
-            mask[row, : len(values)] = 1
-    return out, mask
-
-
 def read_prompts(
     prompts: DataProto, pad_token_id: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -105,14 +67,14 @@ def read_prompts(
     left-padding ``non_tensor_batch["raw_prompt_ids"]``.
     """
     batch = prompts.batch
-    if batch is not None and "input_ids" in batch:
-        input_ids = batch["input_ids"].long()
-        if "attention_mask" in batch:
-            attention_mask = batch["attention_mask"].long()
+    if batch is not None and fields.INPUT_IDS in batch:
+        input_ids = batch[fields.INPUT_IDS].long()
+        if fields.ATTENTION_MASK in batch:
+            attention_mask = batch[fields.ATTENTION_MASK].long()
         else:
             attention_mask = (input_ids != pad_token_id).long()
-        if "position_ids" in batch:
-            position_ids = batch["position_ids"].long()
+        if fields.POSITION_IDS in batch:
+            position_ids = batch[fields.POSITION_IDS].long()
         else:
             position_ids = position_ids_from_mask(attention_mask)
         if position_ids.dim() != 2:
@@ -121,8 +83,8 @@ def read_prompts(
                 "multi-axis (e.g. mrope) positions are not supported by hf_rollout"
             )
         return input_ids, attention_mask, position_ids
-    if RAW_PROMPT_KEY in prompts.non_tensor_batch:
-        raw = [list(map(int, ids)) for ids in prompts.non_tensor_batch[RAW_PROMPT_KEY]]
+    if fields.RAW_PROMPT_IDS in prompts.non_tensor_batch:
+        raw = [list(map(int, ids)) for ids in prompts.non_tensor_batch[fields.RAW_PROMPT_IDS]]
         return left_pad(raw, pad_token_id)
     if len(prompts) == 0:
         empty = torch.zeros((0, 0), dtype=torch.long)
@@ -130,7 +92,7 @@ def read_prompts(
     tensors = sorted(batch.keys()) if batch is not None else []
     raise ValueError(
         "prompts need tensor 'input_ids' (left-padded, with 'attention_mask' and "
-        f"'position_ids') or non-tensor '{RAW_PROMPT_KEY}' (token lists); got tensors "
+        f"'position_ids') or non-tensor '{fields.RAW_PROMPT_IDS}' (token lists); got tensors "
         f"{tensors} and non-tensors {sorted(prompts.non_tensor_batch)}"
     )
 
@@ -210,26 +172,23 @@ def build_rollout_output(
         return tensor.repeat_interleave(n, dim=0)
 
     prompt_ids, prompt_mask, prompt_pos = rep(input_ids), rep(attention_mask), rep(position_ids)
-    width = responses.shape[1]
-    last = prompt_pos[:, -1:] if prompt_pos.shape[1] else torch.full((rows, 1), -1)
-    offsets = torch.arange(1, width + 1, device=prompt_pos.device).unsqueeze(0)
+    # Positions keep counting over the response's pads (verl's rollout layout).
+    response_pos = continue_position_ids(prompt_pos, responses.shape[1])
     tensors: dict[str, torch.Tensor] = {}
     if prompts.batch is not None:
         for key in prompts.batch.keys():  # noqa: SIM118 (iterating a TensorDict walks rows)
             if key not in PROMPT_KEYS:
                 tensors[str(key)] = rep(prompts.batch[key])
-    tensors.update(
-        prompts=prompt_ids,
-        responses=responses,
-        response_mask=response_mask,
-        rollout_log_probs=log_probs,
-        input_ids=torch.cat([prompt_ids, responses], dim=1),
-        attention_mask=torch.cat([prompt_mask, seen], dim=1),
-        position_ids=torch.cat([prompt_pos, last + offsets], dim=1),
-    )
+    tensors[fields.PROMPTS] = prompt_ids
+    tensors[fields.RESPONSES] = responses
+    tensors[fields.RESPONSE_MASK] = response_mask
+    tensors[fields.ROLLOUT_LOG_PROBS] = log_probs
+    tensors[fields.INPUT_IDS] = torch.cat([prompt_ids, responses], dim=1)
+    tensors[fields.ATTENTION_MASK] = torch.cat([prompt_mask, seen], dim=1)
+    tensors[fields.POSITION_IDS] = torch.cat([prompt_pos, response_pos], dim=1)
     order = np.repeat(np.arange(len(prompts)), n)
     non_tensors = {key: value[order] for key, value in prompts.non_tensor_batch.items()}
-    meta = {**prompts.meta_info, "temperature": float(temperature)}
+    meta = {**prompts.meta_info, fields.TEMPERATURE: float(temperature)}
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta)
 
 
@@ -247,8 +206,8 @@ def build_output_from_samples(
     hold ``B * n`` lists grouped by prompt, right-padded here to the longest. No samples
     (no prompts) give an empty batch.
     """
-    responses, response_mask = right_pad(samples, pad_token_id, torch.long)
-    rollout_log_probs, _ = right_pad(log_probs, 0.0, torch.float32)
+    responses, response_mask = right_pad(samples, pad_token_id, dtype=torch.int64)
+    rollout_log_probs, _ = right_pad(log_probs, 0.0, dtype=torch.float32)
     return build_rollout_output(
         prompts, prompt_tensors, responses, response_mask, rollout_log_probs, sampling.n,
         sampling.effective_temperature, pad_token_id,
@@ -264,29 +223,29 @@ def pad_responses_to(output: DataProto, width: int, pad_token_id: int) -> DataPr
     """
     assert output.batch is not None
     batch = output.batch
-    extra = width - batch["responses"].shape[1]
+    extra = width - batch[fields.RESPONSES].shape[1]
     if extra < 0:
         raise ValueError(f"responses are {width + -extra} wide, more than width={width}")
     if extra == 0:
         return output
-    rows = batch["responses"].shape[0]
+    rows = batch[fields.RESPONSES].shape[0]
 
-    def grow(tensor: torch.Tensor, value: float) -> torch.Tensor:
+    def grow(key: str, value: float) -> torch.Tensor:
+        tensor = batch[key]
         return torch.cat([tensor, tensor.new_full((rows, extra), value)], dim=1)
 
-    last = batch["position_ids"][:, -1:]
-    more_positions = last + torch.arange(1, extra + 1, device=last.device).unsqueeze(0)
-    tensors = {key: batch[key] for key in batch.keys()}  # noqa: SIM118
-    tensors.update(
-        responses=grow(batch["responses"], pad_token_id),
-        response_mask=grow(batch["response_mask"], 0),
-        rollout_log_probs=grow(batch["rollout_log_probs"], 0.0),
-        input_ids=grow(batch["input_ids"], pad_token_id),
-        attention_mask=grow(batch["attention_mask"], 0),
-        position_ids=torch.cat([batch["position_ids"], more_positions], dim=1),
+    positions = batch[fields.POSITION_IDS]
+    tensors = {str(key): batch[key] for key in batch.keys()}  # noqa: SIM118
+    tensors[fields.RESPONSES] = grow(fields.RESPONSES, pad_token_id)
+    tensors[fields.RESPONSE_MASK] = grow(fields.RESPONSE_MASK, 0)
+    tensors[fields.ROLLOUT_LOG_PROBS] = grow(fields.ROLLOUT_LOG_PROBS, 0.0)
+    tensors[fields.INPUT_IDS] = grow(fields.INPUT_IDS, pad_token_id)
+    tensors[fields.ATTENTION_MASK] = grow(fields.ATTENTION_MASK, 0)
+    tensors[fields.POSITION_IDS] = torch.cat(
+        [positions, continue_position_ids(positions, extra)], dim=1
     )
     return DataProto.from_dict(
-        tensors={str(k): v for k, v in tensors.items()},
+        tensors=tensors,
         non_tensors=output.non_tensor_batch,
         meta_info=output.meta_info,
     )

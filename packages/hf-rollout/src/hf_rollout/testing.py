@@ -15,35 +15,24 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from hf_protocol import DataProto
-from hf_rollout.base import left_pad
+from hf_protocol import DataProto, fields, left_pad
+from hf_protocol.testing import tiny_decoder_config
 
-_TINY_COMMON: dict[str, Any] = {
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 128,
-    "max_position_embeddings": 256,
-    "initializer_range": 0.2,
-}
-
-TINY_CONFIGS: dict[str, dict[str, Any]] = {
-    "llama": {"model_type": "llama", **_TINY_COMMON},
-    "qwen2": {"model_type": "qwen2", "tie_word_embeddings": True, **_TINY_COMMON},
-    "qwen3": {"model_type": "qwen3", "head_dim": 16, **_TINY_COMMON},
-}
-"""Tiny decoder configs by family: hidden 32, 2 layers, vocab 128 (random weights)."""
+_WIDE_INIT: dict[str, Any] = {"initializer_range": 0.2}
+"""Overrides of every family (see the module docstring for why)."""
+_FAMILY_OVERRIDES: dict[str, dict[str, Any]] = {"qwen3": {"head_dim": 16}}
+"""Per-family overrides of :data:`hf_protocol.testing.TINY_DECODER_CONFIGS`."""
 
 
 def tiny_model_config(family: str = "qwen2", **overrides: Any) -> dict[str, Any]:
-    """The config dict of a tiny ``family`` model (a key of :data:`TINY_CONFIGS`)."""
-    if family not in TINY_CONFIGS:
-        raise ValueError(
-            f"unknown tiny model family {family!r}; choose from {sorted(TINY_CONFIGS)}"
-        )
-    return {**TINY_CONFIGS[family], **overrides}
+    """The config dict of a tiny ``family`` model.
+
+    ``family`` is a key of :data:`hf_protocol.testing.TINY_DECODER_CONFIGS`; this package's
+    overrides (wider initialisation; ``head_dim`` 16 for qwen3) apply, then ``overrides``.
+    """
+    return tiny_decoder_config(
+        family, **{**_WIDE_INIT, **_FAMILY_OVERRIDES.get(family, {}), **overrides}
+    )
 
 
 def build_tiny_model(
@@ -87,8 +76,8 @@ def make_prompts(token_lists: list[list[int]], pad_token_id: int = 0) -> DataPro
     input_ids, attention_mask, position_ids = left_pad(token_lists, pad_token_id)
     return DataProto.from_dict(
         tensors={
-            "input_ids": input_ids,
-            "attention_mask": attention_mask,
-            "position_ids": position_ids,
+            fields.INPUT_IDS: input_ids,
+            fields.ATTENTION_MASK: attention_mask,
+            fields.POSITION_IDS: position_ids,
         }
     )

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 
 from hf_controller import Dispatch, Worker, register
-from hf_protocol import DataProto
-from hf_rollout.base import RAW_PROMPT_KEY, RolloutEngine, left_pad, pad_responses_to
+from hf_protocol import DataProto, fields, left_pad
+from hf_rollout.base import RolloutEngine, pad_responses_to
 from hf_rollout.config import RolloutConfig, SamplingConfig
 from hf_rollout.registry import build_rollout
 
@@ -61,14 +61,17 @@ class RolloutWorker(Worker):
         return sampling
 
     def _pad_raw_prompts(self, prompts: DataProto) -> DataProto:
-        has_ids = prompts.batch is not None and "input_ids" in prompts.batch
-        width = prompts.meta_info.get("max_prompt_length")
-        if has_ids or width is None or RAW_PROMPT_KEY not in prompts.non_tensor_batch:
+        has_ids = prompts.batch is not None and fields.INPUT_IDS in prompts.batch
+        width = prompts.meta_info.get(fields.MAX_PROMPT_LENGTH)
+        if has_ids or width is None or fields.RAW_PROMPT_IDS not in prompts.non_tensor_batch:
             return prompts
         pad = getattr(self.engine, "pad_token_id", self.config.pad_token_id or 0)
-        raw = [list(map(int, ids)) for ids in prompts.non_tensor_batch[RAW_PROMPT_KEY]]
-        ids, mask, pos = left_pad(raw, pad, min_width=int(width))
-        tensors = {"input_ids": ids, "attention_mask": mask, "position_ids": pos}
+        raw = [list(map(int, ids)) for ids in prompts.non_tensor_batch[fields.RAW_PROMPT_IDS]]
+        # A longer prompt widens the batch rather than failing here: the engine's length
+        # check reports a prompt that leaves no room to generate.
+        longest = max(map(len, raw), default=0)
+        ids, mask, pos = left_pad(raw, pad, max(int(width), longest))
+        tensors = {fields.INPUT_IDS: ids, fields.ATTENTION_MASK: mask, fields.POSITION_IDS: pos}
         return DataProto.from_dict(tensors, prompts.non_tensor_batch, prompts.meta_info)
 
     @register(Dispatch.DP_COMPUTE_PROTO)
@@ -82,8 +85,8 @@ class RolloutWorker(Worker):
         pad = int(getattr(self.engine, "pad_token_id", self.config.pad_token_id or 0))
         output = pad_responses_to(output, sampling.max_new_tokens, pad)
         assert output.batch is not None
-        lengths = output.batch["response_mask"].sum(dim=-1).float()
-        output.meta_info["metrics"] = {
+        lengths = output.batch[fields.RESPONSE_MASK].sum(dim=-1).float()
+        output.meta_info[fields.METRICS] = {
             "rollout/generate_s": elapsed,
             "rollout/response_length": float(lengths.mean()) if len(lengths) else 0.0,
         }
@@ -140,7 +143,7 @@ def request_sampling(prompts: DataProto) -> SamplingConfig:
     Raises ``TypeError`` naming the fix when it is not a :class:`SamplingConfig` (e.g. a
     dict of its fields, which older callers sent).
     """
-    sampling = prompts.meta_info.get("sampling")
+    sampling = prompts.meta_info.get(fields.SAMPLING)
     if sampling is None:
         return SamplingConfig()
     if not isinstance(sampling, SamplingConfig):

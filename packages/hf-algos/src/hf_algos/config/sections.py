@@ -298,7 +298,7 @@ class DPOSection:
     beta: float = 0.1
     """Inverse temperature of the implicit reward."""
     loss_type: str = "sigmoid"
-    """DPO loss variant in ``hf_algos.dpo`` (sigmoid, ipo, hinge, ...)."""
+    """DPO loss variant in ``hf_algos.losses.dpo`` (sigmoid, ipo, hinge, ...)."""
     label_smoothing: float = 0.0
     """Conservative-DPO label noise."""
     online: bool = False

@@ -1,6 +1,6 @@
-"""Datasets and loaders: RL prompts, DPO preference pairs, the quickstart's generated task."""
+"""Datasets and loaders: RL prompts, DPO preference pairs, SFT rows, the quickstart's task."""
 
-from hf_algos.data.collate import collate_to_dataproto, left_pad, right_pad
+from hf_algos.data.collate import collate_to_dataproto
 from hf_algos.data.files import read_rows, write_rows
 from hf_algos.data.loader import StatefulDataLoader
 from hf_algos.data.preference import (
@@ -8,8 +8,10 @@ from hf_algos.data.preference import (
     PreferenceDatasetConfig,
     collate_preference_pairs,
 )
+from hf_algos.data.preference_pairs import build_preference_pairs, make_preference_batch
 from hf_algos.data.reverse_letters import REVERSE_LETTERS_SOURCE, make_reverse_letters_rows
 from hf_algos.data.rl_dataset import RLDataset, RLDatasetConfig
+from hf_algos.data.sft import SFTDataset
 from hf_algos.data.tokenizer import CHAR_CHAT_TEMPLATE, build_char_tokenizer
 
 __all__ = [
@@ -19,13 +21,14 @@ __all__ = [
     "PreferenceDatasetConfig",
     "RLDataset",
     "RLDatasetConfig",
+    "SFTDataset",
     "StatefulDataLoader",
     "build_char_tokenizer",
+    "build_preference_pairs",
     "collate_preference_pairs",
     "collate_to_dataproto",
-    "left_pad",
+    "make_preference_batch",
     "make_reverse_letters_rows",
     "read_rows",
-    "right_pad",
     "write_rows",
 ]

@@ -8,13 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from transformers import PreTrainedTokenizerBase
 
-from hf_algos.data.collate import left_pad, position_ids_from_mask, right_pad
 from hf_algos.data.files import PathsLike, load_rows
 from hf_algos.data.prompts import encode_prompt, resolve_chat_template
-from hf_protocol import DataProto
+from hf_protocol import DataProto, build_prompt_response_batch, fields
 
 logger = logging.getLogger(__name__)
 
@@ -134,23 +132,15 @@ def collate_preference_pairs(pairs: Sequence[dict[str, Any]], pad_token_id: int)
         raise ValueError("collate_preference_pairs got no pairs")
     prompt_ids = [pair["prompt_ids"] for pair in pairs for _ in range(2)]
     response_ids = [pair[key] for pair in pairs for key in ("chosen_ids", "rejected_ids")]
-    prompts, prompt_mask = left_pad(prompt_ids, pad_token_id, max(map(len, prompt_ids)))
-    responses, response_mask = right_pad(response_ids, pad_token_id, max(map(len, response_ids)))
-    attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
     uids = [str(uuid.uuid4()) for _ in pairs]
-    return DataProto.from_dict(
-        tensors={
-            "prompts": prompts,
-            "responses": responses,
-            "response_mask": response_mask,
-            "input_ids": torch.cat([prompts, responses], dim=1),
-            "attention_mask": attention_mask,
-            "position_ids": position_ids_from_mask(attention_mask),
-        },
+    return build_prompt_response_batch(
+        prompt_ids,
+        response_ids,
+        pad_token_id,
         non_tensors={
-            "uid": [uid for uid in uids for _ in range(2)],
-            "is_chosen": [True, False] * len(pairs),
-            "raw_prompt": [pair["raw_prompt"] for pair in pairs for _ in range(2)],
+            fields.UID: [uid for uid in uids for _ in range(2)],
+            fields.IS_CHOSEN: [True, False] * len(pairs),
+            fields.RAW_PROMPT: [pair["raw_prompt"] for pair in pairs for _ in range(2)],
         },
-        meta_info={"temperature": 1.0},
+        meta_info={fields.TEMPERATURE: 1.0},
     )

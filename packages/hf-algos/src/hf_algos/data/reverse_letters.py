@@ -12,6 +12,8 @@ import random
 import string
 from typing import Any
 
+from hf_protocol import fields
+
 REVERSE_LETTERS_SOURCE = "reverse_letters"
 """The ``data_source`` of the reverse-letters task (its key in the scoring registry)."""
 
@@ -32,9 +34,9 @@ def make_reverse_letters_rows(n: int, length: int = 6, seed: int = 0) -> list[di
         rows.append(
             {
                 "prompt": f"{letters}=",
-                "data_source": REVERSE_LETTERS_SOURCE,
-                "reward_model": {"ground_truth": letters[::-1]},
-                "extra_info": {"index": index},
+                fields.DATA_SOURCE: REVERSE_LETTERS_SOURCE,
+                fields.REWARD_MODEL: {"ground_truth": letters[::-1]},
+                fields.EXTRA_INFO: {"index": index},
             }
         )
     return rows

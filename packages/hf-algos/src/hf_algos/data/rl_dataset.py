@@ -12,7 +12,7 @@ from transformers import PreTrainedTokenizerBase
 from hf_algos.data.collate import collate_to_dataproto
 from hf_algos.data.files import PathsLike, load_rows
 from hf_algos.data.prompts import encode_prompt, resolve_chat_template
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 
 logger = logging.getLogger(__name__)
 
@@ -65,11 +65,11 @@ class RLDataset:
         self.num_filtered = 0
         for index, row in enumerate(rows):
             item = self._encode(index, row)
-            if len(item["input_ids"]) <= self.config.max_prompt_length:
+            if len(item[fields.INPUT_IDS]) <= self.config.max_prompt_length:
                 self.rows.append(item)
             elif self.config.overlong == "error":
                 raise ValueError(
-                    f"row {index} has a {len(item['input_ids'])}-token prompt, more than "
+                    f"row {index} has a {len(item[fields.INPUT_IDS])}-token prompt, more than "
                     f"max_prompt_length={self.config.max_prompt_length}; raise the limit or "
                     f"use overlong='filter'"
                 )
@@ -88,9 +88,9 @@ class RLDataset:
         if key not in row:
             raise KeyError(f"row {index} has no {key!r} field (fields: {sorted(row)})")
         item = {k: v for k, v in row.items() if k != key}
-        item["raw_prompt"] = row[key]
-        item["input_ids"] = encode_prompt(self.tokenizer, row[key], self.use_chat_template)
-        item.setdefault("extra_info", {})
+        item[fields.RAW_PROMPT] = row[key]
+        item[fields.INPUT_IDS] = encode_prompt(self.tokenizer, row[key], self.use_chat_template)
+        item.setdefault(fields.EXTRA_INFO, {})
         return item
 
     def __len__(self) -> int:

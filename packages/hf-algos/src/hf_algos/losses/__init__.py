@@ -1,8 +1,9 @@
-"""Losses: aggregation modes, policy / value losses, entropy, and engine loss functions."""
+"""Losses: aggregation modes, policy / value / DPO / SFT losses, entropy, engine loss functions."""
 
 from hf_algos.losses.actor_loss import ppo_actor_loss
 from hf_algos.losses.aggregation import LOSS_AGG_MODES, aggregate_loss, check_loss_agg_mode
 from hf_algos.losses.critic import critic_loss
+from hf_algos.losses.dpo import DPO_LOSSES, DPOLossOutput, dpo_loss, dpo_loss_fn
 from hf_algos.losses.entropy import entropy_bonus
 from hf_algos.losses.policy import (
     POLICY_LOSSES,
@@ -13,17 +14,22 @@ from hf_algos.losses.policy import (
     register_policy_loss,
     reinforce_policy_loss,
 )
+from hf_algos.losses.sft import sft_loss
 from hf_algos.losses.value import ValueLossOutput, clipped_value_loss
 
 __all__ = [
+    "DPO_LOSSES",
     "LOSS_AGG_MODES",
     "POLICY_LOSSES",
+    "DPOLossOutput",
     "PolicyLossOutput",
     "ValueLossOutput",
     "aggregate_loss",
     "check_loss_agg_mode",
     "clipped_value_loss",
     "critic_loss",
+    "dpo_loss",
+    "dpo_loss_fn",
     "entropy_bonus",
     "get_policy_loss",
     "gspo_policy_loss",
@@ -31,4 +37,5 @@ __all__ = [
     "ppo_policy_loss",
     "register_policy_loss",
     "reinforce_policy_loss",
+    "sft_loss",
 ]

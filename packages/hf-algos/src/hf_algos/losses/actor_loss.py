@@ -19,7 +19,7 @@ from hf_algos.losses.aggregation import aggregate_loss
 from hf_algos.losses.entropy import entropy_bonus
 from hf_algos.losses.fields import batch_field
 from hf_algos.losses.policy import get_policy_loss
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 
 if TYPE_CHECKING:  # hf_engines imports transformers; only its types are needed here
     from hf_engines import ModelOutputs
@@ -49,9 +49,9 @@ def ppo_actor_loss(
     """
     log_prob = outputs["log_probs"]
     device = log_prob.device
-    mask = batch_field(micro_batch, "response_mask", device, "the rollout writes")
-    old = batch_field(micro_batch, "old_log_probs", device, "actor.compute_log_prob writes")
-    advantages = batch_field(micro_batch, "advantages", device, "compute_advantage writes")
+    mask = batch_field(micro_batch, fields.RESPONSE_MASK, device, "the rollout writes")
+    old = batch_field(micro_batch, fields.OLD_LOG_PROBS, device, "actor.compute_log_prob writes")
+    advantages = batch_field(micro_batch, fields.ADVANTAGES, device, "compute_advantage writes")
     policy = get_policy_loss(policy_loss)(
         log_prob,
         old,
@@ -78,9 +78,11 @@ def ppo_actor_loss(
         metrics["entropy"] = float(bonus.detach())
         if entropy_coeff:
             loss = loss - entropy_coeff * bonus
-    has_ref = micro_batch.batch is not None and "ref_log_prob" in micro_batch.batch
+    has_ref = micro_batch.batch is not None and fields.REF_LOG_PROB in micro_batch.batch
     if kl_coeff or has_ref:
-        ref = batch_field(micro_batch, "ref_log_prob", device, "ref.compute_ref_log_prob writes")
+        ref = batch_field(
+            micro_batch, fields.REF_LOG_PROB, device, "ref.compute_ref_log_prob writes"
+        )
         kl_source = log_prob if kl_coeff else log_prob.detach()
         kl_loss = aggregate_loss(kl_penalty(kl_source, ref, kl_kind), mask, loss_agg_mode)
         metrics["kl_loss"] = float(kl_loss.detach())

@@ -14,7 +14,7 @@ import torch
 from hf_algos.losses.fields import batch_field
 from hf_algos.losses.value import clipped_value_loss
 from hf_algos.masked import masked_mean
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 
 if TYPE_CHECKING:  # hf_engines imports transformers; only its types are needed here
     from hf_engines import ModelOutputs
@@ -35,9 +35,9 @@ def critic_loss(
     """
     vpreds = outputs["values"]
     device = vpreds.device
-    mask = batch_field(micro_batch, "response_mask", device, "the rollout writes")
-    old_values = batch_field(micro_batch, "values", device, "critic.compute_values writes")
-    returns = batch_field(micro_batch, "returns", device, "compute_advantage writes")
+    mask = batch_field(micro_batch, fields.RESPONSE_MASK, device, "the rollout writes")
+    old_values = batch_field(micro_batch, fields.VALUES, device, "critic.compute_values writes")
+    returns = batch_field(micro_batch, fields.RETURNS, device, "compute_advantage writes")
     result = clipped_value_loss(
         vpreds,
         old_values,

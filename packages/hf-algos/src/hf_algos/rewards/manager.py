@@ -21,7 +21,7 @@ import torch
 from hf_algos.rewards.placement import place_on_last_token, response_mask_of
 from hf_algos.rewards.registry import SCORING_FUNCTIONS, ScoreFn, get_scoring_function
 from hf_algos.rewards.scoring_worker import ScoringOutcome, run_scoring_chunk
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -110,9 +110,11 @@ class RewardManager:
     def score(self, batch: DataProto) -> DataProto:
         """Score ``batch`` and wait for the result (see the class docstring)."""
         texts = self.decode_responses(batch)
-        sources = [str(s) for s in _column(batch, "data_source")]
-        truths = [_ground_truth(row, i) for i, row in enumerate(_column(batch, "reward_model"))]
-        extras = list(batch.non_tensor_batch.get("extra_info", [None] * len(batch)))
+        sources = [str(s) for s in _column(batch, fields.DATA_SOURCE)]
+        truths = [
+            _ground_truth(row, i) for i, row in enumerate(_column(batch, fields.REWARD_MODEL))
+        ]
+        extras = list(batch.non_tensor_batch.get(fields.EXTRA_INFO, [None] * len(batch)))
         fns = [self._scoring_function(source) for source in sources]
         outcomes = self._run(fns, texts, truths, extras)
         return self._build_output(batch, outcomes, texts, sources, truths)
@@ -126,7 +128,7 @@ class RewardManager:
 
     def decode_responses(self, batch: DataProto) -> list[str]:
         """The text of each row's response tokens (those where ``response_mask`` is 1)."""
-        responses = _tensor(batch, "responses")
+        responses = _tensor(batch, fields.RESPONSES)
         mask = response_mask_of(batch)
         token_lists = [row[m.bool()].tolist() for row, m in zip(responses, mask, strict=True)]
         return list(
@@ -232,9 +234,9 @@ class RewardManager:
             {"score": o.score, "status": o.status, "error": o.error, **o.extras} for o in outcomes
         ]
         return DataProto.from_dict(
-            tensors={"token_level_scores": token_level_scores},
-            non_tensors={"reward_extra_info": extra_info},
-            meta_info={"metrics": metrics, "reward_errors": reports},
+            tensors={fields.TOKEN_LEVEL_SCORES: token_level_scores},
+            non_tensors={fields.REWARD_EXTRA_INFO: extra_info},
+            meta_info={fields.METRICS: metrics, fields.REWARD_ERRORS: reports},
         )
 
     def _log_failures(self, reports: list[dict[str, Any]]) -> None:

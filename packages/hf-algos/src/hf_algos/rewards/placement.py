@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import torch
 
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 
 
 def response_mask_of(batch: DataProto) -> torch.Tensor:
     """``response_mask`` ``(B, R)``, or the response part of ``attention_mask`` if absent."""
-    if batch.batch is None or "responses" not in batch.batch:
+    if batch.batch is None or fields.RESPONSES not in batch.batch:
         raise KeyError("the batch has no 'responses' tensor; score a rollout output batch")
-    if "response_mask" in batch.batch:
-        return batch.batch["response_mask"]
-    response_length = batch.batch["responses"].shape[1]
-    return batch.batch["attention_mask"][:, -response_length:]
+    if fields.RESPONSE_MASK in batch.batch:
+        return batch.batch[fields.RESPONSE_MASK]
+    response_length = batch.batch[fields.RESPONSES].shape[1]
+    return batch.batch[fields.ATTENTION_MASK][:, -response_length:]
 
 
 def last_token_index(response_mask: torch.Tensor) -> torch.Tensor:

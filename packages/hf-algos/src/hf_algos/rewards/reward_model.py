@@ -8,9 +8,14 @@ from typing import Any
 import torch
 
 from hf_algos.rewards.placement import response_mask_of
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 
-RM_INPUT_FIELDS: tuple[str, ...] = ("input_ids", "attention_mask", "position_ids", "responses")
+RM_INPUT_FIELDS: tuple[str, ...] = (
+    fields.INPUT_IDS,
+    fields.ATTENTION_MASK,
+    fields.POSITION_IDS,
+    fields.RESPONSES,
+)
 """The tensors a reward-model worker reads; only these are sent to it."""
 
 
@@ -43,8 +48,8 @@ class RewardModelScorer:
         scores = output.batch["rm_scores"].to(torch.float32) * mask.to(torch.float32)
         per_sample = scores.sum(dim=1)
         return DataProto.from_dict(
-            tensors={"token_level_scores": scores},
-            meta_info={"metrics": {"reward/rm_score/mean": float(per_sample.mean())}},
+            tensors={fields.TOKEN_LEVEL_SCORES: scores},
+            meta_info={fields.METRICS: {"reward/rm_score/mean": float(per_sample.mean())}},
         )
 
     def score_async(self, batch: DataProto) -> Future[DataProto]:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 
 
 def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
@@ -38,9 +38,9 @@ def prompt_and_response_lengths(batch: DataProto) -> tuple[torch.Tensor, torch.T
     """
     tensors = batch.batch
     assert tensors is not None, "the batch holds no tensors"
-    prompt_width = tensors["prompts"].shape[-1]
-    prompt_length = tensors["attention_mask"][:, :prompt_width].sum(-1).float()
-    response_length = tensors["response_mask"].sum(-1).float()
+    prompt_width = tensors[fields.PROMPTS].shape[-1]
+    prompt_length = tensors[fields.ATTENTION_MASK][:, :prompt_width].sum(-1).float()
+    response_length = tensors[fields.RESPONSE_MASK].sum(-1).float()
     return prompt_length, response_length
 
 
@@ -59,21 +59,21 @@ def compute_data_metrics(
     tensors = batch.batch
     if tensors is None:
         return {}
-    mask = tensors["response_mask"].bool()
+    mask = tensors[fields.RESPONSE_MASK].bool()
     keys = set(tensors.keys())  # TensorDict has no `in`; its keys view does
     metrics: dict[str, float] = {}
-    if "token_level_scores" in keys:
-        metrics.update(_stats("critic/score", tensors["token_level_scores"].sum(-1)))
-    if "token_level_rewards" in keys:
-        metrics.update(_stats("critic/rewards", tensors["token_level_rewards"].sum(-1)))
-    for key, name in (("advantages", "advantages"), ("returns", "returns")):
+    if fields.TOKEN_LEVEL_SCORES in keys:
+        metrics.update(_stats("critic/score", tensors[fields.TOKEN_LEVEL_SCORES].sum(-1)))
+    if fields.TOKEN_LEVEL_REWARDS in keys:
+        metrics.update(_stats("critic/rewards", tensors[fields.TOKEN_LEVEL_REWARDS].sum(-1)))
+    for key, name in ((fields.ADVANTAGES, "advantages"), (fields.RETURNS, "returns")):
         if key in keys:
             metrics.update(_stats(f"critic/{name}", tensors[key][mask]))
-    if "values" in keys:
-        values = tensors["values"][mask]
+    if fields.VALUES in keys:
+        values = tensors[fields.VALUES][mask]
         metrics.update(_stats("critic/values", values))
-        if "returns" in keys:
-            returns = tensors["returns"][mask].float()
+        if fields.RETURNS in keys:
+            returns = tensors[fields.RETURNS][mask].float()
             residual_var = torch.var(returns - values.float(), unbiased=False)
             return_var = torch.var(returns, unbiased=False)
             metrics["critic/vf_explained_var"] = float(1.0 - residual_var / (return_var + 1e-5))
@@ -116,7 +116,7 @@ def compute_throughput_metrics(
     """
     tensors = batch.batch
     assert tensors is not None, "the batch holds no tensors"
-    total_tokens = float(tensors["attention_mask"].sum())
+    total_tokens = float(tensors[fields.ATTENTION_MASK].sum())
     throughput = total_tokens / max(step_seconds, 1e-9) / max(n_workers, 1)
     return {
         "perf/total_num_tokens": total_tokens,
@@ -144,7 +144,9 @@ def merge_worker_metrics(outputs: Sequence[DataProto | Mapping[str, Any]]) -> di
     """Collect ``meta_info["metrics"]`` of worker outputs (or plain dicts) and average lists."""
     merged: dict[str, list[float]] = {}
     for output in outputs:
-        metrics = output.meta_info.get("metrics", {}) if isinstance(output, DataProto) else output
+        metrics = (
+            output.meta_info.get(fields.METRICS, {}) if isinstance(output, DataProto) else output
+        )
         for name, value in metrics.items():
             values = value if isinstance(value, list | tuple) else [value]
             merged.setdefault(name, []).extend(float(v) for v in values)

@@ -12,7 +12,7 @@ from hf_algos.trainers.groups import (
 )
 from hf_algos.trainers.ppo import PPOTrainer
 from hf_algos.trainers.roles import RoleGroups, SyncActorWorker, build_role_groups
-from hf_algos.trainers.sft import SFTDataset, SFTTrainer, sft_loss
+from hf_algos.trainers.sft import SFTTrainer
 
 __all__ = [
     "ActorGroup",
@@ -24,10 +24,8 @@ __all__ = [
     "RewardScorer",
     "RoleGroups",
     "RolloutGroup",
-    "SFTDataset",
     "SFTTrainer",
     "SyncActorWorker",
     "Trainer",
     "build_role_groups",
-    "sft_loss",
 ]

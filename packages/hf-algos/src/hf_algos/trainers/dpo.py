@@ -1,6 +1,6 @@
 """DPO: offline on preference pairs, or online (sample ``n``, score, pair best vs worst).
 
-A pair is two adjacent rows (chosen, rejected) of one batch; see :mod:`hf_algos.dpo`.
+A pair is two adjacent rows (chosen, rejected) of one batch; see :mod:`hf_algos.losses.dpo`.
 Offline, one step is::
 
     batch = next(pairs)                                   # 2 x train_batch_size rows
@@ -19,8 +19,13 @@ import time
 
 from hf_algos.config.loading import config_to_dict
 from hf_algos.config.trainers import DPOConfig
-from hf_algos.data import PreferenceDataset, PreferenceDatasetConfig, StatefulDataLoader
-from hf_algos.dpo import dpo_loss_fn, make_preference_batch
+from hf_algos.data import (
+    PreferenceDataset,
+    PreferenceDatasetConfig,
+    StatefulDataLoader,
+    make_preference_batch,
+)
+from hf_algos.losses import dpo_loss_fn
 from hf_algos.tracking import compute_data_metrics, compute_timing_metrics, timed
 from hf_algos.trainers import builders
 from hf_algos.trainers.base import Metrics, Trainer

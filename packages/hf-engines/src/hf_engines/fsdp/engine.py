@@ -24,9 +24,9 @@ from hf_engines.fsdp.unpad import PaddingMode, choose_padding_mode
 from hf_engines.micro_batch import batch_tensors, split_micro_batches
 from hf_engines.models import build_hf_model
 from hf_engines.schedule import build_lr_scheduler
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 
-_MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "responses")
+_MODEL_INPUTS = (fields.INPUT_IDS, fields.ATTENTION_MASK, fields.POSITION_IDS, fields.RESPONSES)
 
 
 class FSDPEngine:
@@ -89,7 +89,7 @@ class FSDPEngine:
         if missing:
             raise KeyError(f"batch lacks {missing}; an engine needs the fields {_MODEL_INPUTS}")
         inputs = {key: tensors[key].to(self.device) for key in _MODEL_INPUTS}
-        responses = inputs.pop("responses")
+        responses = inputs.pop(fields.RESPONSES)
         value_head = self.config.model.head == "value"
         return forward_micro_batch(
             self.model, inputs, responses, value_head, temperature, self.padding_mode
@@ -155,10 +155,10 @@ class FSDPEngine:
         mini-batch over all ranks (times the world size, since FSDP averages gradients
         over ranks), so the step equals one over the whole mini-batch at once.
         """
-        temperature = float(mini_batch.meta_info.get("temperature", 1.0))
+        temperature = float(mini_batch.meta_info.get(fields.TEMPERATURE, 1.0))
         aligned = self._aligned_micro_batches(mini_batch)
         token_counts = [
-            float(batch_tensors(micro)["response_mask"].sum()) if real else 0.0
+            float(batch_tensors(micro)[fields.RESPONSE_MASK].sum()) if real else 0.0
             for micro, real in aligned
         ]
         global_tokens = self._global_sum(sum(token_counts))

@@ -20,6 +20,7 @@ from hf_engines.fsdp.unpad import (
     trim_window,
 )
 from hf_engines.logprob import response_positions
+from hf_protocol import fields
 
 
 def forward_padded(
@@ -48,8 +49,8 @@ def forward_trimmed(
 ) -> ModelOutputs:
     """:func:`forward_padded` on the columns that are not padding in every row."""
     response_length = responses.shape[1]
-    start, stop = trim_window(inputs["attention_mask"], response_length)
-    kept = stop - (inputs["attention_mask"].shape[1] - response_length)
+    start, stop = trim_window(inputs[fields.ATTENTION_MASK], response_length)
+    kept = stop - (inputs[fields.ATTENTION_MASK].shape[1] - response_length)
     trimmed = {key: value[:, start:stop] for key, value in inputs.items()}
     outputs = forward_padded(model, trimmed, responses[:, :kept], value_head, temperature)
     return map_outputs(outputs, lambda value: pad_responses(value, response_length))
@@ -65,7 +66,10 @@ def forward_packed(
     """The model on every real token packed into one row; ``None`` if it cannot pack."""
     shape = (responses.shape[0], responses.shape[1])
     packed = pack_rows(
-        inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"], shape[1]
+        inputs[fields.INPUT_IDS],
+        inputs[fields.ATTENTION_MASK],
+        inputs[fields.POSITION_IDS],
+        shape[1],
     )
     if packed is None:
         return None
@@ -99,6 +103,6 @@ def forward_micro_batch(
     if outputs is None:
         forward = forward_padded if mode == "off" else forward_trimmed
         outputs = forward(model, inputs, responses, value_head, temperature)
-        scored = scored_response_mask(inputs["attention_mask"], responses.shape[1])
+        scored = scored_response_mask(inputs[fields.ATTENTION_MASK], responses.shape[1])
         outputs = map_outputs(outputs, lambda value: value * scored)
     return outputs

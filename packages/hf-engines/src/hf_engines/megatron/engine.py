@@ -33,7 +33,7 @@ from hf_engines.megatron.weights import iter_full_tensors, load_full_weights
 from hf_engines.micro_batch import batch_tensors, split_micro_batches
 from hf_engines.models import build_hf_model
 from hf_engines.schedule import build_lr_scheduler
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 
 
 class MegatronEngine:
@@ -119,7 +119,7 @@ class MegatronEngine:
             run_schedule(self.model, self._inputs(batch), keep, self.hf_config.hidden_size, False)
         finally:
             self.model.train()
-        shape = tuple(batch_tensors(batch)["responses"].shape)
+        shape = tuple(batch_tensors(batch)[fields.RESPONSES].shape)
         results = []
         for key in keys:
             if collected:
@@ -161,9 +161,11 @@ class MegatronEngine:
         mini-batch over all data-parallel replicas, and gradients are summed over replicas,
         so the step equals one over the whole mini-batch at once.
         """
-        temperature = float(mini_batch.meta_info.get("temperature", 1.0))
+        temperature = float(mini_batch.meta_info.get(fields.TEMPERATURE, 1.0))
         inputs = self._inputs(mini_batch)
-        tokens = [float(batch_tensors(item.micro_batch)["response_mask"].sum()) for item in inputs]
+        tokens = [
+            float(batch_tensors(item.micro_batch)[fields.RESPONSE_MASK].sum()) for item in inputs
+        ]
         global_tokens = self._data_parallel_sum(sum(tokens))
         if global_tokens == 0:
             raise ValueError("the mini-batch has no response tokens (response_mask is all zero)")
@@ -172,7 +174,7 @@ class MegatronEngine:
 
         def loss_head(output: torch.Tensor, item: StageInput) -> torch.Tensor:
             loss, metrics = loss_fn(self._head(output, item, temperature), item.micro_batch)
-            share = float(batch_tensors(item.micro_batch)["response_mask"].sum())
+            share = float(batch_tensors(item.micro_batch)[fields.RESPONSE_MASK].sum())
             weighted[0] += float(loss.detach()) * share
             for name, value in metrics.items():
                 sums[name] = sums.get(name, 0.0) + float(value)

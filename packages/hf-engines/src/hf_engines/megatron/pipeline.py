@@ -23,7 +23,7 @@ from megatron.core.models.gpt import GPTModel
 
 from hf_engines.megatron.parallel import pipeline_rank_of_stage
 from hf_engines.micro_batch import batch_tensors
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 
 
 @dataclass
@@ -57,13 +57,15 @@ def _check_contiguous(attention_mask: torch.Tensor) -> torch.Tensor:
 def prepare(micro_batch: DataProto, device: torch.device) -> StageInput:
     """Shift each row left by its padding and locate the response-predicting positions."""
     tensors = batch_tensors(micro_batch)
-    missing = [k for k in ("input_ids", "attention_mask", "responses") if k not in tensors]
+    missing = [
+        k for k in (fields.INPUT_IDS, fields.ATTENTION_MASK, fields.RESPONSES) if k not in tensors
+    ]
     if missing:
         raise KeyError(
             f"batch lacks {missing}; the engine needs input_ids, attention_mask, responses"
         )
-    input_ids, mask = tensors["input_ids"], tensors["attention_mask"]
-    responses = tensors["responses"]
+    input_ids, mask = tensors[fields.INPUT_IDS], tensors[fields.ATTENTION_MASK]
+    responses = tensors[fields.RESPONSES]
     total, response_length = input_ids.shape[1], responses.shape[1]
     left = _check_contiguous(mask).unsqueeze(1)
     positions = torch.arange(total).unsqueeze(0)

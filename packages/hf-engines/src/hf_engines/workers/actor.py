@@ -13,7 +13,7 @@ from hf_engines.workers.base import (
     metrics_proto,
 )
 from hf_engines.workers.updates import UpdateConfig, run_update
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 
 
 @dataclass(frozen=True)
@@ -54,9 +54,11 @@ class ActorWorker(TrainableEngineWorker):
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """``old_log_probs`` and ``entropys`` ``(B, R)`` of the responses, at
         ``meta_info["temperature"]`` (default 1.0)."""
-        temperature = float(data.meta_info.get("temperature", 1.0))
+        temperature = float(data.meta_info.get(fields.TEMPERATURE, 1.0))
         log_probs, entropy = self.engine.compute_log_prob(data, temperature)
-        return DataProto.from_dict(tensors={"old_log_probs": log_probs, "entropys": entropy})
+        return DataProto.from_dict(
+            tensors={fields.OLD_LOG_PROBS: log_probs, fields.ENTROPYS: entropy}
+        )
 
     @register(ENGINE_DISPATCH)
     def update_actor(self, data: DataProto) -> DataProto:

@@ -28,7 +28,7 @@ from hf_engines.workers.mesh import (
     data_parallel_place,
     data_parallel_size,
 )
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 
 
 def check_head(role: str, config: EngineConfig, head: str) -> None:
@@ -163,4 +163,4 @@ class TrainableEngineWorker(EngineWorker):
 
 def metrics_proto(metrics: dict[str, list[float]]) -> DataProto:
     """An empty-batch DataProto carrying ``metrics`` in ``meta_info`` (what updates return)."""
-    return DataProto(meta_info={"metrics": metrics})
+    return DataProto(meta_info={fields.METRICS: metrics})

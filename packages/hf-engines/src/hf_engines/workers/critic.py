@@ -14,7 +14,7 @@ from hf_engines.workers.base import (
     metrics_proto,
 )
 from hf_engines.workers.updates import UpdateConfig, run_update
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class CriticWorker(TrainableEngineWorker):
     @register(ENGINE_DISPATCH)
     def compute_values(self, data: DataProto) -> DataProto:
         """``values`` ``(B, R)``: the value head at the positions predicting each response token."""
-        return DataProto.from_dict(tensors={"values": self.engine.compute_values(data)})
+        return DataProto.from_dict(tensors={fields.VALUES: self.engine.compute_values(data)})
 
     @register(ENGINE_DISPATCH)
     def update_critic(self, data: DataProto) -> DataProto:

@@ -12,9 +12,9 @@ import torch
 from hf_controller import register
 from hf_engines.config import EngineConfig
 from hf_engines.workers.base import ENGINE_DISPATCH, EngineWorker, check_head
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 
-_FIELDS = ("input_ids", "attention_mask", "position_ids", "responses")
+_FIELDS = (fields.INPUT_IDS, fields.ATTENTION_MASK, fields.POSITION_IDS, fields.RESPONSES)
 
 
 def last_valid_index(mask: torch.Tensor) -> torch.Tensor:
@@ -42,22 +42,22 @@ def with_score_position(tensors: dict[str, torch.Tensor]) -> DataProto:
     def padded(tensor: torch.Tensor) -> torch.Tensor:
         return torch.cat([tensor, tensor.new_zeros((tensor.shape[0], 1))], dim=1)
 
-    response_length = tensors["responses"].shape[1]
-    attention_mask = padded(tensors["attention_mask"])
-    position_ids = padded(tensors["position_ids"])
-    extra = last_valid_index(tensors["attention_mask"][:, -response_length:]) + 1
+    response_length = tensors[fields.RESPONSES].shape[1]
+    attention_mask = padded(tensors[fields.ATTENTION_MASK])
+    position_ids = padded(tensors[fields.POSITION_IDS])
+    extra = last_valid_index(tensors[fields.ATTENTION_MASK][:, -response_length:]) + 1
     columns = attention_mask.shape[1] - response_length - 1 + extra
     rows = torch.arange(attention_mask.shape[0])
     attention_mask[rows, columns] = 1
     position_ids[rows, columns] = position_ids[rows, columns - 1] + 1
-    responses = padded(tensors["responses"])
+    responses = padded(tensors[fields.RESPONSES])
     return DataProto.from_dict(
         tensors={
-            "input_ids": padded(tensors["input_ids"]),
-            "attention_mask": attention_mask,
-            "position_ids": position_ids,
-            "responses": responses,
-            "response_mask": attention_mask[:, -responses.shape[1] :],
+            fields.INPUT_IDS: padded(tensors[fields.INPUT_IDS]),
+            fields.ATTENTION_MASK: attention_mask,
+            fields.POSITION_IDS: position_ids,
+            fields.RESPONSES: responses,
+            fields.RESPONSE_MASK: attention_mask[:, -responses.shape[1] :],
         }
     )
 
@@ -89,9 +89,9 @@ class RewardModelWorker(EngineWorker):
         if data.batch is None or any(key not in data.batch for key in _FIELDS):
             raise KeyError(f"compute_rm_score needs the batch fields {_FIELDS}")
         tensors = {key: data.batch[key] for key in _FIELDS}
-        response_length = tensors["responses"].shape[1]
+        response_length = tensors[fields.RESPONSES].shape[1]
         values = self.engine.compute_values(with_score_position(tensors))[:, 1:]
-        response_mask = tensors["attention_mask"][:, -response_length:]
+        response_mask = tensors[fields.ATTENTION_MASK][:, -response_length:]
         return DataProto.from_dict(
             tensors={"rm_scores": place_on_last_token(values, response_mask)}
         )

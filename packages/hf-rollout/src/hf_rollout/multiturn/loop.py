@@ -15,14 +15,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from hf_protocol import DataProto
-from hf_rollout.base import (
-    RAW_PROMPT_KEY,
-    RolloutEngine,
-    build_rollout_output,
-    read_prompts,
-    right_pad,
-)
+from hf_protocol import DataProto, fields, right_pad
+from hf_rollout.base import RolloutEngine, build_rollout_output, read_prompts
 from hf_rollout.config import SamplingConfig
 
 
@@ -106,7 +100,7 @@ def run_agent_loop(
     pad = pad_token_id if pad_token_id is not None else int(getattr(engine, "pad_token_id", 0))
     prompt_tensors = read_prompts(prompts, pad)
     input_ids, attention_mask, _ = prompt_tensors
-    texts = prompts.non_tensor_batch.get("raw_prompt")
+    texts = prompts.non_tensor_batch.get(fields.RAW_PROMPT)
     episodes: list[_Episode] = []
     for row in range(input_ids.shape[0]):
         ids = input_ids[row][attention_mask[row].bool()].tolist()
@@ -125,7 +119,7 @@ def run_agent_loop(
             turn_sampling, seed=seed, max_new_tokens=min(sampling.max_new_tokens, room)
         )
         batch = DataProto.from_dict(
-            non_tensors={RAW_PROMPT_KEY: _as_object([e.prompt + e.tokens for e in running])}
+            non_tensors={fields.RAW_PROMPT_IDS: _as_object([e.prompt + e.tokens for e in running])}
         )
         out = engine.generate(batch, turn_sampling)
         assert out.batch is not None
@@ -150,10 +144,10 @@ def _take_turn(
 ) -> None:
     """Append one model turn of ``episode`` and, unless it is done, the environment's reply."""
     assert out.batch is not None
-    keep = out.batch["response_mask"][index].bool()
+    keep = out.batch[fields.RESPONSE_MASK][index].bool()
     room = config.max_response_tokens - len(episode.tokens)
-    tokens = out.batch["responses"][index][keep].tolist()[:room]
-    log_probs = out.batch["rollout_log_probs"][index][keep].tolist()[:room]
+    tokens = out.batch[fields.RESPONSES][index][keep].tolist()[:room]
+    log_probs = out.batch[fields.ROLLOUT_LOG_PROBS][index][keep].tolist()[:room]
     episode.append(tokens, log_probs)
     episode.turns += 1
     reply, done = episode.env.step(codec.decode(tokens))
@@ -171,12 +165,14 @@ def _episodes_to_output(
     sampling: SamplingConfig,
     pad: int,
 ) -> DataProto:
-    responses, present = right_pad([e.tokens for e in episodes], pad, torch.long)
-    mask, _ = right_pad([e.mask for e in episodes], 0, torch.long)
-    log_probs, _ = right_pad([e.log_probs for e in episodes], 0.0, torch.float32)
+    responses, present = right_pad([e.tokens for e in episodes], pad, dtype=torch.int64)
+    mask, _ = right_pad([e.mask for e in episodes], 0, dtype=torch.int64)
+    log_probs, _ = right_pad([e.log_probs for e in episodes], 0.0, dtype=torch.float32)
     output = build_rollout_output(
         prompts, prompt_tensors, responses, mask, log_probs, sampling.n,
         sampling.effective_temperature, pad, response_attention_mask=present,
     )  # fmt: skip
-    output.non_tensor_batch["num_turns"] = np.array([e.turns for e in episodes], dtype=np.int64)
+    output.non_tensor_batch[fields.NUM_TURNS] = np.array(
+        [e.turns for e in episodes], dtype=np.int64
+    )
     return output

@@ -1,4 +1,4 @@
-"""DPO: preference losses (sigmoid, IPO, hinge), the engine loss function, online pairs.
+"""DPO: preference losses (sigmoid, IPO, hinge) and the engine loss function.
 
 Batch convention for DPO training: a pair is two **adjacent rows**, the chosen response at
 an even row ``2k`` and the rejected one at ``2k + 1``, both for the same prompt and padded
@@ -18,14 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, NamedTuple
 
-import numpy as np
 import torch
 from torch.nn.functional import logsigmoid
 
-from hf_algos.advantages.estimators import GroupIndex
-from hf_algos.advantages.grouping import group_ids
 from hf_algos.losses.fields import batch_field
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 
 if TYPE_CHECKING:  # hf_engines imports transformers; only its types are needed here
     from hf_engines import ModelOutputs
@@ -121,9 +118,9 @@ def dpo_loss_fn(
             f"a DPO micro-batch holds pairs as adjacent rows, but got {log_probs.shape[0]} "
             "rows; use even batch, mini-batch and micro-batch row counts (not a token budget)"
         )
-    mask = batch_field(micro_batch, "response_mask", device, "the data loader writes")
+    mask = batch_field(micro_batch, fields.RESPONSE_MASK, device, "the data loader writes")
     mask = mask.to(log_probs.dtype)
-    ref = batch_field(micro_batch, "ref_log_prob", device, "ref.compute_ref_log_prob writes")
+    ref = batch_field(micro_batch, fields.REF_LOG_PROB, device, "ref.compute_ref_log_prob writes")
     policy_seq = (log_probs * mask).sum(-1)
     ref_seq = (ref.to(log_probs.dtype) * mask).sum(-1)
     out = dpo_loss(
@@ -145,50 +142,3 @@ def dpo_loss_fn(
         "reward_accuracy": float((margin > 0).float().mean()),
     }
     return loss, metrics
-
-
-def build_preference_pairs(
-    scores: torch.Tensor, index: GroupIndex, min_margin: float = 0.0
-) -> list[tuple[int, int]]:
-    """Pair the best and the worst response of each prompt group for online DPO.
-
-    Shape: ``scores`` ``(B,)`` (one score per response row), ``index`` ``B`` group labels
-    (the ``uid``). Returns ``(chosen_row, rejected_row)`` per group, in order of first
-    appearance; ties go to the earlier row. Groups of one, and groups whose best and worst
-    scores differ by no more than ``min_margin``, give no pair (no preference to learn).
-    """
-    ids = group_ids(index)
-    if len(ids) != len(scores):
-        raise ValueError(f"{len(ids)} group labels for {len(scores)} scores; give one per row")
-    values = scores.detach().cpu().tolist()
-    best: dict[int, int] = {}
-    worst: dict[int, int] = {}
-    for row, group in enumerate(ids.tolist()):
-        if group not in best or values[row] > values[best[group]]:
-            best[group] = row
-        if group not in worst or values[row] < values[worst[group]]:
-            worst[group] = row
-    return [
-        (best[group], worst[group])
-        for group in best
-        if values[best[group]] - values[worst[group]] > min_margin
-    ]
-
-
-def make_preference_batch(
-    data: DataProto, scores: torch.Tensor | None = None, min_margin: float = 0.0
-) -> DataProto:
-    """The rows of ``data`` rearranged into adjacent (chosen, rejected) pairs.
-
-    ``scores`` ``(B,)`` defaults to the sum of ``token_level_scores``; groups come from the
-    non-tensor ``uid`` column. The result has ``2 * pairs`` rows and every column of
-    ``data``; it may be empty when no group shows a preference.
-    """
-    if scores is None:
-        scores = batch_field(data, "token_level_scores", torch.device("cpu"), "scoring writes")
-        scores = scores.sum(-1)
-    if "uid" not in data.non_tensor_batch:
-        raise KeyError("make_preference_batch groups responses by the non-tensor 'uid' column")
-    pairs = build_preference_pairs(scores, data.non_tensor_batch["uid"], min_margin)
-    rows = np.array([row for pair in pairs for row in pair], dtype=np.int64)
-    return data.select_idxs(rows)
