@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from hf_algos.advantages.registry import AdvantageEstimator, get_advantage_estimator
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 
 
 def _check_hyperparameters(estimator: AdvantageEstimator, kwargs: dict[str, Any]) -> None:
@@ -30,13 +30,13 @@ def _batch_inputs(
         if name in given:
             inputs[name] = given[name]
         elif name == "index":
-            if "uid" not in data.non_tensor_batch:
+            if fields.UID not in data.non_tensor_batch:
                 raise KeyError(
                     f"advantage estimator {estimator.name!r} groups rows by the non-tensor "
                     "column 'uid' (one id per prompt, repeated for its n responses), which "
                     "the batch lacks; add it in the data loader or pass index=..."
                 )
-            inputs[name] = data.non_tensor_batch["uid"]
+            inputs[name] = data.non_tensor_batch[fields.UID]
         elif tensors is not None and name in held:
             inputs[name] = tensors[name]
         else:
@@ -78,6 +78,6 @@ def compute_advantage(
     params = {k: v for k, v in kwargs.items() if k not in inputs}
     advantages, returns = chosen.fn(**inputs, **params)
     assert data.batch is not None  # _batch_inputs read tensors from it
-    data.batch["advantages"] = advantages
-    data.batch["returns"] = returns
+    data.batch[fields.ADVANTAGES] = advantages
+    data.batch[fields.RETURNS] = returns
     return data

@@ -19,13 +19,14 @@ from typing import Final
 import torch
 
 from hf_algos.advantages import estimators
+from hf_protocol import fields
 
 #: Estimator parameters that are read from the batch; everything else is a hyper-parameter.
 BATCH_INPUTS: Final[tuple[str, ...]] = (
-    "token_level_rewards",
-    "values",
-    "response_mask",
-    "reward_baselines",
+    fields.TOKEN_LEVEL_REWARDS,
+    fields.VALUES,
+    fields.RESPONSE_MASK,
+    fields.REWARD_BASELINES,
     "index",
 )
 
@@ -50,13 +51,13 @@ class AdvantageEstimator:
     @property
     def needs_critic(self) -> bool:
         """Whether ``fn`` reads ``values``, so a run needs a value model (a ``critic`` section)."""
-        return "values" in self.inputs
+        return fields.VALUES in self.inputs
 
     @property
     def needs_greedy_baseline(self) -> bool:
         """Whether ``fn`` reads ``reward_baselines``: the score of a greedy answer per prompt,
         which the trainer gets from one extra greedy rollout a step (ReMax)."""
-        return "reward_baselines" in self.inputs
+        return fields.REWARD_BASELINES in self.inputs
 
     @property
     def min_group_size(self) -> int:

@@ -12,7 +12,7 @@ import torch
 
 from hf_algos.advantages.estimators import GroupIndex
 from hf_algos.advantages.grouping import group_ids
-from hf_algos.losses.fields import batch_field
+from hf_algos.losses.inputs import batch_field
 from hf_protocol import DataProto, fields
 
 

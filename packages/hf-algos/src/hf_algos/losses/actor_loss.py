@@ -17,7 +17,7 @@ import torch
 from hf_algos.kl import kl_penalty
 from hf_algos.losses.aggregation import aggregate_loss
 from hf_algos.losses.entropy import entropy_bonus
-from hf_algos.losses.fields import batch_field
+from hf_algos.losses.inputs import batch_field
 from hf_algos.losses.policy import get_policy_loss
 from hf_protocol import DataProto, fields
 

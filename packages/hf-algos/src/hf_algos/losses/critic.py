@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from hf_algos.losses.fields import batch_field
+from hf_algos.losses.inputs import batch_field
 from hf_algos.losses.value import clipped_value_loss
 from hf_algos.masked import masked_mean
 from hf_protocol import DataProto, fields

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 import torch
 from torch.nn.functional import logsigmoid
 
-from hf_algos.losses.fields import batch_field
+from hf_algos.losses.inputs import batch_field
 from hf_protocol import DataProto, fields
 
 if TYPE_CHECKING:  # hf_engines imports transformers; only its types are needed here

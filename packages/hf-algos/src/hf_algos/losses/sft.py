@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from hf_algos.losses.fields import batch_field
+from hf_algos.losses.inputs import batch_field
 from hf_protocol import DataProto, fields
 
 if TYPE_CHECKING:  # hf_engines imports transformers; only its types are needed here

@@ -31,9 +31,9 @@ from hf_algos.trainers import builders
 from hf_algos.trainers.base import Metrics, Trainer
 from hf_algos.trainers.roles import build_role_groups
 from hf_algos.trainers.steps import MODEL_FIELDS, absorb, for_worker, generate, tensors
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 
-UPDATE_FIELDS = (*MODEL_FIELDS, "ref_log_prob")
+UPDATE_FIELDS = (*MODEL_FIELDS, fields.REF_LOG_PROB)
 
 
 class DPOTrainer(Trainer):
@@ -127,7 +127,7 @@ class DPOTrainer(Trainer):
         sampling = builders.sampling_config(self.config.rollout, self.tokenizer, seed=seed)
         batch = generate(self.roles.rollout, prompts, sampling, metrics)
         absorb(batch, self.reward.score(batch), metrics)
-        scores = tensors(batch)["token_level_scores"].sum(-1)
+        scores = tensors(batch)[fields.TOKEN_LEVEL_SCORES].sum(-1)
         metrics.update({f"online/{k}": v for k, v in compute_data_metrics(batch).items()})
         pairs = make_preference_batch(batch, scores)
         workers = self.config.trainer.n_workers
@@ -144,9 +144,9 @@ class DPOTrainer(Trainer):
         dataset = self.val_pairs
         batch = dataset.collate([dataset[i] for i in range(len(dataset))])
         request = for_worker(batch)
-        policy = tensors(self.roles.actor.compute_log_prob(request))["old_log_probs"]
-        ref = tensors(self.roles.ref.compute_ref_log_prob(request))["ref_log_prob"]
-        mask = tensors(batch)["response_mask"].to(policy.dtype)
+        policy = tensors(self.roles.actor.compute_log_prob(request))[fields.OLD_LOG_PROBS]
+        ref = tensors(self.roles.ref.compute_ref_log_prob(request))[fields.REF_LOG_PROB]
+        mask = tensors(batch)[fields.RESPONSE_MASK].to(policy.dtype)
         ratio = ((policy - ref) * mask).sum(-1) * self.config.dpo.beta
         margin = ratio[0::2] - ratio[1::2]
         return {

@@ -49,11 +49,11 @@ from hf_algos.trainers.steps import (
     tensors,
 )
 from hf_controller import RayClassWithInitArgs
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 from hf_rollout import SamplingConfig
 
-ACTOR_UPDATE_FIELDS = (*MODEL_FIELDS, "old_log_probs", "advantages", "ref_log_prob")
-CRITIC_UPDATE_FIELDS = (*MODEL_FIELDS, "values", "returns")
+ACTOR_UPDATE_FIELDS = (*MODEL_FIELDS, fields.OLD_LOG_PROBS, fields.ADVANTAGES, fields.REF_LOG_PROB)
+CRITIC_UPDATE_FIELDS = (*MODEL_FIELDS, fields.VALUES, fields.RETURNS)
 
 
 class PPOTrainer(Trainer):
@@ -135,7 +135,7 @@ class PPOTrainer(Trainer):
         sampling = builders.sampling_config(self.config.rollout, self.tokenizer, seed=seed)
         batch = self._rollout(prompts, sampling, metrics)
         if self.estimator.needs_greedy_baseline:
-            tensors(batch)["reward_baselines"] = self.greedy_baseline(prompts, metrics)
+            tensors(batch)[fields.REWARD_BASELINES] = self.greedy_baseline(prompts, metrics)
         return batch
 
     def _rollout(self, prompts: DataProto, sampling: SamplingConfig, metrics: Metrics) -> DataProto:
@@ -144,7 +144,7 @@ class PPOTrainer(Trainer):
     def old_log_probs(self, batch: DataProto, metrics: Metrics) -> None:
         """The behaviour policy's log-probs: recomputed by the actor, or the rollout's."""
         if self.config.actor.use_rollout_log_probs:
-            tensors(batch)["old_log_probs"] = tensors(batch)["rollout_log_probs"]
+            tensors(batch)[fields.OLD_LOG_PROBS] = tensors(batch)[fields.ROLLOUT_LOG_PROBS]
         else:
             absorb(batch, self.roles.actor.compute_log_prob(for_worker(batch)), metrics)
 
@@ -153,7 +153,7 @@ class PPOTrainer(Trainer):
         sampling = builders.sampling_config(self.config.rollout, self.tokenizer, greedy=True)
         greedy = self._rollout(prompts, sampling, {})
         scores = self.reward.score(greedy)
-        baseline = tensors(scores)["token_level_scores"].sum(-1)
+        baseline = tensors(scores)[fields.TOKEN_LEVEL_SCORES].sum(-1)
         metrics["critic/reward_baseline/mean"] = float(baseline.mean())
         return baseline.repeat_interleave(self.config.rollout.n)
 
@@ -161,7 +161,7 @@ class PPOTrainer(Trainer):
         """``token_level_scores``, then ``token_level_rewards`` (minus a KL penalty if set)."""
         absorb(batch, self.reward.score(batch), metrics)
         if not self.config.algorithm.use_kl_in_reward:
-            tensors(batch)["token_level_rewards"] = tensors(batch)["token_level_scores"]
+            tensors(batch)[fields.TOKEN_LEVEL_REWARDS] = tensors(batch)[fields.TOKEN_LEVEL_SCORES]
 
     def compute_advantages(self, batch: DataProto) -> Metrics:
         """Apply the reward KL penalty (if set) and the configured advantage estimator."""

@@ -18,7 +18,7 @@ from hf_algos.trainers import builders
 from hf_algos.trainers.base import Metrics, Trainer
 from hf_algos.trainers.roles import build_role_groups
 from hf_algos.trainers.steps import MODEL_FIELDS, absorb, for_worker, tensors
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 
 
 class SFTTrainer(Trainer):
@@ -53,8 +53,8 @@ class SFTTrainer(Trainer):
         dataset = self.val_data
         batch = dataset.collate([dataset[i] for i in range(len(dataset))])
         output = self.roles.actor.compute_log_prob(for_worker(batch))
-        log_probs = tensors(output)["old_log_probs"]
-        mask = tensors(batch)["response_mask"].to(log_probs.dtype)
+        log_probs = tensors(output)[fields.OLD_LOG_PROBS]
+        mask = tensors(batch)[fields.RESPONSE_MASK].to(log_probs.dtype)
         return {"val/sft_nll": float(-(log_probs * mask).sum() / mask.sum())}
 
     def __enter__(self) -> SFTTrainer:

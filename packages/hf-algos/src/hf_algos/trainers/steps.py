@@ -10,14 +10,14 @@ from hf_algos.data import RLDataset
 from hf_algos.tracking import merge_worker_metrics
 from hf_algos.trainers import builders
 from hf_algos.trainers.groups import RewardScorer, RolloutGroup
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 from hf_rollout import SamplingConfig
 
 Metrics = dict[str, float]
 
-PROMPT_FIELDS = ("input_ids", "attention_mask", "position_ids")
+PROMPT_FIELDS = (fields.INPUT_IDS, fields.ATTENTION_MASK, fields.POSITION_IDS)
 """What a rollout reads of a prompt batch."""
-MODEL_FIELDS = (*PROMPT_FIELDS, "responses", "response_mask")
+MODEL_FIELDS = (*PROMPT_FIELDS, fields.RESPONSES, fields.RESPONSE_MASK)
 """What a forward pass over prompt + response reads."""
 
 
@@ -29,7 +29,7 @@ def generate(
     columns ride along."""
     request = prompts.select(batch_keys=list(PROMPT_FIELDS))
     request.non_tensor_batch = dict(prompts.non_tensor_batch)
-    request.meta_info = {"sampling": sampling}
+    request.meta_info = {fields.SAMPLING: sampling}
     output = rollout.generate_sequences(request)
     absorb(None, output, metrics)
     return output
@@ -41,21 +41,21 @@ def tensors(batch: DataProto) -> TensorDict:
     return batch.batch
 
 
-def for_worker(batch: DataProto, fields: tuple[str, ...] = MODEL_FIELDS) -> DataProto:
-    """The tensors of ``fields`` that ``batch`` holds, and its temperature: what a worker
+def for_worker(batch: DataProto, keys: tuple[str, ...] = MODEL_FIELDS) -> DataProto:
+    """The tensors named in ``keys`` that ``batch`` holds, and its temperature: what a worker
     reads (the non-tensor columns stay in the driver)."""
     assert batch.batch is not None
     held = set(batch.batch.keys())
-    meta = [key for key in ("temperature",) if key in batch.meta_info]
-    return batch.select(batch_keys=[f for f in fields if f in held], meta_info_keys=meta)
+    meta = [key for key in (fields.TEMPERATURE,) if key in batch.meta_info]
+    return batch.select(batch_keys=[f for f in keys if f in held], meta_info_keys=meta)
 
 
 def absorb(batch: DataProto | None, output: DataProto, metrics: Metrics) -> None:
     """Move a worker output's ``meta_info["metrics"]`` into ``metrics`` (averaged) and its
     columns into ``batch`` (when given)."""
     metrics.update(merge_worker_metrics([output]))
-    output.meta_info.pop("metrics", None)
-    output.meta_info.pop("reward_errors", None)
+    output.meta_info.pop(fields.METRICS, None)
+    output.meta_info.pop(fields.REWARD_ERRORS, None)
     if batch is not None:
         batch.union(output)
 
@@ -73,8 +73,8 @@ def greedy_validation(
     for prompts in builders.all_batches(*val_data):
         output = generate(rollout, prompts, sampling, {})
         scored = reward.score(output)
-        scores.append(tensors(scored)["token_level_scores"].sum(-1))
-        sources.append(np.asarray(output.non_tensor_batch["data_source"]))
+        scores.append(tensors(scored)[fields.TOKEN_LEVEL_SCORES].sum(-1))
+        sources.append(np.asarray(output.non_tensor_batch[fields.DATA_SOURCE]))
     return validation_metrics(torch.cat(scores), np.concatenate(sources))
 
 
