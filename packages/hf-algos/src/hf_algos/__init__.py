@@ -6,7 +6,6 @@ from hf_algos.data import (
     RLDataset,
     StatefulDataLoader,
     collate_to_dataproto,
-    make_reverse_letters_rows,
 )
 from hf_algos.dpo import build_preference_pairs, dpo_loss, dpo_loss_fn, make_preference_batch
 from hf_algos.kl import AdaptiveKLController, FixedKLController, apply_kl_penalty, kl_penalty
@@ -43,6 +42,5 @@ __all__: list[str] = [
     "dpo_loss_fn",
     "kl_penalty",
     "make_preference_batch",
-    "make_reverse_letters_rows",
     "ppo_actor_loss",
 ]

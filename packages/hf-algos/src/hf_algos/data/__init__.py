@@ -1,4 +1,4 @@
-"""Datasets and loaders: RL prompts, DPO preference pairs, the quickstart's generated task."""
+"""Datasets and loaders: RL prompts, DPO preference pairs, a local character tokenizer."""
 
 from hf_algos.data.collate import collate_to_dataproto, left_pad, right_pad
 from hf_algos.data.files import read_rows, write_rows
@@ -8,13 +8,11 @@ from hf_algos.data.preference import (
     PreferenceDatasetConfig,
     collate_preference_pairs,
 )
-from hf_algos.data.reverse_letters import REVERSE_LETTERS_SOURCE, make_reverse_letters_rows
 from hf_algos.data.rl_dataset import RLDataset, RLDatasetConfig
 from hf_algos.data.tokenizer import CHAR_CHAT_TEMPLATE, build_char_tokenizer
 
 __all__ = [
     "CHAR_CHAT_TEMPLATE",
-    "REVERSE_LETTERS_SOURCE",
     "PreferenceDataset",
     "PreferenceDatasetConfig",
     "RLDataset",
@@ -24,7 +22,6 @@ __all__ = [
     "collate_preference_pairs",
     "collate_to_dataproto",
     "left_pad",
-    "make_reverse_letters_rows",
     "read_rows",
     "right_pad",
     "write_rows",
