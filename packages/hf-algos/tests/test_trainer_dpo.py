@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(600)
 
 
 def pair_files(root: Path) -> tuple[Path, Path]:
-    """Preference pairs of the toy task: digits sorted up beat the same digits sorted down."""
+    """Preference pairs of the toy task: the sorted digits beat the digits copied unsorted."""
 
     def pairs(n: int, seed: int) -> list[dict[str, Any]]:
         rows = make_sort_digits_rows(n, length=3, seed=seed)
@@ -27,7 +27,7 @@ def pair_files(root: Path) -> tuple[Path, Path]:
             {
                 "prompt": r["prompt"],
                 "chosen": r["reward_model"]["ground_truth"],
-                "rejected": r["reward_model"]["ground_truth"][::-1],
+                "rejected": r["prompt"][:-1],
                 "response": r["reward_model"]["ground_truth"],
             }
             for r in rows
@@ -42,7 +42,8 @@ def dpo_overrides(model: Path, root: Path, train: Path, val: Path) -> list[str]:
         f"data.train_files=[{train}]",
         f"data.val_files=[{val}]",
         "data.train_batch_size=4",
-        "dpo.mini_batch_size=2",
+        # one optimizer step per training step: the first step's loss is all at the reference
+        "dpo.mini_batch_size=4",
         "actor.engine.micro_batch.micro_batch_size=2",
         "actor.engine.optim.lr=1e-3",
         "trainer.total_training_steps=3",
