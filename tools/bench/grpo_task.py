@@ -18,10 +18,10 @@ What lives here:
 * KV-cached batched generation (sampled or greedy) and greedy exact-match evaluation, used
   by every column so accuracy is measured the same way for all of them.
 
-This module imports torch, ``tokenizers``, ``transformers``, hf-algos (whose reward and
-data modules need hf-protocol, not Ray) and the quickstart recipe's task module (found from
-the repository root, which it puts on ``sys.path``): it runs in the dev venv and in the TRL
-benchmark venv alike (``setup_trl_venv.sh`` installs hf-protocol and hf-algos there).
+This module imports torch, ``transformers``, hf-algos (whose data and reward modules need
+hf-protocol, not Ray) and the quickstart recipe's task module (found from the repository
+root, which it puts on ``sys.path``): it runs in the dev venv and in the TRL benchmark venv
+alike (``setup_trl_venv.sh`` installs hf-protocol and hf-algos there).
 """
 
 from __future__ import annotations
