@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_algos.data import write_rows
+from recipes.quickstart.task import random_letters
 
 
 def near_miss(answer: str, rng: random.Random) -> str:
@@ -32,7 +33,7 @@ def make_preference_rows(pairs: int, length: int = 4, seed: int = 0) -> list[dic
     rng = random.Random(seed)
     rows = []
     for _ in range(pairs):
-        letters = "".join(rng.choice(string.ascii_lowercase) for _ in range(length))
+        letters = random_letters(rng, length)
         chosen = letters[::-1]
         rejected = letters if rng.random() < 0.5 and letters != chosen else near_miss(chosen, rng)
         rows.append({"prompt": f"{letters}=", "chosen": chosen, "rejected": rejected})

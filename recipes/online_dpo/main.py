@@ -34,7 +34,6 @@ from hf_algos.data import (
     StatefulDataLoader,
     build_char_tokenizer,
     make_preference_batch,
-    make_reverse_letters_rows,
     write_rows,
 )
 from hf_algos.losses import dpo_loss_fn
@@ -57,6 +56,7 @@ from hf_protocol import DataProto
 from hf_rollout import RolloutConfig, SamplingConfig
 from hf_rollout.workers import RolloutWorker
 from recipes.cli import parse_recipe_args
+from recipes.quickstart.task import make_reverse_letters_rows, register_reward
 
 CONFIG_PATH = Path(__file__).with_name("config.yaml")
 
@@ -239,6 +239,7 @@ def run(overrides: Sequence[str] = (), config_path: Path = CONFIG_PATH) -> list[
     tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_path or model_path)
     data = RLDataset(files, tokenizer, RLDatasetConfig(max_prompt_length=config.max_prompt_length))
     loader = StatefulDataLoader(data, config.prompts_per_step, True, config.seed, drop_last=True)
+    register_reward()  # the generated prompts are the quickstart's task, scored by its reward
     reward = RewardManager(tokenizer, RewardManagerConfig(num_workers=config.reward_workers))
     roles = build_roles(config, model_path, tokenizer.pad_token_id)
     log_dir = Path(config.workdir) / "logs"

@@ -36,6 +36,7 @@ from recipes.quickstart.task import (
     TaskConfig,
     build_model_dir,
     read_metrics,
+    register_reward,
     write_task_files,
 )
 
@@ -101,6 +102,7 @@ def run_sft(config: SFTConfig, export_dir: Path) -> Path:
 
 def run_grpo(config: RLConfig, export_dir: Path) -> list[dict[str, float]]:
     """GRPO; exports the trained model to ``export_dir`` and returns the step metrics."""
+    register_reward()  # the trainer's reward manager scores "reverse_letters" rows with it
     with PPOTrainer(config) as trainer:
         history = trainer.fit()
         trainer.roles.actor.export_hf(str(export_dir))

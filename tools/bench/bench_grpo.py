@@ -217,12 +217,11 @@ def hybridflow_column(argv: list[str]) -> int:
     parser.add_argument("--no-stop", action="store_true")
     args = parser.parse_args(argv)
 
-    sys.path.insert(0, str(ROOT))  # `recipes` is a folder of the repository, not a package
     import torch
 
-    from hf_algos.data import make_reverse_letters_rows, write_rows
+    from hf_algos.data import write_rows
     from recipes.quickstart.main import CONFIG_PATH, grpo_config, load_recipe_config, run_grpo
-    from recipes.quickstart.task import read_metrics
+    from recipes.quickstart.task import make_reverse_letters_rows, read_metrics
 
     torch.set_num_threads(args.threads)
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")

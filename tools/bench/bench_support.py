@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import logging
 import os
 import platform
@@ -28,7 +29,7 @@ def import_problem(module: str | None) -> str | None:
     if module is None:
         return None
     try:
-        __import__(module)
+        importlib.import_module(module)
     except Exception as exc:  # verl can fail on any missing dependency, not just itself
         return f"{type(exc).__name__}: {exc}"
     return None
@@ -95,7 +96,7 @@ def machine_line(modules: list[str]) -> str:
     versions = [f"Python {platform.python_version()}"]
     for name in modules:
         if import_problem(name) is None:
-            module = __import__(name)
+            module = importlib.import_module(name)
             versions.append(f"{name} {getattr(module, '__version__', '?')}")
     return f"{os.cpu_count()} cores, {memory_gib:.0f} GiB RAM, CPU only; " + ", ".join(versions)
 

@@ -6,54 +6,54 @@ every answer 7, so batches need no padding.
 
 What lives here:
 
-* a character-level tokenizer built locally with the ``tokenizers`` library (49 symbols:
-  ``<pad>``, ``<bos>``, ``<eos>``, ``=``, the lowercase letters, the digits and a few
-  punctuation marks), wrapped as a ``transformers`` fast tokenizer so TRL can use it;
-* the tiny Qwen2 config (hidden 128, 2 layers, 4 heads, tied embeddings: 0.53M parameters)
-  and :func:`build_task_model`, which saves tokenizer and random-weight model to one folder;
+* the task's character-level tokenizer (49 symbols: ``<pad>``, ``<bos>``, ``<eos>``, ``=``,
+  the lowercase letters, the digits and a few punctuation marks), built by
+  ``hf_algos.data.build_char_tokenizer`` with this smaller alphabet and ``<bos>`` in front;
+* :func:`build_task_model`: that tokenizer and the quickstart's random-weight tiny Qwen2
+  (``recipes.quickstart.task.ModelShape``: hidden 128, 2 layers, 4 heads, tied embeddings,
+  0.53M parameters) saved to one folder;
 * the task rows and the partial-credit reward (1 for an exact answer, else 0.5 x the
-  fraction of positions that hold the right letter), both taken from hf-algos
-  (``hf_algos.data.make_reverse_letters_rows``, ``hf_algos.rewards``), as the quickstart
-  recipe uses them;
+  fraction of positions that hold the right letter), both the quickstart recipe's own
+  (``recipes/quickstart/task.py``);
 * KV-cached batched generation (sampled or greedy) and greedy exact-match evaluation, used
   by every column so accuracy is measured the same way for all of them.
 
-This module imports torch, ``tokenizers``, ``transformers`` and hf-algos (whose reward and
-data modules need hf-protocol, not Ray): it runs in the dev venv and in the TRL benchmark
-venv alike (``setup_trl_venv.sh`` installs hf-protocol and hf-algos there).
+This module imports torch, ``transformers``, hf-algos (whose data and reward modules need
+hf-protocol, not Ray) and the quickstart recipe's task module (found from the repository
+root, which it puts on ``sys.path``): it runs in the dev venv and in the TRL benchmark venv
+alike (``setup_trl_venv.sh`` installs hf-protocol and hf-algos there).
 """
 
 from __future__ import annotations
 
 import os
 import string
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
-from transformers import (
-    AutoModelForCausalLM,
-    PreTrainedTokenizerBase,
-    PreTrainedTokenizerFast,
-    Qwen2Config,
-)
+from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from hf_algos.data import make_reverse_letters_rows
-from hf_algos.rewards import compute_reverse_letters_score
+from hf_algos.data import build_char_tokenizer
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # `recipes` is a folder of the repository, not a package
+from recipes.quickstart.task import (  # noqa: E402
+    ModelShape,
+    build_model_dir,
+    compute_reverse_letters_score,
+    make_reverse_letters_rows,
+)
 
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 SPECIAL_TOKENS = (PAD, BOS, EOS)
 SEPARATOR = "="
-# 3 special tokens + "=" + 26 letters + 10 digits + 9 marks = 49 symbols.
-SYMBOLS = (
-    *SPECIAL_TOKENS,
-    SEPARATOR,
-    *string.ascii_lowercase,
-    *string.digits,
-    *" +-*/,.:?",
-)
+ALPHABET = (SEPARATOR, *string.ascii_lowercase, *string.digits, *" +-*/,.:?")
+"""The task tokenizer's characters: "=", 26 letters, 10 digits, 9 marks."""
+SYMBOLS = (*SPECIAL_TOKENS, *ALPHABET)
+"""Every token, in id order: 3 special tokens + 46 characters = 49 symbols."""
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
 
 WORD_LENGTH = 6
@@ -62,67 +62,27 @@ RESPONSE_LENGTH = WORD_LENGTH + 1  # letters + <eos>
 VALIDATION_SEED = 10_000
 """Seed of :func:`validation_rows` (training prompts use small seeds)."""
 
-
-@dataclass(frozen=True)
-class TinyQwen2Spec:
-    """Shape of the tiny Qwen2 decoder the quickstart trains (0.53M parameters)."""
-
-    hidden_size: int = 128
-    """Width of the residual stream."""
-    intermediate_size: int = 512
-    """Width of the SwiGLU MLP."""
-    num_hidden_layers: int = 2
-    """Decoder layers."""
-    num_attention_heads: int = 4
-    """Query heads (head dim = hidden_size / heads = 32)."""
-    num_key_value_heads: int = 4
-    """Key/value heads; equal to the query heads (no grouped-query attention)."""
-    max_position_embeddings: int = 64
-    """Longest sequence the rotary embedding is sized for (the task needs 15)."""
+MODEL_SHAPE = ModelShape(vocab_size=len(SYMBOLS))
+"""The quickstart's tiny Qwen2 with one embedding row per symbol (the recipe's has 128)."""
 
 
-def build_char_tokenizer() -> PreTrainedTokenizerFast:
+def build_task_tokenizer() -> PreTrainedTokenizerFast:
     """The task's character-level tokenizer: one id per symbol of :data:`SYMBOLS`.
 
     Encoding puts ``<bos>`` in front (when ``add_special_tokens`` is true, the default);
-    decoding joins characters without spaces. A character outside the 49 symbols is an
-    error. Padding is on the left, as generation needs.
+    decoding joins characters without spaces. A character outside the 49 symbols encodes
+    as ``<pad>`` (:func:`encode_prompts` rejects them). Padding is on the left, as
+    generation needs.
     """
-    vocab = {symbol: index for index, symbol in enumerate(SYMBOLS)}
-    # WordLevel needs an unknown token; <pad> serves, and `encode_prompt` rejects strays.
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=PAD))
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    backend.decoder = decoders.Fuse()
-    backend.add_special_tokens(list(SPECIAL_TOKENS))
-    backend.post_processor = processors.TemplateProcessing(
-        single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, BOS_ID)]
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        pad_token=PAD,
-        bos_token=BOS,
-        eos_token=EOS,
+    tokenizer = build_char_tokenizer(
+        chat_template=None,
+        characters=ALPHABET,
+        special_tokens=SPECIAL_TOKENS,
+        add_bos_token=True,
         padding_side="left",
-        model_max_length=TinyQwen2Spec.max_position_embeddings,
     )
-
-
-def tiny_qwen2_config(vocab_size: int = len(SYMBOLS), spec: TinyQwen2Spec | None = None) -> Any:
-    """The ``transformers`` Qwen2 config of the task model (tied embeddings, fp32)."""
-    spec = spec or TinyQwen2Spec()
-    return Qwen2Config(
-        vocab_size=vocab_size,
-        hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.num_hidden_layers,
-        num_attention_heads=spec.num_attention_heads,
-        num_key_value_heads=spec.num_key_value_heads,
-        max_position_embeddings=spec.max_position_embeddings,
-        tie_word_embeddings=True,
-        pad_token_id=PAD_ID,
-        bos_token_id=BOS_ID,
-        eos_token_id=EOS_ID,
-    )
+    tokenizer.model_max_length = MODEL_SHAPE.max_position_embeddings
+    return tokenizer
 
 
 def build_task_model(directory: str | os.PathLike[str], seed: int = 0) -> Path:
@@ -131,23 +91,14 @@ def build_task_model(directory: str | os.PathLike[str], seed: int = 0) -> Path:
     The folder loads with ``AutoModelForCausalLM.from_pretrained`` and
     ``AutoTokenizer.from_pretrained``. The same seed gives the same weights.
     """
-    path = Path(directory)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_config(tiny_qwen2_config(), dtype=torch.float32)
-    model.generation_config.pad_token_id = PAD_ID
-    model.generation_config.bos_token_id = BOS_ID
-    model.generation_config.eos_token_id = EOS_ID
-    model.save_pretrained(path)
-    build_char_tokenizer().save_pretrained(path)
-    return path
+    return build_model_dir(Path(directory), MODEL_SHAPE, seed, build_task_tokenizer())
 
 
 def make_rows(count: int, seed: int) -> list[dict[str, str]]:
     """``count`` task rows ``{"prompt": "abcdef=", "answer": "fedcba"}`` from ``seed``.
 
-    The words come from :func:`hf_algos.data.make_reverse_letters_rows` (the quickstart's
-    generator); only the answer is lifted out of its ``reward_model`` field.
+    The words come from the quickstart recipe's ``make_reverse_letters_rows``; only the
+    answer is lifted out of its ``reward_model`` field.
     """
     rows = make_reverse_letters_rows(count, WORD_LENGTH, seed=seed)
     return [
@@ -158,7 +109,7 @@ def make_rows(count: int, seed: int) -> list[dict[str, str]]:
 def reverse_letters_reward(completion: str, answer: str) -> float:
     """1.0 for an exact answer, else 0.5 x the fraction of positions holding the right letter.
 
-    The quickstart's reward, :func:`hf_algos.rewards.compute_reverse_letters_score`. The
+    The quickstart's reward, ``recipes.quickstart.task.compute_reverse_letters_score``. The
     partial credit keeps a gradient when no sample of a group is exactly right; with exact
     match alone the run collapsed at lr 3e-4 (see the issue's measurements).
     """

@@ -8,9 +8,11 @@
 # pinned to the dev venv's versions so both sides of the comparison run the same model code.
 # matplotlib is not needed here: the harness (bench_grpo.py) draws the plot in the dev venv.
 #
-# The task's data generator and reward come from hf-algos (hf_algos.data, hf_algos.rewards),
-# so hf-protocol (with its dependencies: tensordict) and hf-algos (editable, --no-deps: the
-# reward and data modules need neither Ray nor the engines) are installed too.
+# The task's data generator and reward are the quickstart recipe's (recipes/quickstart/task.py,
+# imported from the repository root), which builds on hf-algos (hf_algos.data,
+# hf_algos.rewards), so hf-protocol (with its dependencies: tensordict) and hf-algos
+# (editable, --no-deps: the reward and data modules need neither Ray nor the engines) are
+# installed too.
 #
 # Idempotent: a second run reuses the venv and only checks that the pins hold.
 #
@@ -62,7 +64,7 @@ else
     "$VENV/bin/python" -m pip install --quiet --no-deps -e "$ROOT/packages/hf-algos"
 fi
 
-"$VENV/bin/python" - <<'PY'
+PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$VENV/bin/python" - <<'PY'
 import torch
 
 if torch.__version__.split("+")[0] != "2.13.0":
@@ -72,8 +74,8 @@ import accelerate
 import datasets
 import transformers
 import trl
-from hf_algos.data import make_reverse_letters_rows  # noqa: F401
-from hf_algos.rewards import compute_reverse_letters_score  # noqa: F401
+from recipes.quickstart.task import compute_reverse_letters_score  # noqa: F401
+from recipes.quickstart.task import make_reverse_letters_rows  # noqa: F401
 from trl import GRPOConfig, GRPOTrainer  # noqa: F401  (the imports this venv exists for)
 
 print(

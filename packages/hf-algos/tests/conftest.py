@@ -1,4 +1,5 @@
-"""Shared fixtures of hf-algos tests: one Ray per session, a tiny model with a tokenizer."""
+"""Shared fixtures of hf-algos tests: one Ray per session, a tiny model with a tokenizer,
+the toy task's scoring function in the global registry."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from .toy_task import SORT_DIGITS_SOURCE, score_sorted_digits
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
@@ -33,3 +36,19 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = build_tiny_model(tmp_path_factory.mktemp("tiny") / "llama", "llama")
     build_char_tokenizer(directory, chat_template=None)
     return directory
+
+
+@pytest.fixture
+def toy_task_scored() -> Iterator[str]:
+    """The toy task's scoring function registered, as a user registers theirs, for one test.
+
+    The trainers' reward manager reads the global registry; the entry is removed afterwards
+    so no other test sees it. Yields the task's ``data_source``.
+    """
+    from hf_algos.rewards import SCORING_FUNCTIONS, register_scoring_function
+
+    register_scoring_function(SORT_DIGITS_SOURCE, score_sorted_digits)
+    try:
+        yield SORT_DIGITS_SOURCE
+    finally:
+        SCORING_FUNCTIONS.pop(SORT_DIGITS_SOURCE, None)

@@ -15,10 +15,11 @@ from hf_algos.data import (
     StatefulDataLoader,
     build_char_tokenizer,
     collate_to_dataproto,
-    make_reverse_letters_rows,
     read_rows,
     write_rows,
 )
+
+from .toy_task import make_sort_digits_rows
 
 
 @pytest.fixture(scope="module")
@@ -40,14 +41,14 @@ def _rows() -> list[dict]:
             "extra_info": {"index": 0},
         },
         {
-            "prompt": "abc=",
-            "data_source": "reverse_letters",
-            "reward_model": {"ground_truth": "cba"},
+            "prompt": "312=",
+            "data_source": "sort_digits",
+            "reward_model": {"ground_truth": "123"},
             "extra_info": {"index": 1},
         },
         {
             "prompt": "x" * 40,
-            "data_source": "reverse_letters",
+            "data_source": "sort_digits",
             "reward_model": {"ground_truth": "long"},
             "extra_info": {"index": 2},
         },
@@ -56,9 +57,9 @@ def _rows() -> list[dict]:
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
 def test_rows_round_trip_through_files(tmp_path: Path, suffix: str) -> None:
-    rows = make_reverse_letters_rows(4, length=5, seed=1)
+    rows = make_sort_digits_rows(4, length=5, seed=1)
     rows[1]["prompt"] = [
-        {"role": "system", "content": "reverse"},
+        {"role": "system", "content": "sort"},
         {"role": "user", "content": "x="},
     ]
     if suffix == ".parquet":  # a parquet column holds one type: all prompts as messages
@@ -90,18 +91,18 @@ def test_chat_template_applied_and_overlong_filtered(
     assert len(dataset) == 2 and dataset.num_filtered == 1
     assert "filtered 1 of 3 prompts" in caplog.text
     expected = chat_tokenizer.apply_chat_template(
-        [{"role": "user", "content": "abc="}], tokenize=False, add_generation_prompt=True
+        [{"role": "user", "content": "312="}], tokenize=False, add_generation_prompt=True
     )
     assert chat_tokenizer.decode(dataset[1]["input_ids"]) == expected
     assert expected.endswith("<|assistant|>")
-    assert dataset[1]["raw_prompt"] == "abc="
+    assert dataset[1]["raw_prompt"] == "312="
 
 
 def test_raw_text_without_template_and_error_mode(chat_tokenizer, plain_tokenizer) -> None:
     dataset = RLDataset(_rows()[:2], plain_tokenizer, RLDatasetConfig(max_prompt_length=8))
     assert plain_tokenizer.decode(dataset[0]["input_ids"]) == "1+2="
     forced_raw = RLDataset(_rows()[:2], chat_tokenizer, RLDatasetConfig(use_chat_template=False))
-    assert chat_tokenizer.decode(forced_raw[1]["input_ids"]) == "abc="
+    assert chat_tokenizer.decode(forced_raw[1]["input_ids"]) == "312="
     with pytest.raises(ValueError, match="no chat_template"):
         RLDataset(_rows(), plain_tokenizer, RLDatasetConfig(use_chat_template=True))
     with pytest.raises(ValueError, match="row 2 has a 40-token prompt"):
@@ -116,8 +117,8 @@ def test_collate_left_pads_with_non_tensors(plain_tokenizer) -> None:
     assert batch.batch["input_ids"][0].tolist() == [pad, pad] + plain_tokenizer("1+2=")["input_ids"]
     assert batch.batch["attention_mask"].tolist() == [[0, 0, 1, 1, 1, 1]] * 2
     assert batch.batch["position_ids"][0].tolist() == [0, 0, 0, 1, 2, 3]
-    assert list(batch.non_tensor_batch["data_source"]) == ["gsm8k", "reverse_letters"]
-    assert batch.non_tensor_batch["reward_model"][1] == {"ground_truth": "cba"}
+    assert list(batch.non_tensor_batch["data_source"]) == ["gsm8k", "sort_digits"]
+    assert batch.non_tensor_batch["reward_model"][1] == {"ground_truth": "123"}
     assert batch.non_tensor_batch["raw_prompt"][0] == [{"role": "user", "content": "1+2="}]
     assert batch.non_tensor_batch["extra_info"][1] == {"index": 1}
     uids = batch.non_tensor_batch["uid"]
@@ -128,21 +129,8 @@ def test_collate_left_pads_with_non_tensors(plain_tokenizer) -> None:
         collate_to_dataproto([dataset[0]], pad, max_prompt_length=3)
 
 
-def test_reverse_letters_rows_are_reproducible(tmp_path: Path) -> None:
-    rows = make_reverse_letters_rows(5, length=6, seed=3)
-    assert rows == make_reverse_letters_rows(5, length=6, seed=3)
-    assert rows != make_reverse_letters_rows(5, length=6, seed=4)
-    for row in rows:
-        letters = row["prompt"][:-1]
-        assert row["prompt"].endswith("=") and len(letters) == 6 and letters.islower()
-        assert row["reward_model"]["ground_truth"] == letters[::-1]
-        assert row["data_source"] == "reverse_letters"
-    path = write_rows(rows, tmp_path / "task.jsonl")
-    assert [json.loads(line) for line in path.read_text().splitlines()] == rows
-
-
 def _loader(tokenizer, seed: int = 7) -> StatefulDataLoader:  # type: ignore[no-untyped-def]
-    rows = make_reverse_letters_rows(10, length=4, seed=0)
+    rows = make_sort_digits_rows(10, length=4, seed=0)
     dataset = RLDataset(rows, tokenizer, RLDatasetConfig(max_prompt_length=8))
     return StatefulDataLoader(dataset, batch_size=3, shuffle=True, seed=seed, drop_last=True)
 
@@ -197,7 +185,7 @@ def test_loader_rejects_mismatched_state(plain_tokenizer) -> None:
 
 
 def test_loader_without_shuffle_keeps_last_partial_batch(plain_tokenizer) -> None:
-    rows = make_reverse_letters_rows(5, length=4, seed=0)
+    rows = make_sort_digits_rows(5, length=4, seed=0)
     dataset = RLDataset(rows, plain_tokenizer, RLDatasetConfig(max_prompt_length=8))
     loader = StatefulDataLoader(dataset, batch_size=2, shuffle=False, drop_last=False)
     batches = list(loader)
@@ -206,3 +194,21 @@ def test_loader_without_shuffle_keeps_last_partial_batch(plain_tokenizer) -> Non
     served = torch.cat([b.batch["input_ids"] for b in batches])
     assert torch.equal(served[:, -expected.shape[1] :], expected)
     assert (served[:, : -expected.shape[1]] == plain_tokenizer.pad_token_id).all()
+
+
+def test_char_tokenizer_with_its_own_alphabet_and_bos() -> None:
+    tokenizer = build_char_tokenizer(
+        chat_template=None,
+        characters="=abc",
+        special_tokens=("<pad>", "<bos>", "<eos>"),
+        add_bos_token=True,
+        padding_side="left",
+    )
+    assert len(tokenizer) == 7 and tokenizer.unk_token is None
+    assert tokenizer("ab=")["input_ids"] == [1, 4, 5, 3]
+    assert tokenizer(["ab=", "a="], padding=True)["input_ids"][1] == [0, 1, 4, 3]
+    assert tokenizer.decode([1, 5, 4, 2], skip_special_tokens=True) == "ba"
+    with pytest.raises(ValueError, match=r"lack \['<bos>'\]"):
+        build_char_tokenizer(special_tokens=("<pad>", "<eos>"), add_bos_token=True)
+    with pytest.raises(ValueError, match="must not repeat"):
+        build_char_tokenizer(characters="aa")

@@ -13,13 +13,10 @@ import pytest
 import torch
 
 from hf_algos.data import build_char_tokenizer
-from hf_algos.rewards import (
-    RewardManager,
-    RewardManagerConfig,
-    compute_reverse_letters_score,
-    register_scoring_function,
-)
+from hf_algos.rewards import RewardManager, RewardManagerConfig, register_scoring_function
 from hf_protocol import DataProto, right_pad
+
+from .toy_task import SORT_DIGITS_SOURCE, score_sorted_digits
 
 # Scoring functions used by the tests. They run in spawned worker processes, which import
 # this module by name, so they live at module level.
@@ -60,7 +57,7 @@ def length_score(
 def _registry() -> dict[str, Any]:
     registry: dict[str, Any] = {}
     for name, fn in (
-        ("reverse_letters", compute_reverse_letters_score),
+        (SORT_DIGITS_SOURCE, score_sorted_digits),
         ("raise", raising_score),
         ("hang", sleeping_score),
         ("block", alarm_blocking_score),
@@ -101,19 +98,19 @@ def test_scores_land_on_the_last_response_token(manager: RewardManager, tokenize
     batch = make_batch(
         tokenizer,
         [
-            ("fedcba", "reverse_letters", "fedcba"),
-            ("fxdcba", "reverse_letters", "fedcba"),
+            ("123456", "sort_digits", "123456"),
+            ("173456", "sort_digits", "123456"),
             ("ab", "length", ""),
         ],
     )
-    assert manager.decode_responses(batch) == ["fedcba", "fxdcba", "ab"]
+    assert manager.decode_responses(batch) == ["123456", "173456", "ab"]
     out = manager.score(batch)
     scores = out.batch["token_level_scores"]
     assert scores.shape == batch.batch["responses"].shape and scores.dtype == torch.float32
     # the last valid token is the <eos> after the text
-    assert scores[0, 6] == 1.0 and scores[1, 6] == pytest.approx(0.5 * 5 / 6)
+    assert scores[0, 6] == 1.0 and scores[1, 6] == pytest.approx(5 / 6)
     assert scores[2, 2] == 0.25
-    assert scores.sum().item() == pytest.approx(1.0 + 0.5 * 5 / 6 + 0.25)
+    assert scores.sum().item() == pytest.approx(1.0 + 5 / 6 + 0.25)
     metrics = out.meta_info["metrics"]
     assert metrics["reward/errors"] == 0 and metrics["reward/timeouts"] == 0
     assert metrics["reward/length/mean"] == 2.0
@@ -131,10 +128,10 @@ def test_raising_and_hanging_functions_score_zero_and_are_reported(
     batch = make_batch(
         tokenizer,
         [
-            ("fedcba", "reverse_letters", "fedcba"),
+            ("123456", "sort_digits", "123456"),
             ("bad answer", "raise", "x"),
             ("slow answer", "hang", "x"),
-            ("abc", "reverse_letters", "cba"),
+            ("132", "sort_digits", "123"),
         ],
     )
     start = time.monotonic()
@@ -142,7 +139,7 @@ def test_raising_and_hanging_functions_score_zero_and_are_reported(
         out = manager.score(batch)
     assert time.monotonic() - start < 20  # the 60 s sleep was cut at 1 s
     per_sample = out.batch["token_level_scores"].sum(dim=1).tolist()
-    assert per_sample == [1.0, 0.0, 0.0, pytest.approx(0.5 / 3)]
+    assert per_sample == [1.0, 0.0, 0.0, pytest.approx(1 / 3)]
     metrics = out.meta_info["metrics"]
     assert metrics["reward/errors"] == 2 and metrics["reward/timeouts"] == 1
     reports = {r["data_source"]: r for r in out.meta_info["reward_errors"]}
@@ -156,12 +153,12 @@ def test_raising_and_hanging_functions_score_zero_and_are_reported(
 
 
 def test_stuck_or_dead_workers_are_replaced(manager: RewardManager, tokenizer) -> None:  # type: ignore[no-untyped-def]
-    manager.score(make_batch(tokenizer, [("a", "reverse_letters", "a")]))  # pool is up
+    manager.score(make_batch(tokenizer, [("1", "sort_digits", "1")]))  # pool is up
     manager.config.hard_timeout_grace_s = 3.0
     try:
         batch = make_batch(
             tokenizer,
-            [("cba", "reverse_letters", "cba"), ("x", "block", "x"), ("y", "exit", "y")],
+            [("123", "sort_digits", "123"), ("x", "block", "x"), ("y", "exit", "y")],
         )
         start = time.monotonic()
         out = manager.score(batch)
@@ -173,13 +170,13 @@ def test_stuck_or_dead_workers_are_replaced(manager: RewardManager, tokenizer) -
     finally:
         manager.config.hard_timeout_grace_s = 60.0
     # The pool was replaced: the next batch is scored normally.
-    again = manager.score(make_batch(tokenizer, [("ba", "reverse_letters", "ba")]))
+    again = manager.score(make_batch(tokenizer, [("12", "sort_digits", "12")]))
     assert again.batch["token_level_scores"].sum().item() == 1.0
 
 
 def test_score_async_does_not_block_the_driver(manager: RewardManager, tokenizer) -> None:  # type: ignore[no-untyped-def]
-    slow = make_batch(tokenizer, [("slow", "hang", "x"), ("ab", "reverse_letters", "ba")])
-    fast = make_batch(tokenizer, [("ba", "reverse_letters", "ba")])
+    slow = make_batch(tokenizer, [("slow", "hang", "x"), ("21", "sort_digits", "12")])
+    fast = make_batch(tokenizer, [("12", "sort_digits", "12")])
     start = time.monotonic()
     first = manager.score_async(slow)
     second = manager.score_async(fast)
@@ -200,7 +197,7 @@ def test_configuration_errors_are_raised_not_scored(tokenizer) -> None:  # type:
         registry["lambda"] = lambda s, g, e: 1.0
         with pytest.raises(TypeError, match="cannot be pickled"):
             manager.score(make_batch(tokenizer, [("a", "lambda", "a")]))
-        batch = make_batch(tokenizer, [("a", "reverse_letters", "a")])
+        batch = make_batch(tokenizer, [("1", "sort_digits", "1")])
         batch.non_tensor_batch["reward_model"][0] = {"answer": "a"}
         with pytest.raises(KeyError, match="'ground_truth'"):
             manager.score(batch)

@@ -9,7 +9,6 @@ from hf_algos.rewards import (
     SCORING_FUNCTIONS,
     compute_gsm8k_score,
     compute_math_score,
-    compute_reverse_letters_score,
     extract_gsm8k_answer,
     get_scoring_function,
     last_boxed_content,
@@ -51,19 +50,9 @@ def test_math_boxed_extraction_and_equivalence() -> None:
     assert compute_math_score("3", "3") == 0.0  # no box, no credit
 
 
-def test_reverse_letters_score() -> None:
-    assert compute_reverse_letters_score("fedcba", "fedcba") == 1.0
-    assert compute_reverse_letters_score(" fedcba\n", "fedcba") == 1.0
-    assert compute_reverse_letters_score("fedcbx", "fedcba") == pytest.approx(0.5 * 5 / 6)
-    assert compute_reverse_letters_score("fed", "fedcba") == pytest.approx(0.25)
-    assert compute_reverse_letters_score("fedcbaa", "fedcba") == pytest.approx(0.5)
-    assert compute_reverse_letters_score("", "fedcba") == 0.0
-    assert compute_reverse_letters_score("abcdef", "fedcba") == 0.0
-
-
 def test_registry_is_explicit() -> None:
-    assert get_scoring_function("reverse_letters") is compute_reverse_letters_score
     assert get_scoring_function("openai/gsm8k") is compute_gsm8k_score
+    assert get_scoring_function("lighteval/MATH") is compute_math_score
     with pytest.raises(KeyError, match="no scoring function for data_source 'nope'"):
         get_scoring_function("nope")
     with pytest.raises(ValueError, match="already registered"):

@@ -59,7 +59,7 @@ def run_and_resume(base: list[str], root: Path) -> tuple[list[dict[str, float]],
 
 
 def test_ppo_with_critic_resumes_exactly(
-    ray_session: Any, tiny_model_dir: Path, tmp_path: Path
+    ray_session: Any, toy_task_scored: str, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     train, _ = task_files(tmp_path)
     base = [
@@ -96,7 +96,7 @@ def test_ppo_with_critic_resumes_exactly(
 
 
 def test_grpo_separate_placement_resumes_and_validates(
-    ray_session: Any, tiny_model_dir: Path, tmp_path: Path
+    ray_session: Any, toy_task_scored: str, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     train, val = task_files(tmp_path)
     base = [
@@ -110,7 +110,7 @@ def test_grpo_separate_placement_resumes_and_validates(
     full, resumed = run_and_resume(base, tmp_path)
     assert_finite(full, [*CORE_METRICS, "actor/kl_loss", "timing_s/ref"])
     assert "val/score/mean" in full[1] and "val/accuracy" in full[2]
-    assert "val/reverse_letters/score/mean" in full[2]
+    assert f"val/{toy_task_scored}/score/mean" in full[2]
     assert comparable(resumed[0]) == comparable(full[2])
     # the policy changed: the KL to the reference grew from exactly 0 at the first step
     assert full[0]["actor/kl_loss"] == 0.0 and full[2]["actor/kl_loss"] > 0.0
@@ -118,7 +118,7 @@ def test_grpo_separate_placement_resumes_and_validates(
 
 @pytest.mark.parametrize("estimator", ["remax", "rloo", "reinforce_plus_plus"])
 def test_critic_free_estimators_in_process(
-    estimator: str, tiny_model_dir: Path, tmp_path: Path
+    estimator: str, toy_task_scored: str, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     """The same driver with other estimators, workers in the driver (``backend=local``)."""
     train, _ = task_files(tmp_path)

@@ -6,16 +6,21 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from hf_algos.data import make_reverse_letters_rows, write_rows
+from hf_algos.data import write_rows
+
+from .toy_task import make_sort_digits_rows
 
 NON_DETERMINISTIC = ("timing_s/", "timing_per_token_ms/", "perf/", "rollout/generate_s")
 """Wall-clock metrics: they differ between two identical runs."""
 
 
 def task_files(root: Path) -> tuple[Path, Path]:
-    """A small reverse-letters training set and a held-out set."""
-    train = write_rows(make_reverse_letters_rows(16, length=3, seed=0), root / "train.jsonl")
-    val = write_rows(make_reverse_letters_rows(4, length=3, seed=1), root / "val.jsonl")
+    """A small training set of the toy task (sort digits) and a held-out set.
+
+    Scoring them needs the ``toy_task_scored`` fixture.
+    """
+    train = write_rows(make_sort_digits_rows(16, length=3, seed=0), root / "train.jsonl")
+    val = write_rows(make_sort_digits_rows(4, length=3, seed=1), root / "val.jsonl")
     return train, val
 
 

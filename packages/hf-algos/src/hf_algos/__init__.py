@@ -8,7 +8,6 @@ from hf_algos.data import (
     build_preference_pairs,
     collate_to_dataproto,
     make_preference_batch,
-    make_reverse_letters_rows,
 )
 from hf_algos.kl import AdaptiveKLController, FixedKLController, apply_kl_penalty, kl_penalty
 from hf_algos.losses import (
@@ -46,6 +45,5 @@ __all__: list[str] = [
     "dpo_loss_fn",
     "kl_penalty",
     "make_preference_batch",
-    "make_reverse_letters_rows",
     "ppo_actor_loss",
 ]

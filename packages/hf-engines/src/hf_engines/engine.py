@@ -1,10 +1,11 @@
 """The interface every training engine implements (FSDP2 now; Megatron-core planned).
 
-Batches are :class:`hf_protocol.DataProto` objects with the field names of DESIGN.md:
-``input_ids``, ``attention_mask``, ``position_ids`` of shape ``(B, T)`` for prompt +
-response (prompts left-padded, responses right-padded), ``responses`` and
-``response_mask`` of shape ``(B, R)``. Every per-token output is for the response tokens
-only, shape ``(B, R)``. The engine knows no RL: losses are pure functions handed in.
+Batches are :class:`hf_protocol.DataProto` objects with the batch fields of
+``docs/architecture.md``: ``input_ids``, ``attention_mask``, ``position_ids`` of shape
+``(B, T)`` for prompt + response (prompts left-padded, responses right-padded),
+``responses`` and ``response_mask`` of shape ``(B, R)``. Every per-token output is for the
+response tokens only, shape ``(B, R)``. The engine knows no RL: losses are pure functions
+handed in.
 """
 
 from __future__ import annotations

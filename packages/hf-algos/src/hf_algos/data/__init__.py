@@ -1,4 +1,5 @@
-"""Datasets and loaders: RL prompts, DPO preference pairs, SFT rows, the quickstart's task."""
+"""Datasets and loaders: RL prompts, DPO preference pairs, SFT rows, a local character
+tokenizer."""
 
 from hf_algos.data.collate import collate_to_dataproto
 from hf_algos.data.files import read_rows, write_rows
@@ -9,14 +10,12 @@ from hf_algos.data.preference import (
     collate_preference_pairs,
 )
 from hf_algos.data.preference_pairs import build_preference_pairs, make_preference_batch
-from hf_algos.data.reverse_letters import REVERSE_LETTERS_SOURCE, make_reverse_letters_rows
 from hf_algos.data.rl_dataset import RLDataset, RLDatasetConfig
 from hf_algos.data.sft import SFTDataset
 from hf_algos.data.tokenizer import CHAR_CHAT_TEMPLATE, build_char_tokenizer
 
 __all__ = [
     "CHAR_CHAT_TEMPLATE",
-    "REVERSE_LETTERS_SOURCE",
     "PreferenceDataset",
     "PreferenceDatasetConfig",
     "RLDataset",
@@ -28,7 +27,6 @@ __all__ = [
     "collate_preference_pairs",
     "collate_to_dataproto",
     "make_preference_batch",
-    "make_reverse_letters_rows",
     "read_rows",
     "write_rows",
 ]

@@ -15,7 +15,6 @@ from hf_algos.rewards.registry import (
     get_scoring_function,
     register_scoring_function,
 )
-from hf_algos.rewards.reverse_letters import compute_reverse_letters_score
 from hf_algos.rewards.reward_model import RewardModelScorer
 
 __all__ = [
@@ -26,7 +25,6 @@ __all__ = [
     "ScoreFn",
     "compute_gsm8k_score",
     "compute_math_score",
-    "compute_reverse_letters_score",
     "extract_gsm8k_answer",
     "get_scoring_function",
     "last_boxed_content",

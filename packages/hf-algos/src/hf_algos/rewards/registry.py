@@ -7,7 +7,6 @@ from typing import Any
 
 from hf_algos.rewards.gsm8k import compute_gsm8k_score
 from hf_algos.rewards.math_boxed import compute_math_score
-from hf_algos.rewards.reverse_letters import compute_reverse_letters_score
 
 ScoreResult = float | Mapping[str, Any]
 """A score, or a dict with a ``"score"`` entry plus extra numbers reported as metrics."""
@@ -55,6 +54,5 @@ for _name, _fn in (
     ("math", compute_math_score),
     ("lighteval/MATH", compute_math_score),
     ("DigitalLearningGmbH/MATH-lighteval", compute_math_score),
-    ("reverse_letters", compute_reverse_letters_score),
 ):
     register_scoring_function(_name, _fn)

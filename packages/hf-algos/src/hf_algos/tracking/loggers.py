@@ -8,10 +8,12 @@ not installed is an error that says what to install.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,7 +112,7 @@ class TensorBoardLogger:
 
 def _optional_import(module: str, logger: str) -> Any:
     try:
-        return __import__(module)
+        return importlib.import_module(module)
     except ImportError:
         raise ImportError(
             f"the {logger!r} logger needs the {module!r} package, which is not installed; "
@@ -172,7 +174,7 @@ class MLflowLogger:
         """Log every metric at ``step`` in one batch call."""
         from mlflow.entities import Metric
 
-        stamp = int(__import__("time").time() * 1000)
+        stamp = int(time.time() * 1000)
         batch = [Metric(_mlflow_name(k), float(v), stamp, step) for k, v in metrics.items()]
         self.client.log_batch(self.run_id, metrics=batch)
 

@@ -1,8 +1,8 @@
 """Training metrics computed from a batch, with verl's names, as pure functions.
 
-Every function reads tensors of a :class:`hf_protocol.DataProto` (field names of DESIGN.md)
-and returns ``{name: float}``. They are cheap (a few reductions over ``(B, R)`` tensors) so
-a trainer can call them every step.
+Every function reads tensors of a :class:`hf_protocol.DataProto` (the batch fields of
+``docs/architecture.md``) and returns ``{name: float}``. They are cheap (a few reductions
+over ``(B, R)`` tensors) so a trainer can call them every step.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """PPO and its critic-free relatives (GRPO, RLOO, REINFORCE++, ReMax): one driver.
 
-One step, as DESIGN.md draws it::
+One step, as docs/architecture.md draws it ("Data flow of one PPO step")::
 
     batch = rollout.generate_sequences(prompts)          # n samples per prompt
     batch = batch.union(reward(batch))                   # token_level_scores

@@ -46,7 +46,7 @@ ENGINE_DISPATCH = make_nd_compute_dataproto_dispatch_fn(ENGINE_MESH)
 
 def build_engine(config: EngineConfig) -> TrainingEngine:
     """The engine ``config.backend`` names (``fsdp`` unless the config says otherwise)."""
-    backend = getattr(config, "backend", "fsdp")
+    backend = config.backend
     if backend == "fsdp":
         return FSDPEngine(config)
     if backend == "megatron":
@@ -103,7 +103,7 @@ class EngineWorker(Worker):
         """Join the group's process group and build the engine (collective)."""
         self._before_init()
         config = self._engine_config
-        part = config.megatron if getattr(config, "backend", "fsdp") == "megatron" else config.fsdp
+        part = config.megatron if config.backend == "megatron" else config.fsdp
         init_distributed(self.rank, self.world_size, self.local_rank, part.device)
         self._engine = build_engine(self._engine_config)
         if self._place is None:  # a second init_model keeps the (same) registered layout

@@ -42,7 +42,7 @@ def data_parallel_place(config: EngineConfig, rank: int, world_size: int) -> Dat
 
     Megatron's answer comes from its ``parallel_state``, which the engine initialised.
     """
-    if getattr(config, "backend", "fsdp") != "megatron":
+    if config.backend != "megatron":
         return DataParallelPlace(rank=rank, size=world_size, is_collect=True)
     state = importlib.import_module("megatron.core.parallel_state")
     pipeline_last = state.get_pipeline_model_parallel_world_size() - 1
@@ -59,6 +59,6 @@ def data_parallel_place(config: EngineConfig, rank: int, world_size: int) -> Dat
 
 def data_parallel_size(config: EngineConfig, world_size: int) -> int:
     """Data-parallel replicas ``world_size`` ranks make under ``config`` (before building)."""
-    if getattr(config, "backend", "fsdp") == "megatron":
+    if config.backend == "megatron":
         return int(config.megatron.data_parallel_size(world_size))
     return world_size
