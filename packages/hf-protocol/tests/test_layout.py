@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+from pathlib import Path
 
 import pytest
 import torch
@@ -122,3 +123,20 @@ def test_tiny_decoder_configs_are_plain_dicts() -> None:
     assert config["head_dim"] == 16 and TINY_DECODER_CONFIGS["qwen3"]["head_dim"] == 8
     with pytest.raises(ValueError, match="unknown tiny model family 'gpt9'"):
         tiny_decoder_config("gpt9")
+
+
+def test_save_tiny_model_is_seeded_and_leaves_the_rng_alone(tmp_path: Path) -> None:
+    pytest.importorskip("transformers", reason="hf-protocol alone does not install it")
+    from safetensors.torch import load_file
+
+    from hf_protocol.testing import save_tiny_model
+
+    state = torch.random.get_rng_state()
+    first = save_tiny_model(tmp_path / "a", tiny_decoder_config("qwen2"), seed=3)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    second = save_tiny_model(tmp_path / "b", tiny_decoder_config("qwen2"), seed=3)
+    other = save_tiny_model(tmp_path / "c", tiny_decoder_config("qwen2"), seed=4)
+    weights = [load_file(path / "model.safetensors") for path in (first, second, other)]
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    assert any(not torch.equal(weights[0][k], weights[2][k]) for k in weights[0])

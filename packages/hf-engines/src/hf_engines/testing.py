@@ -17,11 +17,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM
 
 from hf_engines.engine import LossOutput, ModelOutputs
 from hf_protocol import DataProto, build_prompt_response_batch, fields
-from hf_protocol.testing import tiny_decoder_config
+from hf_protocol.testing import save_tiny_model, tiny_decoder_config
 
 
 def build_tiny_model(
@@ -32,14 +31,7 @@ def build_tiny_model(
     ``family`` is a key of :data:`hf_protocol.testing.TINY_DECODER_CONFIGS`. The same seed
     gives the same weights.
     """
-    options = tiny_decoder_config(family)
-    config = AutoConfig.for_model(options.pop("model_type"), **options)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    path = Path(directory)
-    model.save_pretrained(path)
-    return path
+    return save_tiny_model(directory, tiny_decoder_config(family), seed)
 
 
 def make_toy_batch(

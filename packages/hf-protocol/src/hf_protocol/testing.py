@@ -1,11 +1,15 @@
-"""Test helpers shared by the packages: DataProto assertions and tiny model configs.
+"""Test helpers shared by the packages: DataProto assertions and tiny models.
 
-The configs are plain dicts (no transformers import here), so hf-engines and hf-rollout,
-which do not depend on each other, build their tiny test models from one definition.
+The configs are plain dicts and :func:`save_tiny_model` imports transformers only when
+called, so hf-protocol keeps its dependencies while hf-engines and hf-rollout (which have
+transformers but do not depend on each other) build their tiny test models from one
+definition.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -81,3 +85,29 @@ def tiny_decoder_config(family: str, **overrides: Any) -> dict[str, Any]:
             f"unknown tiny model family {family!r}; choose from {sorted(TINY_DECODER_CONFIGS)}"
         )
     return {**TINY_DECODER_CONFIGS[family], **overrides}
+
+
+def save_tiny_model(
+    directory: str | os.PathLike[str], config: dict[str, Any], seed: int = 0
+) -> Path:
+    """Save a randomly initialised causal LM built from ``config`` to ``directory``.
+
+    ``config`` holds ``model_type`` and the transformers config fields (e.g. from
+    :func:`tiny_decoder_config`); the same seed gives the same weights and the global RNG
+    is left as it was. Needs ``transformers`` (hf-engines and hf-rollout install it).
+    """
+    try:
+        from transformers import AutoConfig, AutoModelForCausalLM
+    except ImportError as error:  # hf-protocol alone does not install transformers
+        raise ImportError(
+            "save_tiny_model needs transformers; pip install transformers (hf-engines and "
+            "hf-rollout bring it)"
+        ) from error
+    options = dict(config)
+    model_config = AutoConfig.for_model(options.pop("model_type"), **options)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(model_config, dtype=torch.float32)
+    path = Path(directory)
+    model.save_pretrained(path)
+    return path

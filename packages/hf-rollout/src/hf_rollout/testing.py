@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM
 
 from hf_protocol import DataProto, fields, left_pad
-from hf_protocol.testing import tiny_decoder_config
+from hf_protocol.testing import save_tiny_model, tiny_decoder_config
 
 _WIDE_INIT: dict[str, Any] = {"initializer_range": 0.2}
 """Overrides of every family (see the module docstring for why)."""
@@ -42,14 +41,7 @@ def build_tiny_model(
 
     The same seed gives the same weights; ``overrides`` change config fields.
     """
-    options = tiny_model_config(family, **overrides)
-    config = AutoConfig.for_model(options.pop("model_type"), **options)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    path = Path(directory)
-    model.save_pretrained(path)
-    return path
+    return save_tiny_model(directory, tiny_model_config(family, **overrides), seed)
 
 
 def random_prompt_ids(
