@@ -52,7 +52,7 @@ from hf_engines import EngineConfig
 from hf_engines.config import MicroBatchConfig, ModelConfig, OptimConfig
 from hf_engines.testing import build_tiny_model
 from hf_engines.workers import ActorConfig, ActorWorker, ReferenceWorker
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 from hf_rollout import RolloutConfig, SamplingConfig
 from hf_rollout.workers import RolloutWorker
 from recipes.cli import parse_recipe_args
@@ -201,10 +201,10 @@ def online_dpo_step(
 ) -> Metrics:
     """Sample, score, pair, reference log-prob, DPO update, weight sync: one step."""
     metrics: Metrics = {}
-    prompts.meta_info["sampling"] = sampling  # the object itself reaches the workers
+    prompts.meta_info[fields.SAMPLING] = sampling  # the object itself reaches the workers
     batch = take_metrics(roles.rollout.generate_sequences(prompts), metrics)  # n rows a prompt
     batch = batch.union(take_metrics(reward.score(batch), metrics))  # token_level_scores
-    scores = batch.batch["token_level_scores"].sum(-1)  # type: ignore[index]
+    scores = batch.batch[fields.TOKEN_LEVEL_SCORES].sum(-1)  # type: ignore[index]
     metrics["score/mean"] = float(scores.mean())
 
     pairs = make_preference_batch(batch)  # rows: chosen, rejected, chosen, rejected, ...
