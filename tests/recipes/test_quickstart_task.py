@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from hf_algos.data import build_char_tokenizer, right_pad, write_rows
+from hf_algos.data import build_char_tokenizer, write_rows
 from hf_algos.rewards import SCORING_FUNCTIONS, RewardManager, RewardManagerConfig
-from hf_protocol import DataProto
+from hf_protocol import DataProto, right_pad
 from recipes.quickstart.task import (
     REVERSE_LETTERS_SOURCE,
     compute_reverse_letters_score,
