@@ -206,3 +206,23 @@ def test_a_new_estimator_reading_values_gets_a_critic_with_no_other_edit(
     # the same config with grpo (the default) builds no critic
     grpo = load()
     assert roles_needed(grpo, get_advantage_estimator("grpo")) == {"actor"}
+
+
+def test_nodes_split_the_total_worker_count_and_verl_per_node_names_work() -> None:
+    config = load("trainer.nnodes=2", "trainer.n_workers=4")
+    assert config.trainer.workers_per_node == 2
+    verl_style = load("trainer.nnodes=2", "trainer.n_gpus_per_node=2")
+    assert verl_style.trainer.n_workers == 4 and verl_style.trainer.workers_per_node == 2
+    with pytest.raises(ConfigurationError, match=r"n_workers=3 .*nnodes=2.*multiple of 2"):
+        load("trainer.nnodes=2", "trainer.n_workers=3")
+    with pytest.raises(ConfigurationError, match="set only one of them"):
+        load("trainer.nnodes=2", "trainer.n_gpus_per_node=1", "trainer.n_workers=4")
+    with pytest.raises(ConfigurationError, match="rollout_workers=3"):
+        load(
+            "trainer.nnodes=2",
+            "trainer.n_workers=2",
+            "trainer.placement=separate",
+            "trainer.rollout_workers=3",
+        )
+    gpus = load("trainer.cpus_per_worker=0.5", "trainer.rollout_gpus_per_worker=2")
+    assert gpus.trainer.cpus_per_worker == 0.5 and gpus.trainer.rollout_gpus_per_worker == 2

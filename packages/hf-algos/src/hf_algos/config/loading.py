@@ -221,7 +221,35 @@ def load_config(
     data: dict[str, Any] = _deep_copy(base or {})
     if path is not None:
         data = merge(data, read_yaml(path))
-    return build_config(cls, apply_overrides(data, overrides))
+    return build_config(cls, apply_verl_aliases(apply_overrides(data, overrides)))
+
+
+def apply_verl_aliases(data: dict[str, Any]) -> dict[str, Any]:
+    """Translate verl's keys that mean the same thing as ours (in place; returns ``data``).
+
+    ``trainer.n_gpus_per_node=k`` becomes ``trainer.n_workers = k * trainer.nnodes``
+    (``n_workers`` is our total over all nodes); giving both with different meanings is an
+    error naming the two values.
+    """
+    trainer = data.get("trainer")
+    if not isinstance(trainer, dict) or "n_gpus_per_node" not in trainer:
+        return data
+    try:
+        per_node = _to_int(trainer.pop("n_gpus_per_node"))
+        nnodes = _to_int(trainer.get("nnodes", 1))
+    except ValueError as error:
+        raise ConfigurationError(
+            f"trainer.n_gpus_per_node and trainer.nnodes must be whole numbers, got {error}"
+        ) from None
+    total = per_node * nnodes
+    if "n_workers" in trainer and _to_int(trainer["n_workers"]) != total:
+        raise ConfigurationError(
+            f"trainer.n_gpus_per_node={per_node} x trainer.nnodes={nnodes} = {total} workers, "
+            f"but trainer.n_workers={trainer['n_workers']} (the total over all nodes); set only "
+            f"one of them"
+        )
+    trainer["n_workers"] = total
+    return data
 
 
 def merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:

@@ -232,12 +232,26 @@ class TrainerSection:
     placement: Literal["hybrid", "separate"] = "hybrid"
     """``hybrid``: actor, rollout and reference fused in one process per slot, weights synced
     in process; ``separate``: each role its own pool, weights sent through the object store."""
+    nnodes: int = 1
+    """Machines (Ray nodes) the run spans; each role group puts ``n_workers / nnodes``
+    processes on each of them (one placement group per node)."""
     n_workers: int = 1
-    """Processes per role group (one per GPU, or CPU slots)."""
+    """Processes per role group in TOTAL, over all nodes (one per GPU, or CPU slots); must be
+    a multiple of ``nnodes``. verl's ``trainer.n_gpus_per_node=k`` is accepted and sets
+    ``n_workers = k * nnodes``."""
     rollout_workers: int | None = None
-    """``separate`` placement: processes of the rollout group (default ``n_workers``)."""
+    """``separate`` placement: processes of the rollout group in total (default
+    ``n_workers``); a multiple of ``nnodes``."""
     use_gpu: bool = False
-    """Reserve one GPU per worker."""
+    """Reserve GPUs for the workers (``gpus_per_worker`` each)."""
+    cpus_per_worker: float | None = None
+    """CPUs reserved per process (default 1 with GPUs, 0.1 without, so several CPU workers
+    share a core)."""
+    gpus_per_worker: float = 1.0
+    """GPUs reserved per training process when ``use_gpu`` (fractions allowed)."""
+    rollout_gpus_per_worker: float | None = None
+    """``separate`` placement: GPUs per rollout process (default ``gpus_per_worker``), e.g. 2
+    for a tensor-parallel vLLM replica."""
     backend: Literal["ray", "local"] = "ray"
     """``local`` runs the workers inside the driver process (one worker only; for debugging
     and the lowest per-step overhead)."""
@@ -270,11 +284,33 @@ class TrainerSection:
     seed: int = 0
     """Seed of the driver's RNGs (sampling seeds derive from it)."""
 
+    @property
+    def workers_per_node(self) -> int:
+        """Processes of each training role group on every node."""
+        return self.n_workers // self.nnodes
+
     def __post_init__(self) -> None:
         _positive("trainer.total_epochs", self.total_epochs)
         if self.total_training_steps is not None:
             _positive("trainer.total_training_steps", self.total_training_steps)
         _positive("trainer.n_workers", self.n_workers)
+        _positive("trainer.nnodes", self.nnodes)
+        _positive("trainer.gpus_per_worker", self.gpus_per_worker)
+        if self.cpus_per_worker is not None:
+            _positive("trainer.cpus_per_worker", self.cpus_per_worker)
+        if self.rollout_gpus_per_worker is not None:
+            _positive("trainer.rollout_gpus_per_worker", self.rollout_gpus_per_worker)
+        for name, total in (
+            ("n_workers", self.n_workers),
+            ("rollout_workers", self.rollout_workers),
+        ):
+            if total is not None and total % self.nnodes != 0:
+                raise ConfigurationError(
+                    f"trainer.{name}={total} (the total over all nodes) cannot be split evenly "
+                    f"over trainer.nnodes={self.nnodes}; use a multiple of {self.nnodes} "
+                    f"(e.g. trainer.{name}={self.nnodes * max(1, total // self.nnodes)}) or "
+                    f"trainer.nnodes=1"
+                )
         _positive("trainer.test_freq", self.test_freq, allow_zero=True)
         _positive("trainer.save_freq", self.save_freq, allow_zero=True)
         resume_dir = Path(self.resume_from) if self.resume_from is not None else None
