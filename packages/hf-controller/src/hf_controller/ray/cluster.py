@@ -50,16 +50,24 @@ def ensure_ray(**init_kwargs: Any) -> None:
         for name in _START_ONLY_ARGS:
             init_kwargs.pop(name, None)
     else:
-        # Ray reads this switch once, at import; set both so the raylet and the
-        # driver agree on the loopback address whatever was imported first.
-        os.environ.setdefault(LOOPBACK_ENV, "0")
-        from ray._private import ray_constants
-
-        ray_constants.ENABLE_RAY_CLUSTER = os.environ[LOOPBACK_ENV] != "0"
+        use_loopback_by_default()
     init_kwargs.setdefault("include_dashboard", False)
     init_kwargs.setdefault("namespace", "hybridflow")
     ray.init(**init_kwargs)
     _local_gcs_address = None if joining else ray.get_runtime_context().gcs_address
+
+
+def use_loopback_by_default() -> None:
+    """Bind Ray nodes started from this process to 127.0.0.1 unless ``LOOPBACK_ENV`` says otherwise.
+
+    For Ray started here only (a local Ray, or a test cluster of local nodes).
+    """
+    # Ray reads this switch once, at import; set both so the raylet and the
+    # driver agree on the loopback address whatever was imported first.
+    os.environ.setdefault(LOOPBACK_ENV, "0")
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = os.environ[LOOPBACK_ENV] != "0"
 
 
 def started_local_ray() -> bool:
