@@ -142,3 +142,24 @@ def test_joining_by_ray_address_drops_start_only_arguments(
     ensure_ray(num_cpus=4, log_to_driver=False)  # num_cpus would be refused by a running cluster
     assert len(cluster_nodes()) == 2
     assert not started_local_ray()  # so groups leave the nodes' loopback setting alone
+
+
+def test_placement_timeout_names_the_short_node(
+    cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hf_controller.ray import resource_pool
+
+    before = _placement_groups()
+    holder = RayResourcePool([1, 1], use_gpu=False, cpus_per_worker=1.5)
+    holder.slots()  # leaves 0.5 CPU free on each node
+    monkeypatch.setattr(resource_pool, "PLACEMENT_TIMEOUT_S", 2.0)
+    try:
+        with pytest.raises(ConfigurationError) as timeout:
+            RayResourcePool([1], use_gpu=False, cpus_per_worker=1.0).slots()
+    finally:
+        holder.release()
+    message = str(timeout.value)
+    assert "could not be placed within 2s on node" in message
+    assert "short of CPU (needs 1, 0.5 free)" in message and "Free per node: node" in message
+    assert "CPU_group" not in message  # only real resources, not Ray's internal ones
+    assert _placement_groups() == before  # the pending group was removed, not left waiting

@@ -264,10 +264,11 @@ def split_resource_pool(
 
 def merge_resource_pool(first: RayResourcePool, second: RayResourcePool) -> RayResourcePool:
     """One pool holding the processes of ``first`` then ``second`` (same kind of resources)."""
-    if first.use_gpu != second.use_gpu or first.max_colocate_count != second.max_colocate_count:
+    if first.bundle() != second.bundle() or first.max_colocate_count != second.max_colocate_count:
         raise ConfigurationError(
-            "cannot merge pools with different use_gpu or max_colocate_count: "
-            f"use_gpu {first.use_gpu} vs {second.use_gpu}, "
-            f"max_colocate_count {first.max_colocate_count} vs {second.max_colocate_count}"
+            "cannot merge pools with different bundles or max_colocate_count: "
+            f"bundle {first.bundle()} vs {second.bundle()}, "
+            f"max_colocate_count {first.max_colocate_count} vs {second.max_colocate_count}; "
+            "build both with the same use_gpu, cpus_per_worker and gpus_per_worker"
         )
     return _SlotPool(first, first.slots() + second.slots())
