@@ -58,8 +58,8 @@ def test_two_groups_colocated_on_one_pool(ray_session: Any) -> None:
 def test_bad_pool_arguments_are_explained() -> None:
     with pytest.raises(ValueError, match=r"process_on_nodes must be .*got \[0\]"):
         RayResourcePool([0], use_gpu=False)
-    with pytest.raises(ConfigurationError, match="cpus_per_bundle must be > 0"):
-        RayResourcePool([1], use_gpu=False, cpus_per_bundle=0)
+    with pytest.raises(ConfigurationError, match="cpus_per_worker must be > 0"):
+        RayResourcePool([1], use_gpu=False, cpus_per_worker=0)
 
 
 def test_restarted_driver_reuses_its_placement_group(ray_session: Any, tmp_path: Any) -> None:

@@ -17,7 +17,7 @@ from hf_controller.errors import ConfigurationError, WorkerDiedError, WorkerGrou
 from hf_controller.factory import make_worker_group
 from hf_controller.futures import GroupFuture
 from hf_controller.local import LocalWorkerGroup
-from hf_controller.ray.cluster import ensure_ray
+from hf_controller.ray.cluster import NodeSummary, cluster_nodes, ensure_ray
 from hf_controller.ray.resource_pool import (
     RayResourcePool,
     merge_resource_pool,
@@ -40,6 +40,7 @@ __all__ = [
     "Execute",
     "GroupFuture",
     "LocalWorkerGroup",
+    "NodeSummary",
     "RayClassWithInitArgs",
     "RayResourcePool",
     "RayWorkerGroup",
@@ -48,6 +49,7 @@ __all__ = [
     "WorkerDiedError",
     "WorkerGroup",
     "WorkerGroupError",
+    "cluster_nodes",
     "create_colocated_worker_cls",
     "create_colocated_worker_cls_fused",
     "ensure_ray",

@@ -1,30 +1,231 @@
-"""Starting (or joining) Ray on the user's behalf, on loopback when local."""
+"""Ray for the controller: start a local one or join a cluster, and describe its nodes.
+
+:func:`ensure_ray` connects the driver (joining a running cluster when there is
+one); :func:`cluster_nodes` summarises every alive node (CPU, GPU, memory, total
+and free) so pools and trainers can check a layout before reserving anything;
+:func:`pick_nodes` chooses one distinct node per pool entry.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from hf_controller.errors import ConfigurationError
+
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+# ray.init arguments that describe a node Ray starts; a running cluster refuses them.
+_START_ONLY_ARGS = ("num_cpus", "num_gpus", "resources", "labels", "object_store_memory")
+_GIB = 1024.0**3
+
+_local_gcs_address: str | None = None  # set when ensure_ray started the Ray this process uses
 
 
 def ensure_ray(**init_kwargs: Any) -> None:
-    """Start a local Ray (dashboard off, bound to 127.0.0.1) unless Ray is running.
+    """Connect this process to Ray: join a running cluster, or start a local one.
 
-    Set ``RAY_ADDRESS`` to join an existing cluster instead. Extra keyword
-    arguments go to ``ray.init``.
+    * Ray already initialised here (the caller ran ``ray.init``): nothing changes.
+    * ``RAY_ADDRESS`` set, or ``address=`` given (other than ``"local"``): join that
+      cluster. Arguments that only describe a node being started (``num_cpus``,
+      ``num_gpus``, ``resources``, ``labels``, ``object_store_memory``) are dropped,
+      since the cluster's nodes declare their own; the loopback switch is left alone,
+      so the cluster's workers keep their real network addresses.
+    * Otherwise start a local single-node Ray bound to 127.0.0.1: ``LOOPBACK_ENV``
+      defaults to ``"0"`` for the driver, the raylet and (see :func:`started_local_ray`)
+      the workers of every group.
+
+    Either way the dashboard is off unless ``include_dashboard`` is given, and the
+    namespace defaults to ``"hybridflow"``. Other keyword arguments go to ``ray.init``.
     """
     import ray
 
+    global _local_gcs_address
     if ray.is_initialized():
         return
-    if not os.environ.get("RAY_ADDRESS"):
-        # Ray reads this switch once, at import; set both so the raylet and the
-        # driver agree on the loopback address whatever was imported first.
-        os.environ.setdefault(LOOPBACK_ENV, "0")
-        from ray._private import ray_constants
-
-        ray_constants.ENABLE_RAY_CLUSTER = os.environ[LOOPBACK_ENV] != "0"
+    address = init_kwargs.get("address") or os.environ.get("RAY_ADDRESS") or "local"
+    joining = address != "local"
+    if joining:
+        for name in _START_ONLY_ARGS:
+            init_kwargs.pop(name, None)
+    else:
+        use_loopback_by_default()
     init_kwargs.setdefault("include_dashboard", False)
     init_kwargs.setdefault("namespace", "hybridflow")
     ray.init(**init_kwargs)
+    _local_gcs_address = None if joining else ray.get_runtime_context().gcs_address
+
+
+def use_loopback_by_default() -> None:
+    """Bind Ray nodes started from this process to 127.0.0.1 unless ``LOOPBACK_ENV`` says otherwise.
+
+    For Ray started here only (a local Ray, or a test cluster of local nodes).
+    """
+    # Ray reads this switch once, at import; set both so the raylet and the
+    # driver agree on the loopback address whatever was imported first.
+    os.environ.setdefault(LOOPBACK_ENV, "0")
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = os.environ[LOOPBACK_ENV] != "0"
+
+
+def started_local_ray() -> bool:
+    """True when the Ray this process is connected to is a local one :func:`ensure_ray` started.
+
+    Only then do worker groups pass the loopback switch on to their workers; on a
+    cluster joined by address the nodes' own settings apply.
+    """
+    import ray
+
+    return (
+        _local_gcs_address is not None
+        and ray.is_initialized()
+        and ray.get_runtime_context().gcs_address == _local_gcs_address
+    )
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    """One alive Ray node: identity, and CPU / GPU / memory in total and free right now.
+
+    ``memory`` values are bytes. Free values drop as placement groups and actors
+    reserve resources, and can be stale by the time they are read.
+    """
+
+    node_id: str
+    address: str
+    cpus: float
+    gpus: float
+    memory: float
+    cpus_free: float
+    gpus_free: float
+    memory_free: float
+
+    def fits(self, need: Mapping[str, float], free: bool = False) -> bool:
+        """Whether ``need`` (``{"CPU": 2, "GPU": 1}``) fits in the total (or free) resources."""
+        have = (
+            {"CPU": self.cpus_free, "GPU": self.gpus_free}
+            if free
+            else {"CPU": self.cpus, "GPU": self.gpus}
+        )
+        return all(have.get(name, 0.0) + 1e-9 >= amount for name, amount in need.items())
+
+    def describe(self) -> str:
+        """One line: ``node 1a2b3c4d (10.0.0.5): CPU 1.5/2 free, GPU 0/1 free, memory ...``."""
+        return (
+            f"node {self.node_id[:8]} ({self.address}): CPU {self.cpus_free:g}/{self.cpus:g} "
+            f"free, GPU {self.gpus_free:g}/{self.gpus:g} free, memory "
+            f"{self.memory_free / _GIB:.1f}/{self.memory / _GIB:.1f} GiB free"
+        )
+
+
+def cluster_nodes() -> list[NodeSummary]:
+    """Every alive node of the connected Ray cluster, the driver's own node first.
+
+    Starts (or joins) Ray with :func:`ensure_ray` if needed. Use it to check a layout
+    (e.g. ``nnodes`` x ``gpus per node``) before building pools.
+    """
+    import ray
+    from ray._private import state
+
+    ensure_ray()
+    available = state.available_resources_per_node()
+    driver_node = ray.get_runtime_context().get_node_id()
+    summaries = []
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        total, free = node.get("Resources", {}), available.get(node["NodeID"], {})
+        summaries.append(
+            NodeSummary(
+                node_id=node["NodeID"],
+                address=node.get("NodeManagerAddress", "?"),
+                cpus=float(total.get("CPU", 0.0)),
+                gpus=float(total.get("GPU", 0.0)),
+                memory=float(total.get("memory", 0.0)),
+                cpus_free=float(free.get("CPU", 0.0)),
+                gpus_free=float(free.get("GPU", 0.0)),
+                memory_free=float(free.get("memory", 0.0)),
+            )
+        )
+    return sorted(summaries, key=lambda n: n.node_id != driver_node)  # stable: keeps Ray's order
+
+
+def describe_nodes(nodes: Sequence[NodeSummary]) -> str:
+    """All nodes as ``"; "``-joined :meth:`NodeSummary.describe` lines."""
+    return "; ".join(node.describe() for node in nodes) or "no alive nodes"
+
+
+def _join_hint() -> str:
+    import ray
+
+    address = ray.get_runtime_context().gcs_address if ray.is_initialized() else "<head>:6379"
+    return f"start more nodes with `ray start --address={address}`"
+
+
+def pick_nodes(
+    needs: Sequence[Mapping[str, float]],
+    nodes: Sequence[NodeSummary],
+    taken: Mapping[int, str] | None = None,
+) -> list[NodeSummary]:
+    """One distinct node per entry of ``needs`` (resources its bundles need on one node).
+
+    ``taken`` maps entry index -> node id for entries already placed (a reattached
+    reservation); the others get a node whose total resources fit, preferring nodes
+    where they fit in the free resources too, then earlier nodes of ``nodes``.
+    Raises :class:`ConfigurationError` naming the numbers when no such choice exists.
+    """
+    by_id = {node.node_id: node for node in nodes}
+    taken = {entry: node_id for entry, node_id in (taken or {}).items() if node_id in by_id}
+    if len(needs) > len(nodes):
+        raise ConfigurationError(
+            f"process_on_nodes has {len(needs)} entries but the cluster has {len(nodes)} alive "
+            f"nodes: {describe_nodes(nodes)}. Each entry needs a node of its own: "
+            f"{_join_hint()}, or use fewer nodes (fewer entries, more processes each)"
+        )
+    candidates: list[list[str]] = []
+    for index, need in enumerate(needs):
+        if index in taken:
+            candidates.append([taken[index]])
+            continue
+        fitting = [n for n in nodes if n.fits(need)]
+        if not fitting:
+            raise ConfigurationError(
+                f"process_on_nodes[{index}] needs {_amounts(need)} on one node, more than any "
+                f"node has in total: {describe_nodes(nodes)}. Use fewer processes on that node, "
+                f"a smaller cpus_per_worker / gpus_per_worker, or add larger nodes to the cluster"
+            )
+        fitting.sort(key=lambda n: not n.fits(need, free=True))  # stable: keeps node order
+        candidates.append([n.node_id for n in fitting])
+    owner = _match(candidates)
+    if owner is None:
+        raise ConfigurationError(
+            f"process_on_nodes needs {len(needs)} distinct nodes "
+            f"({', '.join(_amounts(need) for need in needs)}), but too few nodes are large "
+            f"enough for them: {describe_nodes(nodes)}. Use fewer entries, smaller ones, or "
+            f"{_join_hint()}"
+        )
+    chosen = {entry: node_id for node_id, entry in owner.items()}
+    return [by_id[chosen[index]] for index in range(len(needs))]
+
+
+def _match(candidates: list[list[str]]) -> dict[str, int] | None:
+    """Node id -> entry, each entry on one of its candidates, or None (augmenting paths)."""
+    owner: dict[str, int] = {}
+
+    def place(entry: int, seen: set[str]) -> bool:
+        for node_id in candidates[entry]:
+            if node_id in seen:
+                continue
+            seen.add(node_id)
+            if node_id not in owner or place(owner[node_id], seen):
+                owner[node_id] = entry
+                return True
+        return False
+
+    return owner if all(place(entry, set()) for entry in range(len(candidates))) else None
+
+
+def _amounts(need: Mapping[str, float]) -> str:
+    return ", ".join(f"{name} {amount:g}" for name, amount in sorted(need.items()))

@@ -1,10 +1,11 @@
 """Placement-group resource pools: where a group's workers go, reserved up front.
 
 A :class:`RayResourcePool` reserves one placement-group bundle per worker
-process (one placement group per node, packed). Several worker groups can share
-a pool (colocation): each actor takes ``1 / max_colocate_count`` of its bundle.
-CPU pools reserve a small CPU fraction per bundle, so a pool of 4 fits on a
-2-core machine.
+process: one placement group per entry of ``process_on_nodes``, packed on one
+node, each entry on a different node (ranks follow entry order). Several worker
+groups can share a pool (colocation): each actor takes ``1 / max_colocate_count``
+of its bundle. CPU pools reserve a small CPU fraction per bundle, so a pool of 4
+fits on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from hf_controller.errors import ConfigurationError
-from hf_controller.ray.cluster import ensure_ray
+from hf_controller.ray.cluster import (
+    NodeSummary,
+    cluster_nodes,
+    describe_nodes,
+    ensure_ray,
+    pick_nodes,
+)
 from hf_controller.worker_group import ResourcePool
 
 PLACEMENT_TIMEOUT_S = 60.0
@@ -30,7 +37,15 @@ class BundleSlot:
 
 
 class RayResourcePool(ResourcePool):
-    """Reserved bundles for ``process_on_nodes`` worker processes."""
+    """Reserved bundles for ``process_on_nodes`` worker processes, one node per entry.
+
+    ``process_on_nodes=[4, 2]`` puts ranks 0-3 on one node and ranks 4-5 on another
+    (verl semantics). Each worker's bundle is ``cpus_per_worker`` CPUs (default 1.0
+    with GPUs, 0.1 without) plus, when ``use_gpu``, ``gpus_per_worker`` GPUs
+    (fractional, or more than one, e.g. 2 for a tensor-parallel replica). Nothing is
+    reserved until :meth:`slots` is first called; then the layout is checked against
+    the cluster's alive nodes before any placement group is created.
+    """
 
     def __init__(
         self,
@@ -39,31 +54,41 @@ class RayResourcePool(ResourcePool):
         name_prefix: str | None = None,
         max_colocate_count: int = 10,
         detached: bool = False,
-        cpus_per_bundle: float | None = None,
+        cpus_per_worker: float | None = None,
+        gpus_per_worker: float = 1.0,
     ) -> None:
         super().__init__(process_on_nodes, max_colocate_count)
         self.use_gpu = use_gpu
         self.name_prefix = name_prefix or f"hf_pool_{uuid.uuid4().hex[:8]}"
         self.detached = detached
-        self.cpus_per_bundle = (
-            cpus_per_bundle if cpus_per_bundle is not None else (1.0 if use_gpu else 0.1)
+        self.cpus_per_worker = (
+            cpus_per_worker if cpus_per_worker is not None else (1.0 if use_gpu else 0.1)
         )
-        if self.cpus_per_bundle <= 0:
-            raise ConfigurationError(f"cpus_per_bundle must be > 0, got {self.cpus_per_bundle}")
+        self.gpus_per_worker = gpus_per_worker
+        if self.cpus_per_worker <= 0:
+            raise ConfigurationError(
+                f"cpus_per_worker must be > 0, got {self.cpus_per_worker}; "
+                f"use e.g. 0.1 for light CPU workers"
+            )
+        if use_gpu and self.gpus_per_worker <= 0:
+            raise ConfigurationError(
+                f"gpus_per_worker must be > 0 when use_gpu=True, got {self.gpus_per_worker}; "
+                f"use use_gpu=False for CPU-only workers"
+            )
         self._slots: list[BundleSlot] | None = None
 
     def bundle(self) -> dict[str, float]:
         """Resources reserved per worker process."""
-        resources = {"CPU": self.cpus_per_bundle}
+        resources = {"CPU": float(self.cpus_per_worker)}
         if self.use_gpu:
-            resources["GPU"] = 1.0
+            resources["GPU"] = float(self.gpus_per_worker)
         return resources
 
     def actor_resources(self) -> dict[str, float]:
-        """``num_cpus`` / ``num_gpus`` of one actor (a share of its bundle)."""
-        share = {"num_cpus": self.cpus_per_bundle / self.max_colocate_count}
+        """``num_cpus`` / ``num_gpus`` of one actor: ``1 / max_colocate_count`` of its bundle."""
+        share = {"num_cpus": self.cpus_per_worker / self.max_colocate_count}
         if self.use_gpu:
-            share["num_gpus"] = 1.0 / self.max_colocate_count
+            share["num_gpus"] = self.gpus_per_worker / self.max_colocate_count
         return share
 
     def slots(self) -> list[BundleSlot]:
@@ -72,57 +97,127 @@ class RayResourcePool(ResourcePool):
             self._slots = self._reserve()
         return self._slots
 
+    def node_ids(self) -> list[str]:
+        """The Ray node id of every placement group, in rank order (reserves on first use)."""
+        groups = {id(s.placement_group): s.placement_group for s in self.slots()}
+        return [_node_of(group) for group in groups.values()]
+
     def _reserve(self) -> list[BundleSlot]:
         ensure_ray()
-        slots = []
-        for node_index, count in enumerate(self.store):
-            group = self._placement_group(f"{self.name_prefix}_pg_{node_index}", count)
-            slots += [BundleSlot(group, i) for i in range(count)]
-        return slots
+        names = [f"{self.name_prefix}_pg_{index}" for index in range(len(self.store))]
+        existing = [
+            self._existing(name, count) for name, count in zip(names, self.store, strict=True)
+        ]
+        taken = {i: _node_of(g) for i, g in enumerate(existing) if g is not None and _node_of(g)}
+        need = self.bundle()
+        needs = [{k: v * count for k, v in need.items()} for count in self.store]
+        # Checked before anything is reserved: a layout that cannot fit fails now, not in 60s.
+        targets = pick_nodes(needs, cluster_nodes(), taken)
+        created: list[Any] = []
+        try:
+            groups = [
+                self._place(name, count, target, group, created)
+                for name, count, target, group in zip(
+                    names, self.store, targets, existing, strict=True
+                )
+            ]
+            self._check_distinct(names, groups)
+        except BaseException:
+            _remove(created)  # a half-made reservation would hold resources nobody can use
+            raise
+        return [
+            BundleSlot(group, i)
+            for group, count in zip(groups, self.store, strict=True)
+            for i in range(count)
+        ]
 
-    def _placement_group(self, name: str, count: int) -> Any:
-        import ray
+    def _existing(self, name: str, count: int) -> Any:
+        """The placement group ``name`` left by an earlier driver (None if none), checked."""
         from ray.util.placement_group import get_placement_group
 
-        bundles = [self.bundle() for _ in range(count)]
         try:
-            existing = get_placement_group(name)
+            group = get_placement_group(name)
         except ValueError:
-            existing = None
-        if existing is not None:
-            if existing.bundle_specs != bundles:
-                raise ConfigurationError(
-                    f"placement group {name!r} already exists with bundles "
-                    f"{existing.bundle_specs}, not {bundles}; use another name_prefix, or remove "
-                    f"it with ray.util.remove_placement_group if no group uses it any more"
-                )
-            return self._wait_ready(existing, name)  # a restarted driver reattaches
-        lifetime = "detached" if self.detached else None
-        group = ray.util.placement_group(
-            bundles, strategy="STRICT_PACK", name=name, lifetime=lifetime
-        )
-        return self._wait_ready(group, name)
+            return None
+        bundles = [self.bundle() for _ in range(count)]
+        if group.bundle_specs != bundles:
+            raise ConfigurationError(
+                f"placement group {name!r} already exists with bundles "
+                f"{group.bundle_specs}, not {bundles}; use another name_prefix, or remove "
+                f"it with ray.util.remove_placement_group if no group uses it any more"
+            )
+        return group  # a restarted driver reattaches
 
-    def _wait_ready(self, group: Any, name: str) -> Any:
+    def _place(
+        self, name: str, count: int, target: NodeSummary, group: Any, created: list[Any]
+    ) -> Any:
         import ray
 
+        if group is None:
+            group = ray.util.placement_group(
+                [self.bundle() for _ in range(count)],
+                strategy="STRICT_PACK",
+                name=name,
+                lifetime="detached" if self.detached else None,
+                # Ray may still put separate STRICT_PACK groups on one node; aim each at
+                # its own node, then _check_distinct verifies where it landed.
+                _soft_target_node_id=target.node_id,
+            )
+            created.append(group)
         ready, _ = ray.wait([group.ready()], timeout=PLACEMENT_TIMEOUT_S)
         if not ready:
-            raise ConfigurationError(
-                f"placement group {name!r} ({len(group.bundle_specs)} x {self.bundle()}) could not "
-                f"be placed within {PLACEMENT_TIMEOUT_S:.0f}s; the cluster has "
-                f"{ray.available_resources()} available. Use fewer processes, use_gpu=False, or "
-                f"a smaller cpus_per_bundle."
-            )
+            raise ConfigurationError(self._timeout_message(name, count, target))
         return group
+
+    def _timeout_message(self, name: str, count: int, target: NodeSummary) -> str:
+        nodes = cluster_nodes()
+        now = next((n for n in nodes if n.node_id == target.node_id), target)
+        need = {k: v * count for k, v in self.bundle().items()}
+        free = {"CPU": now.cpus_free, "GPU": now.gpus_free}
+        short = [f"{k} (needs {v:g}, {free[k]:g} free)" for k, v in need.items() if free[k] < v]
+        return (
+            f"placement group {name!r} ({count} x {self.bundle()}) could not be placed within "
+            f"{PLACEMENT_TIMEOUT_S:.0f}s on node {now.node_id[:8]} ({now.address}): short of "
+            f"{', '.join(short) or 'nothing now (it was busy)'}. Free per node: "
+            f"{describe_nodes(nodes)}. Free resources (end other jobs, pool.release() unused "
+            f"pools), or use fewer processes, use_gpu=False, or a smaller cpus_per_worker / "
+            f"gpus_per_worker."
+        )
+
+    @staticmethod
+    def _check_distinct(names: list[str], groups: list[Any]) -> None:
+        """Raise if two placement groups of the pool landed on one node."""
+        seen: dict[str, str] = {}
+        for name, group in zip(names, groups, strict=True):
+            node = _node_of(group)
+            if node in seen:
+                raise ConfigurationError(
+                    f"placement groups {seen[node]!r} and {name!r} both landed on node "
+                    f"{node[:8]}, but each process_on_nodes entry needs its own node (the "
+                    f"intended node was busy). Free nodes: {describe_nodes(cluster_nodes())}. "
+                    f"Free resources on the other nodes, or use fewer entries."
+                )
+            seen[node] = name
 
     def release(self) -> None:
         """Give the reserved bundles back to Ray."""
-        from ray.util.placement_group import remove_placement_group
-
-        for group in {id(s.placement_group): s.placement_group for s in self._slots or []}.values():
-            remove_placement_group(group)
+        _remove([s.placement_group for s in self._slots or []])
         self._slots = None
+
+
+def _node_of(group: Any) -> str:
+    """The node id a placed STRICT_PACK group is on ('' while it is pending)."""
+    from ray.util.placement_group import placement_group_table
+
+    nodes = placement_group_table(group).get("bundles_to_node_id", {})
+    return str(next(iter(nodes.values()), "") or "")
+
+
+def _remove(groups: list[Any]) -> None:
+    from ray.util.placement_group import remove_placement_group
+
+    for group in {id(g): g for g in groups}.values():
+        remove_placement_group(group)
 
 
 class _SlotPool(RayResourcePool):
@@ -138,7 +233,8 @@ class _SlotPool(RayResourcePool):
             name_prefix=parent.name_prefix,
             max_colocate_count=parent.max_colocate_count,
             detached=parent.detached,
-            cpus_per_bundle=parent.cpus_per_bundle,
+            cpus_per_worker=parent.cpus_per_worker,
+            gpus_per_worker=parent.gpus_per_worker,
         )
         self._slots = slots
 
@@ -168,10 +264,11 @@ def split_resource_pool(
 
 def merge_resource_pool(first: RayResourcePool, second: RayResourcePool) -> RayResourcePool:
     """One pool holding the processes of ``first`` then ``second`` (same kind of resources)."""
-    if first.use_gpu != second.use_gpu or first.max_colocate_count != second.max_colocate_count:
+    if first.bundle() != second.bundle() or first.max_colocate_count != second.max_colocate_count:
         raise ConfigurationError(
-            "cannot merge pools with different use_gpu or max_colocate_count: "
-            f"use_gpu {first.use_gpu} vs {second.use_gpu}, "
-            f"max_colocate_count {first.max_colocate_count} vs {second.max_colocate_count}"
+            "cannot merge pools with different bundles or max_colocate_count: "
+            f"bundle {first.bundle()} vs {second.bundle()}, "
+            f"max_colocate_count {first.max_colocate_count} vs {second.max_colocate_count}; "
+            "build both with the same use_gpu, cpus_per_worker and gpus_per_worker"
         )
     return _SlotPool(first, first.slots() + second.slots())

@@ -13,7 +13,7 @@ import uuid
 from typing import Any
 
 from hf_controller.errors import ConfigurationError
-from hf_controller.ray.cluster import LOOPBACK_ENV, ensure_ray
+from hf_controller.ray.cluster import LOOPBACK_ENV, ensure_ray, started_local_ray
 from hf_controller.ray.failures import wait_for_results
 from hf_controller.ray.resource_pool import BundleSlot, RayResourcePool
 from hf_controller.worker import GROUP_NAME_ENV, RESERVED_ENV, master_address
@@ -135,9 +135,13 @@ class RayWorkerGroup(WorkerGroup):
         actor_class: Any = (
             cls_with_init.cls if hasattr(cls_with_init.cls, "remote") else ray.remote(user_class)
         )
+        # The loopback switch only concerns a local Ray we started; a real cluster's
+        # workers keep their nodes' own setting (and so their network addresses).
+        loopback = {LOOPBACK_ENV: os.environ.get(LOOPBACK_ENV, "0")} if started_local_ray() else {}
         workers = []
         for rank, slot in enumerate(slots):
             env = {
+                **loopback,
                 **(worker_env or {}),
                 "RANK": str(rank),
                 "WORLD_SIZE": str(len(slots)),
@@ -146,7 +150,6 @@ class RayWorkerGroup(WorkerGroup):
                 "MASTER_ADDR": master_addr,
                 "MASTER_PORT": str(master_port),
                 GROUP_NAME_ENV: name,
-                LOOPBACK_ENV: os.environ.get(LOOPBACK_ENV, "1"),
             }
             options: dict[str, Any] = {
                 **pool.actor_resources(),
