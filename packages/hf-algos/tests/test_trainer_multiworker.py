@@ -145,3 +145,30 @@ def test_dpo_on_3_workers_with_an_uneven_pair_count(
         history = trainer.fit()
     assert_finite(history, ["actor/dpo_loss", "actor/grad_norm"])
     assert "val/dpo/reward_accuracy" in history[-1]
+
+
+@pytest.mark.parametrize(
+    ("layout", "expected"),
+    [
+        (["trainer.nnodes=2", "trainer.n_workers=2"], "alive node"),
+        (["trainer.cpus_per_worker=64"], "CPU"),
+        (["trainer.use_gpu=true"], "GPU"),
+    ],
+)
+def test_a_layout_the_cluster_cannot_hold_is_refused_before_any_worker_starts(
+    layout: list[str], expected: str, ray_session: Any, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    from ray.util import placement_group_table
+
+    from hf_controller import ConfigurationError
+
+    train, _ = task_files(tmp_path)
+    config = load_config(
+        RLConfig,
+        overrides=[*common_overrides(tiny_model_dir, tmp_path, train, steps=1), *layout],
+    )
+    before = {k for k, v in placement_group_table().items() if v["state"] != "REMOVED"}
+    with pytest.raises(ConfigurationError, match=expected):
+        PPOTrainer(config)
+    after = {k for k, v in placement_group_table().items() if v["state"] != "REMOVED"}
+    assert after == before

@@ -185,7 +185,23 @@ def build_role_groups(
         assert rollout is not None
         fused_roles["rollout"] = rollout
     prefix = f"hf_{uuid.uuid4().hex[:6]}"
-    pool = _pool(trainer, trainer.n_workers, f"{prefix}_train")
+    pool = _pool(trainer, trainer.n_workers, f"{prefix}_train", trainer.gpus_per_worker)
+    rollout_pool = None
+    if rollout is not None and not hybrid:
+        gpus = trainer.rollout_gpus_per_worker or trainer.gpus_per_worker
+        total = trainer.rollout_workers or trainer.n_workers
+        rollout_pool = _pool(trainer, total, f"{prefix}_rollout", gpus)
+    # Reserve every pool before any worker starts: a layout the cluster cannot hold fails
+    # here, naming the short node, instead of after the first group has loaded its model.
+    try:
+        for reserved in (pool, rollout_pool):
+            if reserved is not None:
+                reserved.slots()
+    except Exception:
+        for reserved in (pool, rollout_pool):
+            if reserved is not None:
+                reserved.release()
+        raise
     group = make_worker_group(
         pool,
         create_colocated_worker_cls_fused(fused_roles),  # type: ignore[arg-type]
@@ -196,7 +212,6 @@ def build_role_groups(
     owned: list[Any] = [group, pool]
     rollout_group = views.get("rollout")
     if rollout is not None and not hybrid:
-        rollout_pool = _pool(trainer, trainer.rollout_workers or trainer.n_workers, prefix)
         rollout_group = make_worker_group(
             rollout_pool, rollout, name_prefix=f"{prefix}_rollout", backend=trainer.backend
         )
@@ -216,7 +231,16 @@ def _optional_group(group: object | None, protocol: Callable[..., GroupT]) -> Gr
     return None if group is None else as_group(group, protocol)
 
 
-def _pool(trainer: TrainerSection, workers: int, name: str) -> RayResourcePool | None:
+def _pool(
+    trainer: TrainerSection, workers: int, name: str, gpus_per_worker: float
+) -> RayResourcePool | None:
+    """``workers`` processes in total, ``workers / nnodes`` on each of ``nnodes`` nodes."""
     if trainer.backend == "local":
         return None
-    return RayResourcePool([workers], use_gpu=trainer.use_gpu, name_prefix=name)
+    return RayResourcePool(
+        [workers // trainer.nnodes] * trainer.nnodes,
+        use_gpu=trainer.use_gpu,
+        name_prefix=name,
+        cpus_per_worker=trainer.cpus_per_worker,
+        gpus_per_worker=gpus_per_worker,
+    )
