@@ -179,7 +179,8 @@ def test_loader_resumes_at_exact_next_batch(plain_tokenizer) -> None:
 
 
 def test_loader_next_batch_draws_one_at_a_time_across_epochs(plain_tokenizer) -> None:
-    expected = [_ids(b) for _ in range(2) for b in _loader(plain_tokenizer)]
+    reference = _loader(plain_tokenizer)
+    expected = [_ids(b) for _ in range(2) for b in reference]
     loader = _loader(plain_tokenizer)
     drawn = [_ids(loader.next_batch()) for _ in range(4)]  # 3 per epoch: crosses into epoch 1
     assert drawn == expected[:4]
