@@ -167,19 +167,22 @@ class PPOTrainer(Trainer):
         while kept < target and draws < limit:
             more = self.generate_and_score(self.loader.next_batch(), metrics, timing, draws)
             more, more_kept, more_dropped = keep_varied_groups(more, spec.metric)
+            # the parts' sampling configs differ by their seed only; nothing downstream reads it
+            for part in (batch, more):
+                part.meta_info.pop(fields.SAMPLING, None)
             batch = DataProto.concat([batch, more])
             kept, dropped, draws = kept + more_kept, dropped + more_dropped, draws + 1
-        metrics["filter_groups/kept_groups"] = float(kept)
-        metrics["filter_groups/dropped_groups"] = float(dropped)
-        metrics["filter_groups/gen_batches"] = float(draws)
-        metrics["filter_groups/short_of_target"] = float(kept < target)
         if 0 < kept < target:
             logger.warning(
                 "step %d: %d prompt groups with differing %s after %d batches (target %d); "
                 "training on those",
                 self.global_step, kept, spec.metric, draws, target,
             )  # fmt: skip
-        return first_groups(batch, target) if count_groups(batch) > target else batch
+        metrics["filter_groups/kept_groups"] = float(min(kept, target))  # trained on
+        metrics["filter_groups/dropped_groups"] = float(dropped)  # all samples alike
+        metrics["filter_groups/gen_batches"] = float(draws)
+        metrics["filter_groups/short_of_target"] = float(kept < target)
+        return first_groups(batch, target) if kept > target else batch
 
     def generate_and_score(
         self, prompts: DataProto, metrics: Metrics, timing: dict[str, float], draw: int = 0
