@@ -90,7 +90,8 @@ def test_filter_groups_refills_to_target_and_phases_run(
     draws = 0
     for metrics in history:
         gen = metrics["filter_groups/gen_batches"]
-        kept, dropped = metrics["filter_groups/kept_groups"], metrics["filter_groups/dropped_groups"]
+        kept = metrics["filter_groups/kept_groups"]
+        dropped = metrics["filter_groups/dropped_groups"]
         assert 2 <= gen <= 3  # one batch has only 2 varied groups
         assert dropped >= 2 * gen  # the even-indexed groups, every batch
         assert kept == 4 or (gen == 3 and metrics["filter_groups/short_of_target"] == 1.0)

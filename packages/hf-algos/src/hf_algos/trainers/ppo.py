@@ -50,7 +50,6 @@ from hf_algos.trainers.roles import build_role_groups
 from hf_algos.trainers.steps import (
     MODEL_FIELDS,
     absorb,
-    count_groups,
     first_groups,
     for_worker,
     generate,
