@@ -98,11 +98,6 @@ def keep_varied_groups(batch: DataProto, metric: str) -> tuple[DataProto, int, i
     return batch.select_idxs(keep.numpy()), kept_groups, total_groups - kept_groups
 
 
-def count_groups(batch: DataProto) -> int:
-    """Prompt groups (distinct ``uid``) in ``batch``."""
-    return len(set(batch.non_tensor_batch[fields.UID].tolist()))
-
-
 def first_groups(batch: DataProto, count: int) -> DataProto:
     """The rows of the first ``count`` prompt groups of ``batch`` (in order of appearance)."""
     ids = group_ids(batch.non_tensor_batch[fields.UID])
