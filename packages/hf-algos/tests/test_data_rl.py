@@ -178,6 +178,16 @@ def test_loader_resumes_at_exact_next_batch(plain_tokenizer) -> None:
         assert seen + rest == expected, f"resume after {stop_after} batches"
 
 
+def test_loader_next_batch_draws_one_at_a_time_across_epochs(plain_tokenizer) -> None:
+    reference = _loader(plain_tokenizer)
+    expected = [_ids(b) for _ in range(2) for b in reference]
+    loader = _loader(plain_tokenizer)
+    drawn = [_ids(loader.next_batch()) for _ in range(4)]  # 3 per epoch: crosses into epoch 1
+    assert drawn == expected[:4]
+    assert loader.state_dict()["epoch"] == 1 and loader.state_dict()["batch_in_epoch"] == 1
+    assert [_ids(b) for b in loader] == expected[4:]  # iteration continues after the draws
+
+
 def test_loader_rejects_mismatched_state(plain_tokenizer) -> None:
     state = _loader(plain_tokenizer).state_dict()
     with pytest.raises(ValueError, match="seed"):

@@ -311,6 +311,10 @@ class EngineConfig:
     """Which engine trains the model: ``fsdp`` (FSDPEngine) or ``megatron`` (MegatronEngine)."""
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
     """Megatron-core layout, used when ``backend='megatron'``."""
+    offload: bool = False
+    """Hybrid placement: move params/grads/optimizer state to CPU while the rollout generates
+    (the driver calls the worker's ``offload()`` before generation and ``onload()`` after;
+    nothing to move on a CPU run)."""
 
     def __post_init__(self) -> None:
         _check_choice("backend", self.backend, ("fsdp", "megatron"))

@@ -40,3 +40,42 @@ def group_mean_std(
     mean = torch.where(single, torch.zeros_like(scores), means[ids])
     std = torch.where(single, torch.ones_like(scores), stds[ids])
     return mean, std, sizes[ids]
+
+
+def varied_group_rows(ids: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """Rows whose group's values are not all the same (DAPO dynamic sampling keeps these).
+
+    A group whose samples all score alike has zero advantage under group baselines, so it
+    teaches nothing; a group of one sample is kept (nothing to compare it with; verl does
+    the same).
+
+    Shape: ``ids`` (dense group numbers, :func:`group_ids`) and ``values`` ``(B,)``; returns a
+    ``(B,)`` bool mask.
+    """
+    if values.shape != ids.shape:
+        raise ValueError(
+            f"{len(ids)} group ids for {len(values)} values; give one uid per response row"
+        )
+    if len(ids) == 0:
+        return torch.zeros(0, dtype=torch.bool)
+    groups = int(ids.max()) + 1
+    values = values.to(torch.float64)
+    inf = torch.full((groups,), float("inf"), dtype=torch.float64)
+    lowest = inf.scatter_reduce(0, ids, values, reduce="amin")
+    highest = (-inf).scatter_reduce(0, ids, values, reduce="amax")
+    sizes = torch.bincount(ids, minlength=groups)
+    varied = (highest > lowest) | (sizes < 2)
+    return varied[ids]
+
+
+def first_groups_rows(ids: torch.Tensor, count: int) -> torch.Tensor:
+    """Rows of the first ``count`` groups, by first appearance (trims a batch to ``count``
+    prompt groups).
+
+    Shape: ``ids`` ``(B,)`` row labels as integers (any values, e.g. :func:`group_ids`);
+    returns a ``(B,)`` bool mask.
+    """
+    if count < 0:
+        raise ValueError(f"count={count} groups must be >= 0")
+    dense = group_ids(ids)
+    return dense < count if len(dense) else torch.zeros(0, dtype=torch.bool)

@@ -185,6 +185,31 @@ class KLControlSection:
 
 
 @dataclass(frozen=True)
+class FilterGroupsSection:
+    """DAPO dynamic sampling (``algorithm.filter_groups``, verl's keys): drop the prompt groups
+    whose samples all score alike (zero advantage under a group baseline), and draw more
+    prompts until a step has ``data.train_batch_size`` groups that teach something."""
+
+    enable: bool = False
+    """Filter groups after scoring."""
+    metric: str = "score"
+    """Per-sequence value compared within a group: ``score`` (``token_level_scores`` summed
+    over the response) or a key of the reward function's ``reward_extra_info`` (e.g.
+    ``acc``)."""
+    max_num_gen_batches: int = 0
+    """Prompt batches one step may generate before it trains on what it has; 0 means up to
+    one epoch's worth of batches (the hard cap)."""
+
+    def __post_init__(self) -> None:
+        _positive("algorithm.filter_groups.max_num_gen_batches", self.max_num_gen_batches, True)
+        if not self.metric:
+            raise ConfigurationError(
+                "algorithm.filter_groups.metric is empty; use 'score' or a key of the reward "
+                "function's extra info (e.g. 'acc')"
+            )
+
+
+@dataclass(frozen=True)
 class AlgorithmSection:
     """Advantage estimation and the reward-side KL penalty."""
 
@@ -203,6 +228,8 @@ class AlgorithmSection:
     """KL estimator of the reward penalty."""
     kl_ctrl: KLControlSection = field(default_factory=KLControlSection)
     """The penalty's coefficient controller."""
+    filter_groups: FilterGroupsSection = field(default_factory=FilterGroupsSection)
+    """DAPO dynamic sampling: train only on prompt groups whose samples differ."""
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,14 @@ class StatefulDataLoader:
                 self.batch_in_epoch = batch_index + 1
             yield batch
 
+    def next_batch(self) -> DataProto:
+        """The batch at the current position, advancing the position past it (into the next
+        epoch after an epoch's last batch): for a driver that draws batches one at a time,
+        e.g. dynamic sampling drawing more prompts within a step."""
+        if len(self) == 0:
+            raise ValueError("the dataset is empty: there is no batch to draw; add data")
+        return next(iter(self))
+
     def state_dict(self) -> dict[str, int]:
         """The position: next epoch and batch, plus what must match on restore."""
         return {

@@ -109,12 +109,13 @@ class Trainer:
         return self.history
 
     def _batches(self) -> Iterator[DataProto]:
-        """Loader batches across epochs until the run's last step."""
+        """Loader batches across epochs until the run's last step.
+
+        One batch at a time from the loader's position, so a step may draw more batches
+        itself (:meth:`StatefulDataLoader.next_batch`) and the next step continues after them.
+        """
         while self.global_step < self.total_steps:
-            for batch in self.loader:
-                yield batch
-                if self.global_step >= self.total_steps:
-                    return
+            yield self.loader.next_batch()
 
     def _periodic(self) -> Metrics:
         """Validation and checkpoint on their cadence (and at the last step)."""

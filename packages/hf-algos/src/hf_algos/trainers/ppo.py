@@ -11,6 +11,12 @@ One step, as docs/architecture.md draws it ("Data flow of one PPO step")::
     critic.update_critic(batch); actor.update_actor(batch)
     sync actor weights -> rollout                        # in-process when hybrid
 
+With ``algorithm.filter_groups`` (DAPO dynamic sampling) the first two lines repeat on more
+prompt batches until ``data.train_batch_size`` prompt groups whose samples differ are in
+hand (:meth:`PPOTrainer.sample`). In the hybrid placement the rollout wakes up for generation
+and sleeps after it, and with ``actor.engine.offload`` the actor's memory goes to CPU while
+the rollout generates (:func:`~hf_algos.trainers.steps.generation_phase`).
+
 The estimator's registry entry decides the rest: one that reads ``values`` (``gae``) gets a
 critic, one that reads ``reward_baselines`` (``remax``) a greedy rollout whose score is the
 baseline, the others need nothing more.
@@ -18,6 +24,7 @@ baseline, the others need nothing more.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -43,14 +50,19 @@ from hf_algos.trainers.roles import build_role_groups
 from hf_algos.trainers.steps import (
     MODEL_FIELDS,
     absorb,
+    first_groups,
     for_worker,
     generate,
+    generation_phase,
     greedy_validation,
+    keep_varied_groups,
     tensors,
 )
 from hf_controller import RayClassWithInitArgs
 from hf_protocol import DataProto, fields
 from hf_rollout import SamplingConfig
+
+logger = logging.getLogger(__name__)
 
 ACTOR_UPDATE_FIELDS = (*MODEL_FIELDS, fields.OLD_LOG_PROBS, fields.ADVANTAGES, fields.REF_LOG_PROB)
 CRITIC_UPDATE_FIELDS = (*MODEL_FIELDS, fields.VALUES, fields.RETURNS)
@@ -79,6 +91,8 @@ class PPOTrainer(Trainer):
         self.roles = build_role_groups(config.trainer, self._role_classes(), self._rollout_cls())
         self.roles.init_models()
         self.roles.sync_weights()
+        if self.roles.fused:  # steady state between steps: the rollout sleeps
+            self.roles.rollout.sleep()
         self.reward = self._build_reward()
 
     def _role_classes(self) -> dict[str, RayClassWithInitArgs]:
@@ -109,10 +123,17 @@ class PPOTrainer(Trainer):
         metrics: Metrics = {}
         timing: dict[str, float] = {}
         start = time.perf_counter()
-        with timed("gen", timing):
-            batch = self.generate(batch, metrics)
-        with timed("reward", timing):
-            self.score(batch, metrics)
+        with generation_phase(self.roles, self.config.actor.engine.offload, timing):
+            batch = self.sample(batch, metrics, timing)
+        if len(batch) == 0:
+            logger.warning(
+                "step %d: every prompt group scored alike (algorithm.filter_groups); "
+                "the update is skipped",
+                self.global_step,
+            )
+            metrics["filter_groups/skipped_update"] = 1.0
+            metrics.update({f"timing_s/{name}": value for name, value in timing.items()})
+            return metrics
         with timed("old_log_prob", timing):
             self.old_log_probs(batch, metrics)
         if self.use_ref:
@@ -129,9 +150,54 @@ class PPOTrainer(Trainer):
         metrics.update(self.batch_metrics(batch, timing, step_seconds))
         return metrics
 
-    def generate(self, prompts: DataProto, metrics: Metrics) -> DataProto:
-        """``rollout.n`` samples per prompt (seeded by the step, so a resumed run repeats)."""
-        seed = self.config.trainer.seed * 1_000_003 + self.global_step
+    def sample(self, prompts: DataProto, metrics: Metrics, timing: dict[str, float]) -> DataProto:
+        """Generate and score ``prompts``. With ``algorithm.filter_groups``: keep only prompt
+        groups whose samples differ, drawing more prompt batches from the loader until there
+        are ``data.train_batch_size`` groups (then trimmed to that) or the batch limit is
+        reached (then what there is, maybe nothing)."""
+        batch = self.generate_and_score(prompts, metrics, timing)
+        spec = self.config.algorithm.filter_groups
+        if not spec.enable:
+            return batch
+        target = self.config.data.train_batch_size
+        limit = spec.max_num_gen_batches or len(self.loader)
+        batch, kept, dropped = keep_varied_groups(batch, spec.metric)
+        draws = 1
+        while kept < target and draws < limit:
+            more = self.generate_and_score(self.loader.next_batch(), metrics, timing, draws)
+            more, more_kept, more_dropped = keep_varied_groups(more, spec.metric)
+            # the parts' sampling configs differ by their seed only; nothing downstream reads it
+            for part in (batch, more):
+                part.meta_info.pop(fields.SAMPLING, None)
+            batch = DataProto.concat([batch, more])
+            kept, dropped, draws = kept + more_kept, dropped + more_dropped, draws + 1
+        if 0 < kept < target:
+            logger.warning(
+                "step %d: %d prompt groups with differing %s after %d batches (target %d); "
+                "training on those",
+                self.global_step, kept, spec.metric, draws, target,
+            )  # fmt: skip
+        metrics["filter_groups/kept_groups"] = float(min(kept, target))  # trained on
+        metrics["filter_groups/dropped_groups"] = float(dropped)  # all samples alike
+        metrics["filter_groups/gen_batches"] = float(draws)
+        metrics["filter_groups/short_of_target"] = float(kept < target)
+        return first_groups(batch, target) if kept > target else batch
+
+    def generate_and_score(
+        self, prompts: DataProto, metrics: Metrics, timing: dict[str, float], draw: int = 0
+    ) -> DataProto:
+        """Samples of ``prompts`` with their scores (``draw`` counts the step's extra
+        prompt batches; it varies the sampling seed)."""
+        with timed("gen", timing):
+            batch = self.generate(prompts, metrics, draw)
+        with timed("reward", timing):
+            self.score(batch, metrics)
+        return batch
+
+    def generate(self, prompts: DataProto, metrics: Metrics, draw: int = 0) -> DataProto:
+        """``rollout.n`` samples per prompt (seeded by the step and ``draw``, so a resumed
+        run repeats)."""
+        seed = self.config.trainer.seed * 1_000_003 + self.global_step + draw * 7_919_993
         sampling = builders.sampling_config(self.config.rollout, self.tokenizer, seed=seed)
         batch = self._rollout(prompts, sampling, metrics)
         if self.estimator.needs_greedy_baseline:
@@ -211,7 +277,8 @@ class PPOTrainer(Trainer):
         if self.val_data is None:
             return {}
         sampling = builders.sampling_config(self.config.rollout, self.tokenizer, greedy=True)
-        return greedy_validation(self.roles.rollout, self.reward, self.val_data, sampling)
+        with generation_phase(self.roles, self.config.actor.engine.offload, {}):
+            return greedy_validation(self.roles.rollout, self.reward, self.val_data, sampling)
 
     # ------------------------------------------------------------------ state
 

@@ -1,15 +1,21 @@
-"""Step pieces shared by the trainers: worker-call plumbing, generation, greedy validation."""
+"""Step pieces shared by the trainers: worker-call plumbing, generation and its memory
+phases, dynamic-sampling group filters, greedy validation."""
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import numpy as np
 import torch
 from tensordict import TensorDict
 
+from hf_algos.advantages.grouping import first_groups_rows, group_ids, varied_group_rows
 from hf_algos.data import RLDataset
-from hf_algos.tracking import merge_worker_metrics
+from hf_algos.tracking import merge_worker_metrics, timed
 from hf_algos.trainers import builders
 from hf_algos.trainers.groups import RewardScorer, RolloutGroup
+from hf_algos.trainers.roles import RoleGroups
 from hf_protocol import DataProto, fields
 from hf_rollout import SamplingConfig
 
@@ -33,6 +39,69 @@ def generate(
     output = rollout.generate_sequences(request)
     absorb(None, output, metrics)
     return output
+
+
+@contextlib.contextmanager
+def generation_phase(
+    roles: RoleGroups, offload_actor: bool, timing: dict[str, float]
+) -> Iterator[None]:
+    """Memory phases of the hybrid placement around a ``with`` block that generates.
+
+    Before: the actor's params and optimizer state go to CPU (when ``offload_actor``), then
+    the rollout wakes up; after: the rollout sleeps (frees its KV cache, and its weights
+    where the engine can), then the actor comes back. Timed as ``offload``, ``wake_up``,
+    ``sleep`` and ``onload``. In the ``separate`` placement the rollout has its own
+    processes, so there is nothing to hand over and the block just runs.
+    """
+    if not roles.fused:
+        yield
+        return
+    if offload_actor:
+        with timed("offload", timing):
+            roles.actor.offload()
+    with timed("wake_up", timing):
+        roles.rollout.wake_up()
+    yield  # no try/finally: after a failure the workers' memory state no longer matters
+    with timed("sleep", timing):
+        roles.rollout.sleep()
+    if offload_actor:
+        with timed("onload", timing):
+            roles.actor.onload()
+
+
+def sequence_metric(batch: DataProto, metric: str) -> torch.Tensor:
+    """Per-row value that dynamic sampling compares within a group, ``(B,)`` float.
+
+    ``score``: ``token_level_scores`` summed over the response; any other name: that key of
+    each row's ``reward_extra_info`` (what the scoring function returned besides the score).
+    """
+    if metric == "score":
+        return tensors(batch)[fields.TOKEN_LEVEL_SCORES].sum(-1)
+    infos = batch.non_tensor_batch.get(fields.REWARD_EXTRA_INFO)
+    if infos is None or any(metric not in info for info in infos):
+        known = sorted(infos[0]) if infos is not None and len(infos) else []
+        raise KeyError(
+            f"algorithm.filter_groups.metric={metric!r}: the reward gave no such value per "
+            f"sample (reward_extra_info keys: {known}); use 'score' or have the scoring "
+            f"function return {{'score': ..., {metric!r}: ...}}"
+        )
+    return torch.tensor([float(info[metric]) for info in infos])
+
+
+def keep_varied_groups(batch: DataProto, metric: str) -> tuple[DataProto, int, int]:
+    """The rows of ``batch`` whose prompt group (``uid``) has differing ``metric`` values,
+    with the numbers of groups kept and dropped."""
+    ids = group_ids(batch.non_tensor_batch[fields.UID])
+    keep = varied_group_rows(ids, sequence_metric(batch, metric))
+    kept_groups = len(set(ids[keep].tolist()))
+    total_groups = int(ids.max()) + 1 if len(ids) else 0
+    return batch.select_idxs(keep.numpy()), kept_groups, total_groups - kept_groups
+
+
+def first_groups(batch: DataProto, count: int) -> DataProto:
+    """The rows of the first ``count`` prompt groups of ``batch`` (in order of appearance)."""
+    ids = group_ids(batch.non_tensor_batch[fields.UID])
+    return batch.select_idxs(first_groups_rows(ids, count).numpy())
 
 
 def tensors(batch: DataProto) -> TensorDict:

@@ -133,6 +133,10 @@ class LlamaFamilyDecoder:
         assert self._sin is not None
         return self._cos, self._sin
 
+    def release_tables(self) -> None:
+        """Drop the rotary tables (rebuilt at the next forward), e.g. when the model sleeps."""
+        self._cos = self._sin = None
+
     def new_cache(self, rows: int, capacity: int, like: torch.Tensor) -> KVCache:
         """An empty cache for ``rows`` sequences of up to ``capacity`` tokens."""
         shape = (len(self.layers), rows, self.kv_heads, capacity, self.head_dim)

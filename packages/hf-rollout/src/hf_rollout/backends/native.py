@@ -230,10 +230,14 @@ class NativeRollout:
     def sleep(self) -> None:
         """Free generation memory; on an accelerator the weights also move to host memory.
 
-        The KV cache lives only inside ``generate``, so on CPU there is nothing else to free.
+        The KV cache lives only inside ``generate`` (the stepper that holds it is a local of
+        ``_decode``), so once ``generate`` returns it is already freed; sleep drops the lean
+        forward's rotary tables too. On CPU the weights stay where they are.
         """
         if self.asleep:
             return
+        if self.decoder is not None:
+            self.decoder.release_tables()
         if self.device.type != "cpu":
             self.model.to("cpu")
             torch.cuda.empty_cache()
