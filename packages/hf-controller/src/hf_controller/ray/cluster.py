@@ -51,6 +51,9 @@ def ensure_ray(**init_kwargs: Any) -> None:
             init_kwargs.pop(name, None)
     else:
         use_loopback_by_default()
+        # Explicit: without it ray.init would attach to any cluster it finds on this machine
+        # (a `ray start` left running, a test cluster), which is joining, not starting.
+        init_kwargs["address"] = "local"
     init_kwargs.setdefault("include_dashboard", False)
     init_kwargs.setdefault("namespace", "hybridflow")
     ray.init(**init_kwargs)
