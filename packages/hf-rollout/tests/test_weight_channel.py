@@ -47,7 +47,10 @@ def _member(rank: int, world: int, port: int, case: str, results: Any) -> None:
             else:
                 # storage address: tensors of one bucket are views of one buffer
                 got.append(
-                    [(n, _portable(t), t.untyped_storage().data_ptr()) for n, t in channel.receive()]
+                    [
+                        (n, _portable(t), t.untyped_storage().data_ptr())
+                        for n, t in channel.receive()
+                    ]
                 )
         channel.close()
         results.put((rank, got, None))
@@ -59,7 +62,9 @@ def run_members(world: int, case: str) -> dict[int, list[list[Any]]]:
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     _, port = master_address()
-    procs = [ctx.Process(target=_member, args=(r, world, port, case, results)) for r in range(world)]
+    procs = [
+        ctx.Process(target=_member, args=(r, world, port, case, results)) for r in range(world)
+    ]
     for proc in procs:
         proc.start()
     out = {}

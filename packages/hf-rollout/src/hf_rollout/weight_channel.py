@@ -149,9 +149,7 @@ class WeightChannel:
                 f"took longer than {self.timeout_s:.0f} s): {error}"
             ) from error
 
-    def send(
-        self, named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int
-    ) -> int:
+    def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> int:
         """Stream ``named_tensors`` to every receiver, then the end marker; rank 0 only.
 
         Consecutive tensors are packed into buckets of at most ``bucket_bytes``; the

@@ -231,11 +231,14 @@ class TrainerSection:
     """Stop after this many steps (default: all epochs)."""
     placement: Literal["hybrid", "separate"] = "hybrid"
     """``hybrid``: actor, rollout and reference fused in one process per slot, weights synced
-    in process; ``separate``: each role its own pool, weights sent through the object store."""
+    in process; ``separate``: each role its own pool, weights streamed from actor rank 0 to
+    the rollout ranks over a torch.distributed channel (never through the driver)."""
     n_workers: int = 1
     """Processes per role group (one per GPU, or CPU slots)."""
     rollout_workers: int | None = None
     """``separate`` placement: processes of the rollout group (default ``n_workers``)."""
+    weight_bucket_mb: int = 64
+    """``separate`` placement: bucket size of the weight channel (MiB per broadcast)."""
     use_gpu: bool = False
     """Reserve one GPU per worker."""
     backend: Literal["ray", "local"] = "ray"
@@ -275,6 +278,7 @@ class TrainerSection:
         if self.total_training_steps is not None:
             _positive("trainer.total_training_steps", self.total_training_steps)
         _positive("trainer.n_workers", self.n_workers)
+        _positive("trainer.weight_bucket_mb", self.weight_bucket_mb)
         _positive("trainer.test_freq", self.test_freq, allow_zero=True)
         _positive("trainer.save_freq", self.save_freq, allow_zero=True)
         resume_dir = Path(self.resume_from) if self.resume_from is not None else None
