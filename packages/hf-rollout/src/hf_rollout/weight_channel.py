@@ -15,8 +15,9 @@ order, cut into buckets of at most ``bucket_bytes``. Per bucket the sender broad
 3. ``buffer``: the tensors' bytes, packed, each at an offset aligned to :data:`ALIGN`.
 
 A tensor larger than the bucket goes alone, sent from its own memory without a copy. The
-receiver yields views into each bucket as it arrives, so a consumer that copies them (a
-rollout engine's ``update_weights``) holds about one bucket at a time.
+sender packs the next bucket while the last one is on the wire (two reused buffers); the
+receiver yields views into one reused bucket buffer as each bucket arrives, so a consumer
+that copies them (a rollout engine's ``update_weights``) holds about one bucket at a time.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class WeightChannel:
         self.device = torch.device(device)
         self._pg: Any = None
         self._store: Any = None
+        self._buffers: dict[int, torch.Tensor] = {}
 
     @classmethod
     def join(
@@ -136,48 +138,82 @@ class WeightChannel:
                 f"ranks are alive and that {self.host}:{self.port} is reachable"
             ) from error
 
-    def _broadcast(self, tensor: torch.Tensor, what: str) -> None:
+    def _start(self, tensor: torch.Tensor, what: str) -> _Pending:
+        """Issue a broadcast from rank 0 without waiting (gloo runs it in the background,
+        in issue order)."""
         if self._pg is None:
             raise WeightChannelError(f"{self._describe()}: the channel is closed")
         options = dist.BroadcastOptions()
         options.rootRank = 0
         try:
-            self._pg.broadcast([tensor], options).wait()
+            return _Pending(self._pg.broadcast([tensor], options), tensor, what)
         except Exception as error:
-            raise WeightChannelError(
-                f"{self._describe()}: broadcast of the {what} failed (a peer died, left or "
-                f"took longer than {self.timeout_s:.0f} s): {error}"
-            ) from error
+            raise self._failed(what, error) from error
+
+    def _finish(self, pending: list[_Pending]) -> None:
+        for item in pending:
+            try:
+                item.work.wait()
+            except Exception as error:
+                raise self._failed(item.what, error) from error
+        pending.clear()
+
+    def _broadcast(self, tensor: torch.Tensor, what: str) -> None:
+        self._finish([self._start(tensor, what)])
+
+    def _failed(self, what: str, error: Exception) -> WeightChannelError:
+        return WeightChannelError(
+            f"{self._describe()}: broadcast of the {what} failed (a peer died, left or took "
+            f"longer than {self.timeout_s:.0f} s): {error}"
+        )
+
+    def _bucket_buffer(self, slot: int, nbytes: int) -> torch.Tensor:
+        """Buffer ``slot`` with room for ``nbytes``, reused across buckets and syncs (fresh
+        memory would pay its page faults on every bucket)."""
+        buffer = self._buffers.get(slot)
+        if buffer is None or buffer.numel() < nbytes:
+            buffer = self._buffers[slot] = torch.empty(
+                nbytes, dtype=torch.uint8, device=self.device
+            )
+        return buffer[:nbytes]
 
     def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> int:
         """Stream ``named_tensors`` to every receiver, then the end marker; rank 0 only.
 
         Consecutive tensors are packed into buckets of at most ``bucket_bytes``; the
-        iterator is consumed lazily, so the sender holds about one bucket too. Returns the
+        iterator is consumed lazily. Two bucket buffers alternate, so packing the next
+        bucket overlaps sending this one; the sender holds about two buckets. Returns the
         number of tensor bytes sent.
         """
         if self.rank != 0:
             raise WeightChannelError(f"{self._describe()}: only rank 0 sends")
         if bucket_bytes < 1:
             raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
-        total = 0
+        total, slot = 0, 0
+        in_flight: list[list[_Pending]] = [[], []]
         pending: list[tuple[str, torch.Tensor]] = []
         pending_bytes = 0
-        for name, tensor in named_tensors:
-            nbytes = tensor.numel() * tensor.element_size()
-            size = _aligned(nbytes)
-            if pending and pending_bytes + size > bucket_bytes:
-                self._send_bucket(pending)
-                pending, pending_bytes = [], 0
-            pending.append((name, tensor))
-            pending_bytes += size
-            total += nbytes
-        if pending:
-            self._send_bucket(pending)
-        self._broadcast(torch.zeros(2, dtype=torch.int64, device=self.device), "end marker")
+        try:
+            for name, tensor in named_tensors:
+                nbytes = tensor.numel() * tensor.element_size()
+                if pending and pending_bytes + _aligned(nbytes) > bucket_bytes:
+                    self._finish(in_flight[slot])  # this slot's buffer is free again
+                    in_flight[slot] = self._send_bucket(pending, slot)
+                    pending, pending_bytes, slot = [], 0, 1 - slot
+                pending.append((name, tensor))
+                pending_bytes += _aligned(nbytes)
+                total += nbytes
+            if pending:
+                self._finish(in_flight[slot])
+                in_flight[slot] = self._send_bucket(pending, slot)
+            end = torch.zeros(2, dtype=torch.int64, device=self.device)
+            in_flight[slot].append(self._start(end, "end marker"))
+        finally:
+            for items in in_flight:
+                self._finish(items)
         return total
 
-    def _send_bucket(self, tensors: list[tuple[str, torch.Tensor]]) -> None:
+    def _send_bucket(self, tensors: list[tuple[str, torch.Tensor]], slot: int) -> list[_Pending]:
         entries, offset = [], 0
         for name, tensor in tensors:
             nbytes = tensor.numel() * tensor.element_size()
@@ -186,20 +222,23 @@ class WeightChannel:
         if len(tensors) == 1:  # a lone tensor (e.g. bigger than a bucket) goes without a copy
             buffer = _as_bytes(tensors[0][1]).to(self.device)
         else:
-            buffer = torch.empty(offset, dtype=torch.uint8, device=self.device)
+            buffer = self._bucket_buffer(slot, offset)
             for entry, (_, tensor) in zip(entries, tensors, strict=True):
                 buffer[entry.offset : entry.offset + entry.nbytes].copy_(_as_bytes(tensor))
         header = torch.frombuffer(bytearray(pickle.dumps(entries)), dtype=torch.uint8)
         sizes = torch.tensor([header.numel(), buffer.numel()], dtype=torch.int64)
-        self._broadcast(sizes.to(self.device), "bucket sizes")
-        self._broadcast(header.to(self.device), "bucket header")
-        self._broadcast(buffer, "bucket")
+        return [
+            self._start(sizes.to(self.device), "bucket sizes"),
+            self._start(header.to(self.device), "bucket header"),
+            self._start(buffer, "bucket"),
+        ]
 
     def receive(self) -> Iterator[tuple[str, torch.Tensor]]:
         """``(name, tensor)`` pairs of one sync, in the sender's order; ranks ``>= 1``.
 
-        The tensors are views into the current bucket (on this channel's device): copy
-        what you keep. Ends at the sender's end marker.
+        The tensors are views into a bucket buffer (on this channel's device) that the
+        next bucket overwrites: copy each one before asking for the next (as a rollout
+        engine's ``update_weights`` does). Ends at the sender's end marker.
         """
         if self.rank == 0:
             raise WeightChannelError(f"{self._describe()}: rank 0 sends; receive on ranks >= 1")
@@ -212,7 +251,7 @@ class WeightChannel:
             header = torch.empty(header_len, dtype=torch.uint8, device=self.device)
             self._broadcast(header, "bucket header")
             entries: list[_Entry] = pickle.loads(header.cpu().numpy().tobytes())
-            buffer = torch.empty(buffer_len, dtype=torch.uint8, device=self.device)
+            buffer = self._bucket_buffer(0, buffer_len)
             self._broadcast(buffer, "bucket")
             for entry in entries:
                 raw = buffer[entry.offset : entry.offset + entry.nbytes]
@@ -226,6 +265,16 @@ class WeightChannel:
             if callable(shutdown):
                 shutdown()
         self._store = None
+        self._buffers.clear()
+
+
+@dataclass
+class _Pending:
+    """A broadcast in flight, and the tensor it reads or writes (kept alive until done)."""
+
+    work: Any
+    tensor: torch.Tensor
+    what: str
 
 
 def _aligned(nbytes: int) -> int:
