@@ -16,8 +16,9 @@ order, cut into buckets of at most ``bucket_bytes``. Per bucket the sender broad
 
 A tensor larger than the bucket goes alone, sent from its own memory without a copy. The
 sender packs the next bucket while the last one is on the wire (two reused buffers); the
-receiver yields views into one reused bucket buffer as each bucket arrives, so a consumer
-that copies them (a rollout engine's ``update_weights``) holds about one bucket at a time.
+receiver yields views into one bucket buffer while the next bucket arrives in the other,
+so a consumer that copies them (a rollout engine's ``update_weights``) overlaps the
+transfer and the channel holds two buckets per side.
 """
 
 from __future__ import annotations
@@ -242,20 +243,32 @@ class WeightChannel:
         """
         if self.rank == 0:
             raise WeightChannelError(f"{self._describe()}: rank 0 sends; receive on ranks >= 1")
-        while True:
-            sizes = torch.zeros(2, dtype=torch.int64, device=self.device)
-            self._broadcast(sizes, "bucket sizes")
-            header_len, buffer_len = (int(v) for v in sizes.tolist())
-            if header_len == 0:
-                return
-            header = torch.empty(header_len, dtype=torch.uint8, device=self.device)
-            self._broadcast(header, "bucket header")
-            entries: list[_Entry] = pickle.loads(header.cpu().numpy().tobytes())
-            buffer = self._bucket_buffer(0, buffer_len)
-            self._broadcast(buffer, "bucket")
+        slot = 0
+        current = self._receive_head(slot)
+        while current is not None:
+            entries, buffer, pending = current
+            self._finish(pending)
+            # Post the next bucket into the other buffer before handing this one out, so it
+            # arrives while the consumer copies this one.
+            slot = 1 - slot
+            current = self._receive_head(slot)
             for entry in entries:
                 raw = buffer[entry.offset : entry.offset + entry.nbytes]
                 yield entry.name, raw.view(entry.dtype).view(entry.shape)
+
+    def _receive_head(self, slot: int) -> tuple[list[_Entry], torch.Tensor, list[_Pending]] | None:
+        """Sizes and header of the next bucket, and its buffer's broadcast in flight into
+        buffer ``slot``; ``None`` at the end marker."""
+        sizes = torch.zeros(2, dtype=torch.int64, device=self.device)
+        self._broadcast(sizes, "bucket sizes")
+        header_len, buffer_len = (int(v) for v in sizes.tolist())
+        if header_len == 0:
+            return None
+        header = torch.empty(header_len, dtype=torch.uint8, device=self.device)
+        self._broadcast(header, "bucket header")
+        entries: list[_Entry] = pickle.loads(header.cpu().numpy().tobytes())
+        buffer = self._bucket_buffer(slot, buffer_len)
+        return entries, buffer, [self._start(buffer, "bucket")]
 
     def close(self) -> None:
         """Leave the channel (idempotent); later sends and receives raise."""
