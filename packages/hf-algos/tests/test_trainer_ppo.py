@@ -11,6 +11,10 @@ import torch
 
 from hf_algos.config import RLConfig, load_config
 from hf_algos.trainers import PPOTrainer
+from hf_protocol import DataProto, fields
+from hf_rollout import RolloutConfig, SamplingConfig, build_rollout
+from hf_rollout.base import pad_responses_to
+from hf_rollout.testing import make_prompts
 
 from .trainer_helpers import assert_finite, common_overrides, comparable, task_files
 
@@ -114,6 +118,54 @@ def test_grpo_separate_placement_resumes_and_validates(
     assert comparable(resumed[0]) == comparable(full[2])
     # the policy changed: the KL to the reference grew from exactly 0 at the first step
     assert full[0]["actor/kl_loss"] == 0.0 and full[2]["actor/kl_loss"] > 0.0
+
+
+def test_separate_placement_rollout_holds_the_actors_weights(
+    ray_session: Any, toy_task_scored: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """2 actor ranks stream to 2 rollout ranks over the weight channel (small buckets):
+    after a step the rollout generates exactly as the actor's exported weights do."""
+    train, _ = task_files(tmp_path)
+    config = load_config(
+        RLConfig,
+        overrides=[
+            *common_overrides(tiny_model_dir, tmp_path, train, steps=1),
+            "algorithm.adv_estimator=grpo",
+            "trainer.placement=separate",
+            "trainer.n_workers=2",
+            "trainer.rollout_workers=2",
+            "trainer.weight_bucket_mb=1",
+            "actor.engine.micro_batch.micro_batch_size=2",
+            "actor.engine.optim.lr=0.05",  # one step must move the log-probs measurably
+            "trainer.resume_mode=disable",
+            f"trainer.checkpoint_dir={tmp_path / 'ckpt'}",
+        ],
+    )
+    torch.set_num_threads(1)
+    sampling = SamplingConfig(greedy=True, max_new_tokens=6)
+    prompts = make_prompts([[5, 6, 7], [8, 9, 10, 11]], pad_token_id=0)
+    prompts.meta_info[fields.SAMPLING] = sampling
+    with PPOTrainer(config) as trainer:
+        history = trainer.fit()
+        trainer.roles.actor.export_hf(str(tmp_path / "actor"))
+        remote = trainer.roles.rollout.generate_sequences(prompts)
+    assert_finite(history, CORE_METRICS)
+
+    def generate_locally(model: Path) -> DataProto:
+        engine = build_rollout(RolloutConfig(model_path=str(model), pad_token_id=0))
+        return pad_responses_to(engine.generate(prompts, sampling), sampling.max_new_tokens, 0)
+
+    assert remote.batch is not None
+    trained, initial = generate_locally(tmp_path / "actor"), generate_locally(tiny_model_dir)
+    assert trained.batch is not None and initial.batch is not None
+    log_probs = remote.batch[fields.ROLLOUT_LOG_PROBS]
+    assert torch.equal(remote.batch[fields.RESPONSES], trained.batch[fields.RESPONSES])
+    torch.testing.assert_close(
+        log_probs, trained.batch[fields.ROLLOUT_LOG_PROBS], rtol=0, atol=1e-6
+    )
+    # not vacuous: the step moved the weights away from the ones the rollout started with
+    moved = (log_probs - initial.batch[fields.ROLLOUT_LOG_PROBS]).abs().max()
+    assert moved > 1e-4, moved  # 100x the tolerance above
 
 
 @pytest.mark.parametrize("estimator", ["remax", "rloo", "reinforce_plus_plus"])

@@ -16,6 +16,7 @@ from hf_rollout.registry import (
     register_rollout_backend,
     rollout_backend_class,
 )
+from hf_rollout.weight_channel import WeightChannel, WeightChannelError
 
 __version__ = "0.1.0"
 
@@ -24,6 +25,8 @@ __all__ = [
     "RolloutConfig",
     "RolloutEngine",
     "SamplingConfig",
+    "WeightChannel",
+    "WeightChannelError",
     "build_output_from_samples",
     "build_rollout",
     "build_rollout_output",

@@ -14,6 +14,7 @@ from hf_protocol import DataProto, fields, left_pad
 from hf_rollout.base import RolloutEngine, pad_responses_to
 from hf_rollout.config import RolloutConfig, SamplingConfig
 from hf_rollout.registry import build_rollout
+from hf_rollout.weight_channel import DEFAULT_TIMEOUT_S, WeightChannel
 
 NamedTensors = Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor]
 
@@ -31,12 +32,17 @@ class RolloutWorker(Worker):
     width; raw token-list prompts are left-padded to ``meta_info["max_prompt_length"]``
     when given (set it when several ranks get raw prompts, for the same reason). Per-call
     seeds and the engine's generator are offset by the rank, so ranks draw differently.
+
+    In the ``separate`` placement the weights arrive over a :class:`WeightChannel`
+    (:meth:`join_weight_channel` once, then :meth:`receive_weights` per sync, issued
+    non-blocking by the driver together with the actor's send).
     """
 
     def __init__(self, config: RolloutConfig) -> None:
         super().__init__()
         self.config = config
         self._engine: RolloutEngine | None = None
+        self._channel: WeightChannel | None = None
 
     @property
     def engine(self) -> RolloutEngine:
@@ -119,6 +125,46 @@ class RolloutWorker(Worker):
         params: Iterable[tuple[str, torch.Tensor]] = actor.iter_full_params()
         return params
 
+    @register(Dispatch.ONE_TO_ALL, blocking=False)
+    def join_weight_channel(
+        self,
+        host: str,
+        port: int,
+        world_size: int,
+        device: str = "cpu",
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        """Join the actor's weight channel at ``host:port`` as channel rank ``1 + rank``.
+
+        A rendezvous: the driver issues it together with the actor's join and waits for
+        both (non-blocking, so the driver gets object refs that resolve to ``None``).
+        """
+        self.close_weight_channel()
+        self._channel = WeightChannel.join(host, port, 1 + self.rank, world_size, timeout_s, device)
+
+    @register(Dispatch.ONE_TO_ALL, blocking=False)
+    def receive_weights(self) -> None:
+        """Load one sync from the weight channel, streaming it bucket by bucket into the
+        engine's ``update_weights``; issued together with the actor's ``send_weights``."""
+        if self._channel is None:
+            raise RuntimeError(
+                "RolloutWorker.receive_weights: no weight channel; call "
+                "join_weight_channel(host, port, world_size) first"
+            )
+        stream = self._channel.receive()
+        self.engine.update_weights(stream)
+        # An engine that stopped early leaves buckets in flight: drain them so the next sync
+        # starts at a bucket boundary instead of reading this one's tail.
+        for _ in stream:
+            pass
+
+    @register(Dispatch.ONE_TO_ALL)
+    def close_weight_channel(self) -> None:
+        """Leave the weight channel, if joined."""
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+
     @register(Dispatch.ONE_TO_ALL)
     def sleep(self) -> None:
         """Free the engine's generation memory (e.g. while the fused actor trains)."""
@@ -131,7 +177,8 @@ class RolloutWorker(Worker):
 
     @register(Dispatch.ONE_TO_ALL)
     def shutdown(self) -> None:
-        """Release the engine."""
+        """Release the engine and leave the weight channel."""
+        self.close_weight_channel()
         if self._engine is not None:
             self._engine.shutdown()
             self._engine = None

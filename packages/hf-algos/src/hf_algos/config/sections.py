@@ -258,7 +258,8 @@ class TrainerSection:
     """Stop after this many steps (default: all epochs)."""
     placement: Literal["hybrid", "separate"] = "hybrid"
     """``hybrid``: actor, rollout and reference fused in one process per slot, weights synced
-    in process; ``separate``: each role its own pool, weights sent through the object store."""
+    in process; ``separate``: each role its own pool, weights streamed from actor rank 0 to
+    the rollout ranks over a torch.distributed channel (never through the driver)."""
     nnodes: int = 1
     """Machines (Ray nodes) the run spans; each role group puts ``n_workers / nnodes``
     processes on each of them (one placement group per node)."""
@@ -269,6 +270,8 @@ class TrainerSection:
     rollout_workers: int | None = None
     """``separate`` placement: processes of the rollout group in total (default
     ``n_workers``); a multiple of ``nnodes``."""
+    weight_bucket_mb: int = 64
+    """``separate`` placement: bucket size of the weight channel (MiB per broadcast)."""
     use_gpu: bool = False
     """Reserve GPUs for the workers (``gpus_per_worker`` each)."""
     cpus_per_worker: float | None = None
@@ -338,6 +341,7 @@ class TrainerSection:
                     f"(e.g. trainer.{name}={self.nnodes * max(1, total // self.nnodes)}) or "
                     f"trainer.nnodes=1"
                 )
+        _positive("trainer.weight_bucket_mb", self.weight_bucket_mb)
         _positive("trainer.test_freq", self.test_freq, allow_zero=True)
         _positive("trainer.save_freq", self.save_freq, allow_zero=True)
         resume_dir = Path(self.resume_from) if self.resume_from is not None else None

@@ -8,19 +8,19 @@ and "go to definition" lands here, next to the return shape of each call:
 * data-parallel methods (``DataProto`` in, ``DataProto`` out) return the workers' outputs
   concatenated in rank order: one ``DataProto`` for the whole batch;
 * ``ONE_TO_ALL`` methods (``init_model``, checkpoints, ...) run on every rank with the same
-  arguments and return a list with one result per rank.
+  arguments and return a list with one result per rank;
+* non-blocking methods (the weight channel's joins and transfers) return one handle per
+  rank at once; :func:`hf_algos.trainers.roles.wait_together` waits for them.
 
 The worker classes behind them: ``hf_engines.workers`` (actor, critic, reference, reward
-model), :class:`~hf_algos.trainers.roles.SyncActorWorker` (``full_state_dict``) and
+model), :class:`~hf_algos.trainers.roles.SyncActorWorker` (the weight channel's sender) and
 :class:`hf_rollout.workers.RolloutWorker`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol, TypeVar, cast
-
-import torch
+from typing import Any, Protocol, TypeVar, cast
 
 from hf_algos.checkpoint import Checkpointable
 from hf_protocol import DataProto
@@ -86,8 +86,22 @@ class ActorGroup(TrainableGroup, Protocol):
         """Policy update on ``data``; the output holds only ``meta_info["metrics"]``."""
         ...
 
-    def full_state_dict(self) -> list[dict[str, torch.Tensor] | None]:
-        """Full weights (Hugging Face names) from rank 0 at index 0; ``None`` from the others."""
+    def weight_channel_address(self) -> tuple[str, int]:
+        """``(host, port)`` on rank 0's node for the weight channel (rank 0 only)."""
+        ...
+
+    def join_weight_channel(
+        self, host: str, port: int, world_size: int, device: str = "cpu"
+    ) -> list[Any]:
+        """Rank 0 joins the weight channel as its sender; non-blocking: one handle per rank."""
+        ...
+
+    def send_weights(self, bucket_bytes: int) -> list[Any]:
+        """Stream the full weights into the channel; non-blocking: one handle per rank."""
+        ...
+
+    def close_weight_channel(self) -> list[None]:
+        """Leave the weight channel, every rank."""
         ...
 
 
@@ -131,8 +145,27 @@ class RolloutGroup(Protocol):
         :class:`hf_rollout.SamplingConfig`) says; rows of one prompt are adjacent."""
         ...
 
+    @property
+    def world_size(self) -> int:
+        """Number of rollout ranks."""
+        ...
+
     def update_weights(self, named_tensors: NamedTensors | None = None) -> list[None]:
         """Load full weights; with no argument, from the fused actor in the same process."""
+        ...
+
+    def join_weight_channel(
+        self, host: str, port: int, world_size: int, device: str = "cpu"
+    ) -> list[Any]:
+        """Rank ``r`` joins the weight channel as channel rank ``1 + r``; non-blocking."""
+        ...
+
+    def receive_weights(self) -> list[Any]:
+        """Load one sync from the weight channel; non-blocking: one handle per rank."""
+        ...
+
+    def close_weight_channel(self) -> list[None]:
+        """Leave the weight channel, every rank."""
         ...
 
     def sleep(self) -> list[None]:

@@ -6,9 +6,10 @@ Two placements (``trainer.placement``):
   :func:`hf_controller.create_colocated_worker_cls_fused`; the rollout reads the actor's
   ``iter_full_params()`` in the same process, so a weight sync moves no data between
   processes.
-* ``separate``: the training roles share one pool, the rollout has its own; a sync gathers
-  the full state dict on actor rank 0, and the controller puts it in the object store once
-  for every rollout worker to load.
+* ``separate``: the training roles share one pool, the rollout has its own; actor rank 0
+  and the rollout ranks share a :class:`~hf_rollout.WeightChannel` (a torch.distributed
+  group of its own), and a sync streams the weights through it in buckets. The driver only
+  issues the calls: no tensor passes through it or the object store.
 
 ``trainer.backend=local`` runs the (single) fused worker inside the driver process.
 """
@@ -19,8 +20,6 @@ import contextlib
 import uuid
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
-
-import torch
 
 from hf_algos.config.sections import TrainerSection
 from hf_algos.trainers.groups import (
@@ -40,22 +39,67 @@ from hf_controller import (
     make_worker_group,
     register,
 )
+from hf_controller.worker import master_address
 from hf_engines.workers import ActorWorker
+from hf_rollout import WeightChannel
+from hf_rollout.weight_channel import DEFAULT_TIMEOUT_S
 
 
 class SyncActorWorker(ActorWorker):
-    """An :class:`~hf_engines.workers.ActorWorker` that can also hand out its full weights.
+    """An :class:`~hf_engines.workers.ActorWorker` that can also send its full weights.
 
-    ``full_state_dict`` serves the ``separate`` placement, where the rollout lives in other
-    processes: every rank takes part in gathering (the iterator is collective), rank 0
-    returns the tensors.
+    In the ``separate`` placement, rank 0 hosts a :class:`~hf_rollout.WeightChannel` that
+    the rollout ranks join; :meth:`send_weights` streams the weight-sync iterator into it.
+    Every rank takes part in the iteration (it is collective under FSDP); only rank 0 sends.
     """
 
+    _weight_channel: WeightChannel | None = None
+
+    @register(Dispatch.RANK_ZERO)
+    def weight_channel_address(self) -> tuple[str, int]:
+        """A ``(host, port)`` on rank 0's node for the weight channel's rendezvous."""
+        return master_address()
+
+    @register(Dispatch.ONE_TO_ALL, blocking=False)
+    def join_weight_channel(
+        self,
+        host: str,
+        port: int,
+        world_size: int,
+        device: str = "cpu",
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        """Rank 0 joins the weight channel at ``host:port`` as its sender (channel rank 0);
+        the other ranks have nothing to join. Issued together with the rollout's join."""
+        self.close_weight_channel()
+        if self.rank == 0:
+            self._weight_channel = WeightChannel.join(host, port, 0, world_size, timeout_s, device)
+
+    @register(Dispatch.ONE_TO_ALL, blocking=False)
+    def send_weights(self, bucket_bytes: int) -> None:
+        """Stream ``iter_full_params()`` into the channel in buckets of ``bucket_bytes``.
+
+        Every rank iterates (the gather is collective); rank 0 sends. Issued together with
+        the rollout's ``receive_weights``.
+        """
+        params = self.iter_full_params()
+        if self.rank != 0:
+            for _ in params:
+                pass
+            return
+        if self._weight_channel is None:
+            raise RuntimeError(
+                "SyncActorWorker.send_weights: rank 0 has no weight channel; call "
+                "join_weight_channel(host, port, world_size) first"
+            )
+        self._weight_channel.send(params, bucket_bytes)
+
     @register(Dispatch.ONE_TO_ALL)
-    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
-        """``{name: full tensor}`` (Hugging Face names) on rank 0, ``None`` on the others."""
-        state = {name: tensor.detach().cpu().clone() for name, tensor in self.iter_full_params()}
-        return state if self.rank == 0 else None
+    def close_weight_channel(self) -> None:
+        """Leave the weight channel, if joined."""
+        if self._weight_channel is not None:
+            self._weight_channel.close()
+            self._weight_channel = None
 
 
 OptionalRole = Literal["rollout", "ref", "critic", "reward_model"]
@@ -86,9 +130,11 @@ class RoleGroups:
         critic: CriticGroup | None = None,
         reward_model: RewardModelGroup | None = None,
         owned: list[object] | None = None,
+        weight_bucket_bytes: int = 64 << 20,
+        weight_device: str = "cpu",
     ) -> None:
         self.actor = actor
-        """Group with ``compute_log_prob``, ``update_actor``, checkpoints, ``full_state_dict``."""
+        """Group with ``compute_log_prob``, ``update_actor``, checkpoints, ``send_weights``."""
         self.fused = fused
         """Rollout shares the actor's processes (hybrid placement)."""
         self.owned: list[object] = owned if owned is not None else []
@@ -97,6 +143,11 @@ class RoleGroups:
         self._ref = ref
         self._critic = critic
         self._reward_model = reward_model
+        self.weight_bucket_bytes = weight_bucket_bytes
+        """``separate`` placement: bucket size of the weight channel, in bytes."""
+        self.weight_device = weight_device
+        """``separate`` placement: where the channel's buffers live (``cuda`` uses NCCL)."""
+        self._channel_open = False
 
     @property
     def rollout(self) -> RolloutGroup:
@@ -131,24 +182,66 @@ class RoleGroups:
         }
 
     def init_models(self) -> None:
-        """Build every role's model (collective per group); the actor first."""
+        """Build every role's model (collective per group); the actor first. In the
+        ``separate`` placement, then open the actor -> rollout weight channel."""
         self.actor.init_model()
         for group in self._optional().values():  # ref, critic, reward model, then rollout
             if group is not None:
                 group.init_model()
+        if not self.fused and self._rollout is not None:
+            self._open_weight_channel(self._rollout)
+
+    def _open_weight_channel(self, rollout: RolloutGroup) -> None:
+        host, port = self.actor.weight_channel_address()
+        world_size = 1 + rollout.world_size  # actor rank 0 + every rollout rank
+        # A rendezvous: both joins must be in flight before either can finish.
+        wait_together(
+            (
+                "actor",
+                "join_weight_channel",
+                self.actor,
+                self.actor.join_weight_channel(host, port, world_size, self.weight_device),
+            ),
+            (
+                "rollout",
+                "join_weight_channel",
+                rollout,
+                rollout.join_weight_channel(host, port, world_size, self.weight_device),
+            ),
+        )
+        self._channel_open = True
 
     def sync_weights(self) -> None:
-        """Load the actor's current weights into the rollout engine(s)."""
+        """Load the actor's current weights into the rollout engine(s).
+
+        ``hybrid``: in process. ``separate``: the actor streams them over the weight channel
+        while the rollout loads them; the driver only waits for both (it receives ``None``s).
+        """
         if self.fused:
             self.rollout.update_weights()  # reads the fused actor in-process, every rank
             return
-        state = self.actor.full_state_dict()[0]
-        if state is None:
-            raise RuntimeError("the actor's rank 0 returned no state dict to sync")
-        self.rollout.update_weights(state)
+        if not self._channel_open:
+            raise RuntimeError(
+                "RoleGroups.sync_weights: the weight channel is not open; call init_models() "
+                "first (it opens the channel in the separate placement)"
+            )
+        wait_together(
+            (
+                "actor",
+                "send_weights",
+                self.actor,
+                self.actor.send_weights(self.weight_bucket_bytes),
+            ),
+            ("rollout", "receive_weights", self.rollout, self.rollout.receive_weights()),
+        )
 
     def shutdown(self) -> None:
-        """End the worker processes and release their reservations."""
+        """Leave the weight channel, end the worker processes, release their reservations."""
+        if self._channel_open:
+            self._channel_open = False
+            for group in (self.actor, self._rollout):
+                with contextlib.suppress(Exception):  # best effort at teardown
+                    group.close_weight_channel()  # type: ignore[union-attr]
         for item in self.owned:
             kill = getattr(item, "kill", None) or getattr(item, "release", None)
             if kill is not None:
@@ -217,6 +310,8 @@ def build_role_groups(
         )
         owned += [rollout_group, rollout_pool]
     return RoleGroups(
+        weight_bucket_bytes=trainer.weight_bucket_mb << 20,
+        weight_device="cuda" if trainer.use_gpu else "cpu",
         actor=as_group(views["actor"], ActorGroup),
         fused=hybrid,
         rollout=_optional_group(rollout_group, RolloutGroup),
@@ -244,3 +339,25 @@ def _pool(
         cpus_per_worker=trainer.cpus_per_worker,
         gpus_per_worker=gpus_per_worker,
     )
+
+
+def wait_together(*calls: tuple[str, str, object, list[Any]]) -> None:
+    """Wait for the handles of non-blocking calls on several groups at once.
+
+    ``calls`` are ``(role, method, group, handles)``. A failure on any rank of any group
+    raises at once (the group's error names group, rank, method and node) instead of after
+    the peers of a collective time out. Local-backend handles are already results.
+    """
+    import ray
+
+    pending: dict[Any, tuple[str, str, object, int]] = {}
+    for role, method, group, handles in calls:
+        for rank, handle in enumerate(handles):
+            if isinstance(handle, ray.ObjectRef):
+                pending[handle] = (role, method, group, rank)
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.5)
+        for ref in ready:
+            role, method, group, rank = pending.pop(ref)
+            # the group's own waiter turns a remote error or a dead worker into a named one
+            group._wait(method, [ref], [rank])  # type: ignore[attr-defined]
