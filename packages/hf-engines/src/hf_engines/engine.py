@@ -34,12 +34,23 @@ LossOutput = tuple[torch.Tensor, dict[str, float]]
 """A scalar loss to back-propagate, and metrics (name -> number) to report."""
 
 LossFn = Callable[[ModelOutputs, DataProto], LossOutput]
-"""``loss_fn(outputs, micro_batch) -> (loss, metrics)``, a pure function.
+"""``loss_fn(outputs, micro_batch) -> (share, metrics)``, a pure function.
 
-The engine weights each micro-batch's loss by its share of the mini-batch's response tokens
-(``response_mask.sum()``, counted over all data-parallel ranks), so a loss that is a mean
-over the micro-batch's response tokens yields the token mean over the whole mini-batch,
-whatever the micro-batch split and the number of ranks.
+Global normalisers: once per mini-batch the engine counts the response tokens
+(``response_mask.sum()``) and the sequences (rows with at least one response token) over
+all data-parallel ranks, and hands them to every micro-batch as
+``micro_batch.meta_info[fields.MINI_BATCH_TOTALS] = {"tokens": ..., "sequences": ...}``
+(a copy per micro-batch). The loss function returns its micro-batch's **share** of the
+mini-batch loss: a sum over its tokens divided by the total tokens (token mean), or a sum
+over its sequences divided by the total sequences (sequence means). The shares of all
+micro-batches of all ranks add up to the mini-batch loss, so the step is the same whatever
+the micro-batch split and the number of ranks. The engine back-propagates the shares (scaled
+for how its data-parallel gradient reduction combines ranks) and reports ``loss`` as their
+global sum; the metrics are averaged over this rank's micro-batches that hold tokens.
+
+Called without totals (a unit test calling it directly), a loss uses the micro-batch's own
+counts, i.e. it returns the micro-batch's own mean. A micro-batch without response tokens
+(a rank's filler row) must give a share of exactly zero.
 """
 
 
@@ -69,7 +80,8 @@ class TrainingEngine(Protocol):
     def train_step(self, mini_batch: DataProto, loss_fn: LossFn) -> dict[str, float]:
         """One optimizer step over ``mini_batch``: micro-batches, grad accumulation, clip, LR.
 
-        The temperature is read from ``mini_batch.meta_info["temperature"]`` (default 1.0).
+        Collective over the data-parallel ranks, each with its part of the global mini-batch
+        (any size >= 1; see :data:`LossFn` for how the loss is normalised). The temperature is read from ``mini_batch.meta_info["temperature"]`` (default 1.0).
         Returns the averaged ``loss_fn`` metrics plus ``loss``, ``grad_norm`` and ``lr``.
         """
         ...

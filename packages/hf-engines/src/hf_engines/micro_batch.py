@@ -74,3 +74,32 @@ def split_micro_batches(batch: DataProto, config: MicroBatchConfig) -> list[Data
     if len(groups) == 1:
         return [batch]
     return [batch.slice(group[0], group[-1] + 1) for group in groups]
+
+
+def response_counts(micro_batches: Sequence[DataProto]) -> tuple[float, float]:
+    """``(response tokens, sequences)`` of ``micro_batches``; a sequence is a row with at
+    least one response token (``response_mask`` ``(b, R)``)."""
+    tokens = 0.0
+    sequences = 0.0
+    for micro in micro_batches:
+        mask = batch_tensors(micro)[fields.RESPONSE_MASK]
+        tokens += float(mask.sum())
+        sequences += float((mask.sum(dim=-1) > 0).sum())
+    return tokens, sequences
+
+
+def with_totals(micro_batch: DataProto, tokens: float, sequences: float) -> DataProto:
+    """``micro_batch`` with the mini-batch totals in a meta_info of its own.
+
+    The tensors are shared; the meta_info dict is a copy, so the totals never leak into the
+    caller's batch or into another micro-batch.
+    """
+    meta_info = {
+        **micro_batch.meta_info,
+        fields.MINI_BATCH_TOTALS: {"tokens": tokens, "sequences": sequences},
+    }
+    return DataProto(
+        batch=micro_batch.batch,
+        non_tensor_batch=micro_batch.non_tensor_batch,
+        meta_info=meta_info,
+    )
