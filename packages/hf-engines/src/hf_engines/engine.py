@@ -81,7 +81,8 @@ class TrainingEngine(Protocol):
         """One optimizer step over ``mini_batch``: micro-batches, grad accumulation, clip, LR.
 
         Collective over the data-parallel ranks, each with its part of the global mini-batch
-        (any size >= 1; see :data:`LossFn` for how the loss is normalised). The temperature is read from ``mini_batch.meta_info["temperature"]`` (default 1.0).
+        (any size >= 1; see :data:`LossFn` for how the loss is normalised). The temperature
+        is read from ``mini_batch.meta_info["temperature"]`` (default 1.0).
         Returns the averaged ``loss_fn`` metrics plus ``loss``, ``grad_norm`` and ``lr``.
         """
         ...

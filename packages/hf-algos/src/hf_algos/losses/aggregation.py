@@ -113,7 +113,7 @@ def global_share(
         local, total = (mask.sum(dim=-1) > 0).to(loss.dtype).sum(), float(totals["sequences"])
     if total <= 0:
         raise ValueError(
-            f"the mini-batch totals {dict(totals)} count no {'tokens' if mode == 'token-mean' else 'sequences'}; "
-            "an engine must not run a step on a mini-batch without response tokens"
+            f"the mini-batch totals {dict(totals)} count nothing to average over; an engine "
+            "must not run a step on a mini-batch without response tokens"
         )
     return loss * (local / total)

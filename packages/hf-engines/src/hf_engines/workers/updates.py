@@ -125,6 +125,17 @@ def shard_sizes(rows: int, group: dist.ProcessGroup | None) -> list[int]:
     return [int(s.item()) for s in sizes]
 
 
+def shuffle_seed(seed: int, global_step: int, epoch: int) -> int:
+    """Seed of the row shuffle in ``epoch`` of the update call that starts at ``global_step``.
+
+    Derived from the engine's optimizer step (restored by ``load_checkpoint``) rather than
+    from a count of update calls, so a resumed run shuffles exactly like an uninterrupted
+    one. Every call advances the step by at least ``ppo_epochs``, so no two epochs of a
+    run share a seed.
+    """
+    return seed + global_step * 1000 + epoch
+
+
 def run_update(
     engine: TrainingEngine,
     shard: DataProto,
