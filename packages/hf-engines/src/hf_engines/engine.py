@@ -16,7 +16,7 @@ from typing import Protocol, TypedDict, runtime_checkable
 
 import torch
 
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 
 
 class ModelOutputs(TypedDict, total=False):
@@ -52,6 +52,19 @@ Called without totals (a unit test calling it directly), a loss uses the micro-b
 counts, i.e. it returns the micro-batch's own mean. A micro-batch without response tokens
 (a rank's filler row) must give a share of exactly zero.
 """
+
+
+def mini_batch_total(micro_batch: DataProto, key: str, local: torch.Tensor) -> torch.Tensor:
+    """The mini-batch total ``key`` (``"tokens"`` / ``"sequences"``) that the engine put in
+    ``micro_batch.meta_info`` (see :data:`LossFn`), or ``local`` (the micro-batch's own count
+    as a scalar tensor, at least 1) when the loss is called without one.
+
+    A token-mean loss returns ``masked_sum / mini_batch_total(mb, "tokens", mask.sum())``.
+    """
+    totals = micro_batch.meta_info.get(fields.MINI_BATCH_TOTALS)
+    if totals is None:
+        return local.clamp(min=1.0)
+    return torch.as_tensor(float(totals[key]), dtype=local.dtype, device=local.device)
 
 
 @runtime_checkable

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from hf_engines.engine import LossOutput, ModelOutputs
+from hf_engines.engine import LossOutput, ModelOutputs, mini_batch_total
 from hf_protocol import DataProto, build_prompt_response_batch, fields
 from hf_protocol.testing import save_tiny_model, tiny_decoder_config
 
@@ -72,15 +72,6 @@ def _response_mask(micro_batch: DataProto, device: torch.device) -> torch.Tensor
     if micro_batch.batch is None:
         raise ValueError("a toy loss needs a batch with tensors; this DataProto has none")
     return micro_batch.batch[fields.RESPONSE_MASK].float().to(device)
-
-
-def mini_batch_total(micro_batch: DataProto, key: str, local: torch.Tensor) -> torch.Tensor:
-    """The mini-batch total ``key`` (``"tokens"`` / ``"sequences"``) the engine put in
-    meta_info, or ``local`` (this micro-batch's own count, at least 1) when called without."""
-    totals = micro_batch.meta_info.get(fields.MINI_BATCH_TOTALS)
-    if totals is None:
-        return local.clamp(min=1.0)
-    return torch.as_tensor(float(totals[key]), dtype=local.dtype, device=local.device)
 
 
 def toy_nll_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
