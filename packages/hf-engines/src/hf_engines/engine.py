@@ -46,7 +46,9 @@ over its sequences divided by the total sequences (sequence means). The shares o
 micro-batches of all ranks add up to the mini-batch loss, so the step is the same whatever
 the micro-batch split and the number of ranks. The engine back-propagates the shares (scaled
 for how its data-parallel gradient reduction combines ranks) and reports ``loss`` as their
-global sum; the metrics are averaged over this rank's micro-batches that hold tokens.
+global sum; each metric is averaged over the micro-batches that hold response tokens, of
+all data-parallel ranks (every rank reports the same values, so every micro-batch must
+return the same metric names).
 
 Called without totals (a unit test calling it directly), a loss uses the micro-batch's own
 counts, i.e. it returns the micro-batch's own mean. A micro-batch without response tokens

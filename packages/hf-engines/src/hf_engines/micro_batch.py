@@ -6,8 +6,10 @@ the batch's order back without any bookkeeping.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+import torch
+import torch.distributed as dist
 from tensordict import TensorDict
 
 from hf_engines.config import MicroBatchConfig
@@ -103,3 +105,33 @@ def with_totals(micro_batch: DataProto, tokens: float, sequences: float) -> Data
         non_tensor_batch=micro_batch.non_tensor_batch,
         meta_info=meta_info,
     )
+
+
+def add_metrics(sums: dict[str, float], metrics: Mapping[str, float], counted: bool) -> None:
+    """Add a micro-batch's loss metrics to ``sums``; one without response tokens
+    (``counted=False``, a filler) adds its names only, so every rank holds the same names."""
+    for name, value in metrics.items():
+        sums[name] = sums.get(name, 0.0) + (float(value) if counted else 0.0)
+
+
+def global_step_metrics(
+    loss: float,
+    sums: dict[str, float],
+    counted: int,
+    device: torch.device,
+    group: dist.ProcessGroup | None = None,
+) -> dict[str, float]:
+    """``loss`` summed and each metric averaged over the ``counted`` micro-batches with
+    tokens of every rank of ``group`` (one all-reduce; collective).
+
+    Every rank must hold the same metric names (the same loss function on every rank).
+    """
+    names = sorted(sums)
+    values = [loss, float(counted), *(sums[name] for name in names)]
+    total = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(total, group=group)
+    reduced = total.tolist()
+    count = max(reduced[1], 1.0)
+    result = {name: value / count for name, value in zip(names, reduced[2:], strict=True)}
+    result["loss"] = reduced[0]
+    return result

@@ -22,7 +22,9 @@ from hf_engines.fsdp.forward import forward_micro_batch
 from hf_engines.fsdp.sharding import build_mesh, resolve_device, shard_model
 from hf_engines.fsdp.unpad import PaddingMode, choose_padding_mode
 from hf_engines.micro_batch import (
+    add_metrics,
     batch_tensors,
+    global_step_metrics,
     response_counts,
     split_micro_batches,
     with_totals,
@@ -177,13 +179,11 @@ class FSDPEngine:
             share, metrics = loss_fn(self._forward(micro, temperature), micro)
             # The alignment repeats (real=False) only keep the collectives in step.
             (share * (world_size if real else 0.0)).backward()
-            if not real:
-                continue
-            local_loss += float(share.detach())
-            if response_counts([micro])[0] > 0:  # a filler row has no metrics to report
-                with_tokens += 1
-                for name, value in metrics.items():
-                    sums[name] = sums.get(name, 0.0) + float(value)
+            if real:
+                local_loss += float(share.detach())
+                counted = response_counts([micro])[0] > 0  # a filler's metrics mean nothing
+                with_tokens += int(counted)
+                add_metrics(sums, metrics, counted)
         grad_norm = self._clip_gradients()
         # A non-finite norm (the same on every rank) would poison the weights: skip the
         # update, but keep the schedule and step count moving so every rank stays aligned.
@@ -193,8 +193,8 @@ class FSDPEngine:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self._global_step += 1
-        result = {name: total / with_tokens for name, total in sums.items()}
-        result.update(loss=self._global_sums(local_loss)[0], grad_norm=grad_norm, lr=lr)
+        result = global_step_metrics(local_loss, sums, with_tokens, self.device)
+        result.update(grad_norm=grad_norm, lr=lr)
         return result
 
     def _clip_gradients(self) -> float:

@@ -31,7 +31,9 @@ from hf_engines.megatron.parallel import initialize_parallel, pipeline_rank_of_s
 from hf_engines.megatron.pipeline import StageInput, prepare, response_outputs, run_schedule
 from hf_engines.megatron.weights import iter_full_tensors, load_full_weights
 from hf_engines.micro_batch import (
+    add_metrics,
     batch_tensors,
+    global_step_metrics,
     response_counts,
     split_micro_batches,
     with_totals,
@@ -176,15 +178,14 @@ class MegatronEngine:
         for item in inputs:
             item.micro_batch = with_totals(item.micro_batch, tokens, sequences)
         sums: dict[str, float] = {}
-        local = {"loss": 0.0, "with_tokens": 0.0}
+        local = {"loss": 0.0, "with_tokens": 0}
 
         def loss_head(output: torch.Tensor, item: StageInput) -> torch.Tensor:
             share, metrics = loss_fn(self._head(output, item, temperature), item.micro_batch)
             local["loss"] += float(share.detach())
-            if response_counts([item.micro_batch])[0] > 0:  # a filler row reports nothing
-                local["with_tokens"] += 1
-                for name, value in metrics.items():
-                    sums[name] = sums.get(name, 0.0) + float(value)
+            counted = response_counts([item.micro_batch])[0] > 0  # a filler reports nothing
+            local["with_tokens"] += int(counted)
+            add_metrics(sums, metrics, counted)
             return share
 
         run_schedule(self.model, inputs, loss_head, self.hf_config.hidden_size, True)
@@ -197,8 +198,13 @@ class MegatronEngine:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self._global_step += 1
-        result = {name: value / local["with_tokens"] for name, value in sums.items()}
-        result["loss"] = self._data_parallel_sums(local["loss"])[0]
+        result = global_step_metrics(
+            local["loss"],
+            sums,
+            int(local["with_tokens"]),
+            self.device,
+            parallel_state.get_data_parallel_group(),
+        )
         result = _from_last_stage(result)
         result.update(grad_norm=grad_norm, lr=lr)
         return result
