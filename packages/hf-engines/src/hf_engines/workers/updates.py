@@ -41,7 +41,8 @@ class UpdateConfig:
     ppo_epochs: int = 1
     """Passes over the batch per update call."""
     shuffle: bool = False
-    """Shuffle each rank's rows before every epoch (seeded, so every run repeats)."""
+    """Shuffle each rank's rows before every epoch (seeded, so every run repeats); the
+    permutation depends on the worker count, so only ``False`` gives one worker's steps."""
     seed: int = 0
     """Seed of the shuffle; epoch ``e`` of the update call starting at optimizer step ``s``
     uses ``seed + s * 1000 + e`` (see :func:`shuffle_seed`), so resuming repeats it."""
