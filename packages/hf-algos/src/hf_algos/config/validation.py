@@ -1,10 +1,11 @@
 """Checks that span several sections of a trainer config, run before any worker starts.
 
 Each section checks its own values (:mod:`hf_algos.config.sections`); the checks here hold
-sections against each other: every worker gets rows (nothing else has to divide, except
-that DPO pairs stay whole), the advantage estimator against the critic and ``rollout.n``, validation
-against ``data.val_files``. Every error is a :class:`hf_controller.ConfigurationError` that
-names the numbers involved and a value that works.
+sections against each other: every worker gets rows (nothing has to divide; DPO pairs
+stay whole through ``UpdateConfig.row_group_size``), the advantage estimator against the
+critic and ``rollout.n``, validation against ``data.val_files``. Every error is a
+:class:`hf_controller.ConfigurationError` that names the numbers involved and a value that
+works.
 
 The root configs (:mod:`hf_algos.config.trainers`) call these from ``__post_init__``. So that
 this module never imports them back, each check takes the sections it reads, not the root.
@@ -43,11 +44,6 @@ def check_mini_batches(role: str, rows: int, world_size: int, rows_name: str) ->
             f"workers (trainer.n_workers) without a row; use at most {rows} workers or more "
             "rows per step"
         )
-
-
-def _divisors_text(n: int) -> str:
-    divisors = [d for d in range(1, n + 1) if n % d == 0]
-    return ", ".join(map(str, divisors))
 
 
 def check_estimator(
@@ -176,35 +172,12 @@ def validate_dpo_config(
             f"(got micro_batch_size={micro.micro_batch_size}, max_tokens={micro.max_tokens}); "
             f"e.g. micro_batch_size=2"
         )
-    _check_pairs_stay_whole(pairs, dpo, trainer.n_workers)
+    if not dpo.online:  # online DPO trims its pairs to a multiple of the workers itself
+        check_mini_batches(
+            "dpo", pairs, trainer.n_workers, f"data.train_batch_size = {pairs} pairs"
+        )
     check_tokenizer_source(data, actor)
     _check_loop(trainer, bool(data.val_files))
-
-
-def _check_pairs_stay_whole(pairs: int, dpo: DPOSection, workers: int) -> None:
-    """The row splits of a DPO step must fall between pairs, never inside one.
-
-    The dispatch gives each worker a balanced slice of the ``2 * pairs`` rows and the update
-    cuts balanced mini-batch ranges of ``2 * dpo.mini_batch_size`` rows (offline); both are
-    row-balanced, so their sizes must come out even. Online DPO trims its pairs to a multiple
-    of the workers and trains them as one mini-batch, so only offline DPO is checked.
-    """
-    if dpo.online:
-        return
-    if pairs % workers != 0:
-        raise ConfigurationError(
-            f"DPO gives each of the {workers} workers (trainer.n_workers) a balanced slice of "
-            f"the 2 x {pairs} pair rows, which would split a pair unless data.train_batch_size "
-            f"is a multiple of {workers}; use {workers * max(1, pairs // workers)} pairs per "
-            f"step or one of {_divisors_text(pairs)} workers"
-        )
-    mini_batches = -(-pairs // dpo.mini_batch_size)
-    if pairs % mini_batches != 0:
-        raise ConfigurationError(
-            f"dpo.mini_batch_size={dpo.mini_batch_size} cuts data.train_batch_size={pairs} "
-            f"pairs into {mini_batches} balanced mini-batches that would split a pair; "
-            f"choose one of {_divisors_text(pairs)}"
-        )
 
 
 def validate_sft_config(

@@ -46,8 +46,13 @@ class UpdateConfig:
     seed: int = 0
     """Seed of the shuffle; epoch ``e`` of the update call starting at optimizer step ``s``
     uses ``seed + s * 1000 + e`` (see :func:`shuffle_seed`), so resuming repeats it."""
+    row_group_size: int = 1
+    """Consecutive rows that stay together on one rank, in one mini-batch and through a
+    shuffle: 2 for DPO's (chosen, rejected) pairs. Batches must hold whole groups."""
 
     def __post_init__(self) -> None:
+        if self.row_group_size < 1:
+            raise ConfigurationError(f"row_group_size={self.row_group_size} must be >= 1")
         if self.ppo_mini_batch_size < 1:
             raise ConfigurationError(f"ppo_mini_batch_size={self.ppo_mini_batch_size} must be >= 1")
         if self.ppo_epochs < 1:
@@ -60,18 +65,62 @@ def count_mini_batches(global_rows: int, mini_batch_size: int) -> int:
 
 
 FILLER_ROWS = 2
-"""Rows of a filler: two, so a loss over pairs of adjacent rows (DPO) still sees a pair."""
+"""Rows of a filler: two, so a loss over pairs of adjacent rows (DPO) still sees a pair
+(shards of row groups start on a group boundary)."""
 
 
-def mini_batch_ranges(global_rows: int, mini_batch_size: int) -> list[tuple[int, int]]:
+def mini_batch_ranges(
+    global_rows: int, mini_batch_size: int, row_group_size: int = 1
+) -> list[tuple[int, int]]:
     """``(start, stop)`` global row ranges of the mini-batches: contiguous, balanced.
 
     ``ceil(global_rows / mini_batch_size)`` ranges whose sizes differ by at most one
     (7 rows, mini-batch size 4 -> ``[(0, 4), (4, 7)]``); one range when the mini-batch
-    size exceeds the batch.
+    size exceeds the batch. With ``row_group_size`` ``g`` the ranges are balanced in whole
+    groups of ``g`` rows (10 rows in pairs, size 4 -> ``[(0, 4), (4, 8), (8, 10)]``).
     """
-    count = count_mini_batches(global_rows, mini_batch_size)
-    return offsets(balanced_chunk_sizes(global_rows, count))
+    groups = _whole_groups(global_rows, row_group_size)
+    count = min(count_mini_batches(global_rows, mini_batch_size), max(groups, 1))
+    bounds = offsets(balanced_chunk_sizes(groups, count))
+    return [(start * row_group_size, stop * row_group_size) for start, stop in bounds]
+
+
+def _whole_groups(rows: int, row_group_size: int) -> int:
+    if rows % row_group_size:
+        raise ValueError(
+            f"the batch has {rows} rows, not whole groups of row_group_size={row_group_size} "
+            "(e.g. DPO pairs); send whole groups"
+        )
+    return rows // row_group_size
+
+
+def regroup_shards(
+    shard: DataProto, sizes: list[int], row_group_size: int, group: dist.ProcessGroup | None
+) -> tuple[DataProto, list[int]]:
+    """This rank's shard and all shard sizes, moved so that no row group straddles two
+    ranks (collective when it moves rows).
+
+    The driver's dispatch balances rows, not groups (10 rows on 3 ranks: 4/3/3 splits the
+    third pair); then the ranks exchange their shards and each takes its balanced share of
+    whole groups (4/4/2). Already aligned shards are returned as they are.
+    """
+    bounds = [sum(sizes[:r]) for r in range(len(sizes) + 1)]
+    if all(bound % row_group_size == 0 for bound in bounds):
+        return shard, sizes
+    gathered: list[DataProto | None] = [None] * len(sizes)
+    dist.all_gather_object(gathered, shard, group=group)
+    whole = DataProto.concat([part for part in gathered if part is not None and len(part)])
+    groups = _whole_groups(len(whole), row_group_size)
+    sizes = [n * row_group_size for n in balanced_chunk_sizes(groups, len(sizes))]
+    start = sum(sizes[: dist.get_rank(group)])
+    return whole.slice(start, start + sizes[dist.get_rank(group)]), sizes
+
+
+def group_permutation(rows: int, row_group_size: int, generator: torch.Generator) -> torch.Tensor:
+    """A random order of ``rows`` row indices that moves groups of ``row_group_size``
+    consecutive rows as units (``torch.randperm(rows)`` when the size is 1)."""
+    order = torch.randperm(_whole_groups(rows, row_group_size), generator=generator)
+    return (order.unsqueeze(1) * row_group_size + torch.arange(row_group_size)).flatten()
 
 
 def filler_rows(shard: DataProto) -> DataProto:
@@ -153,14 +202,16 @@ def run_update(
     metrics plus ``loss``, ``grad_norm`` and ``lr`` from the engine).
     """
     sizes = shard_sizes(len(shard), group)
+    if config.row_group_size > 1:
+        shard, sizes = regroup_shards(shard, sizes, config.row_group_size, group)
     if 0 in sizes:  # every rank sees it, so all of them stop instead of hanging
         raise ValueError(
             f"data-parallel rank {sizes.index(0)} got no rows for the update (shard sizes "
-            f"{sizes}); send at least one row per worker: use at most {sum(sizes)} workers "
-            "(trainer.n_workers) or more rows per step"
+            f"{sizes}); send at least one row (row group) per worker: use at most "
+            f"{sum(sizes) // config.row_group_size} workers (trainer.n_workers) or more rows"
         )
     start = sum(sizes[: dist.get_rank(group)])
-    ranges = mini_batch_ranges(sum(sizes), config.ppo_mini_batch_size)
+    ranges = mini_batch_ranges(sum(sizes), config.ppo_mini_batch_size, config.row_group_size)
     first_step = engine.global_step
     metrics: dict[str, list[float]] = {}
     for epoch in range(config.ppo_epochs):
@@ -168,7 +219,7 @@ def run_update(
         if config.shuffle:
             seed = shuffle_seed(config.seed, first_step, epoch)
             generator = torch.Generator().manual_seed(seed)
-            permutation = torch.randperm(len(shard), generator=generator)
+            permutation = group_permutation(len(shard), config.row_group_size, generator)
         for mini in split_mini_batches(shard, start, ranges, permutation):
             for name, value in engine.train_step(mini, loss_fn).items():
                 metrics.setdefault(f"{prefix}/{name}", []).append(float(value))
