@@ -26,6 +26,7 @@ from hf_engines.workers import (
     split_mini_batches,
 )
 from hf_engines.workers.reward_model import place_on_last_token, with_score_position
+from hf_engines.workers.updates import group_permutation
 
 
 def test_mini_batches_are_the_same_global_rows_for_any_worker_count() -> None:
@@ -34,6 +35,13 @@ def test_mini_batches_are_the_same_global_rows_for_any_worker_count() -> None:
     assert mini_batch_ranges(7, 4) == [(0, 4), (4, 7)]
     assert mini_batch_ranges(9, 4) == [(0, 3), (3, 6), (6, 9)]  # balanced, no divisor
     assert mini_batch_ranges(5, 8) == [(0, 5)]  # larger than the step: one mini-batch
+    assert mini_batch_ranges(10, 4, row_group_size=2) == [(0, 4), (4, 8), (8, 10)]  # pairs
+    assert mini_batch_ranges(10, 6, row_group_size=2) == [(0, 6), (6, 10)]
+    with pytest.raises(ValueError, match="not whole groups of row_group_size=2"):
+        mini_batch_ranges(7, 4, row_group_size=2)
+    order = group_permutation(6, 2, torch.Generator().manual_seed(0))
+    assert sorted(order.tolist()) == list(range(6))
+    assert all(int(order[i]) % 2 == 0 and order[i + 1] == order[i] + 1 for i in (0, 2, 4))
     batch = make_toy_batch(7)
     ranges = mini_batch_ranges(7, 4)
     ids = batch.batch["input_ids"]

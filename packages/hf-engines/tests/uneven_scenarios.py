@@ -1,12 +1,15 @@
 """Uneven batches on N gloo ranks, run by test_uneven_batches.py (``launch_ranks``).
 
-Usage: ``python uneven_scenarios.py {fsdp,megatron} MODEL_DIR OUT_DIR [MICRO,...]``. For
+Usage: ``python uneven_scenarios.py {fsdp,megatron,pairs} MODEL_DIR OUT_DIR [MICRO,...]``. For
 every loss aggregation mode and micro-batch setting (default: all of :data:`MICRO_BATCHES`),
 a fresh engine takes one update call of :func:`run_update` on the same 7-row batch (global
 mini-batches of rows 0-2, 3-4, 5-6; each rank holds its balanced slice as the driver's
 dispatch sends it: on 2 ranks rows 0-3 and 4-6, so one mini-batch is split between the
 ranks and the others leave a rank with a filler). Rank 0 writes ``OUT_DIR/rank0.pt``: per
-case the step losses, grad norms and the updated weights.
+case the step losses, grad norms and the updated weights. ``pairs``: FSDP on 10 rows held as
+5 pairs (``row_group_size=2``, mini-batches of 3 + 2 pairs), with a loss that refuses a
+micro-batch that is not whole pairs; on 3 ranks the dispatch's 4/3/3 rows split a pair, so
+the ranks regroup to 4/4/2.
 """
 
 from __future__ import annotations
@@ -52,6 +55,12 @@ def toy_agg_loss(outputs: ModelOutputs, micro_batch: DataProto, *, mode: str) ->
     return loss, {"agg": float(loss.detach())}
 
 
+def pair_loss(outputs: ModelOutputs, micro_batch: DataProto, *, mode: str) -> LossOutput:
+    """:func:`toy_agg_loss` on a micro-batch of whole pairs (rows ``2k``, ``2k + 1``)."""
+    assert len(micro_batch) % 2 == 0, f"a micro-batch of {len(micro_batch)} rows splits a pair"
+    return toy_agg_loss(outputs, micro_batch, mode=mode)
+
+
 def _engine(backend: str, model_dir: str, micro_batch: dict[str, Any]) -> Any:
     config = config_from_dict(
         EngineConfig,
@@ -73,11 +82,16 @@ def _engine(backend: str, model_dir: str, micro_batch: dict[str, Any]) -> Any:
 
 def run_case(backend: str, model_dir: str, mode: str, micro: str) -> dict[str, Any]:
     """One update call on this rank's slice; losses, grad norms and weights after it."""
-    engine = _engine(backend, model_dir, MICRO_BATCHES[micro])
-    batch = make_toy_batch(ROWS, seed=11)
+    pairs = backend == "pairs"
+    engine = _engine("fsdp" if pairs else backend, model_dir, MICRO_BATCHES[micro])
+    batch = make_toy_batch(10 if pairs else ROWS, seed=11)
     shard = batch.chunk(dist.get_world_size())[dist.get_rank()]
-    config = UpdateConfig(engine=engine.config, ppo_mini_batch_size=MINI_BATCH)
-    loss_fn = functools.partial(toy_agg_loss, mode=mode)
+    config = UpdateConfig(
+        engine=engine.config,
+        ppo_mini_batch_size=6 if pairs else MINI_BATCH,
+        row_group_size=2 if pairs else 1,
+    )
+    loss_fn = functools.partial(pair_loss if pairs else toy_agg_loss, mode=mode)
     metrics = run_update(engine, shard, config, loss_fn, "actor")
     params = {name: tensor.detach().clone() for name, tensor in engine.iter_full_params()}
     return {
@@ -91,11 +105,12 @@ def main() -> None:
     """Run every (mode, micro-batch) case on this rank; rank 0 saves the results."""
     backend, model_dir, out_dir = sys.argv[1:4]
     micros = sys.argv[4].split(",") if len(sys.argv) > 4 else list(MICRO_BATCHES)
+    modes = MODES[:1] if backend == "pairs" else MODES
     torch.use_deterministic_algorithms(True)
     dist.init_process_group("gloo")
     results = {
         (mode, micro): run_case(backend, model_dir, mode, micro)
-        for mode in MODES
+        for mode in modes
         for micro in micros
     }
     if dist.get_rank() == 0:
