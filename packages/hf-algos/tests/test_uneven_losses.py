@@ -4,8 +4,9 @@ A 7-row PPO batch (responses of different lengths, advantages of both signs, ent
 KL terms) with global mini-batches of 4 + 3 rows, on 1, 2 and 3 gloo FSDP ranks (7 split
 7 / 4+3 / 3+2+2). For token-mean, seq-mean-token-mean and seq-mean-token-sum-norm the step
 losses, grad norms and updated weights equal one rank taking each mini-batch as one
-micro-batch (``rows7``), to fp32 rounding (``atol=1e-6``, ``rtol=0``; AdamW at
-``lr=1e-4``). The micro-batch settings (rows of 1, 2, 7 and a 12-token budget) are spread
+micro-batch (``rows7``), to fp32 rounding (losses and grad norms ``atol=1e-6``; weights
+after AdamW at ``lr=1e-4``, which divides near-zero gradient entries by their own RMS,
+``atol=5e-6``). The micro-batch settings (rows of 1, 2, 7 and a 12-token budget) are spread
 over the world sizes to keep the three launches short.
 """
 
@@ -56,4 +57,4 @@ def test_ppo_actor_loss_step_matches_one_rank_one_micro_batch(
         torch.tensor(case["grad_norm"]), torch.tensor(reference["grad_norm"]), **close
     )
     for name, tensor in case["params"].items():
-        torch.testing.assert_close(tensor, reference["params"][name], **close, msg=name)
+        torch.testing.assert_close(tensor, reference["params"][name], atol=5e-6, rtol=0, msg=name)
