@@ -4,9 +4,9 @@ Batch convention for DPO training: a pair is two **adjacent rows**, the chosen r
 an even row ``2k`` and the rejected one at ``2k + 1``, both for the same prompt and padded
 to the same response length. The reference model's per-token log-probs are in the batch as
 ``ref_log_prob`` (``(B, R)``, from ``ReferenceWorker.compute_ref_log_prob``). Every split
-of the batch (across data-parallel ranks, into mini- and micro-batches) must therefore keep
-an even number of rows: use even batch, mini-batch and micro-batch row counts (not a token
-budget). :func:`dpo_loss_fn` raises on an odd micro-batch.
+of the batch must therefore keep pairs whole: the actor's update regroups rank shards and
+cuts mini-batches in pairs (``UpdateConfig.row_group_size=2``), and the micro-batch size
+must be even (not a token budget); :func:`dpo_loss_fn` raises on an odd micro-batch.
 
 The loss is the mean over the mini-batch's pairs whatever the split: each micro-batch
 returns its share, the sum of its pairs' losses over the mini-batch's pair count (half the

@@ -11,7 +11,8 @@ zeroed), which adds exactly nothing to the loss or the gradient under the engine
 normalisers (:data:`hf_engines.engine.LossFn`). So with ``shuffle=False`` a step on N
 workers equals the step on one. ``shuffle=True`` permutes each rank's own rows (the
 permutation differs with the worker count, so only ``shuffle=False`` is worker-count
-invariant).
+invariant). ``row_group_size`` keeps groups of consecutive rows (DPO pairs) whole: shards
+that split a group are regrouped between the ranks, and ranges and shuffles move groups.
 """
 
 from __future__ import annotations
