@@ -43,7 +43,7 @@ import torch.distributed as dist
 from bench_support import machine_line, write_section
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from hf_engines import EngineConfig, FSDPEngine, LossOutput, ModelOutputs
+from hf_engines import EngineConfig, FSDPEngine, LossOutput, ModelOutputs, mini_batch_total
 from hf_engines.config import MicroBatchConfig, ModelConfig, OptimConfig
 from hf_engines.micro_batch import batch_tensors
 from hf_engines.testing import make_toy_batch
@@ -54,9 +54,10 @@ RemovePadding = Literal["auto", "pack", "trim", "off"]
 
 
 def nll_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
-    """Token-mean negative log-likelihood of the response tokens."""
+    """This micro-batch's share of the token-mean NLL of the mini-batch's response tokens."""
     mask = batch_tensors(micro_batch)["response_mask"].float()
-    loss = -(outputs["log_probs"] * mask).sum() / mask.sum()
+    tokens = mini_batch_total(micro_batch, "tokens", mask.sum())
+    loss = -(outputs["log_probs"] * mask).sum() / tokens
     return loss, {}
 
 

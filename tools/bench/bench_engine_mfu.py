@@ -44,7 +44,14 @@ import torch
 import torch.distributed as dist
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 
-from hf_engines import EngineConfig, FSDPEngine, LossOutput, ModelOutputs, config_from_dict
+from hf_engines import (
+    EngineConfig,
+    FSDPEngine,
+    LossOutput,
+    ModelOutputs,
+    config_from_dict,
+    mini_batch_total,
+)
 from hf_engines.micro_batch import batch_tensors
 from hf_engines.workers import init_distributed
 from hf_protocol import DataProto
@@ -110,9 +117,10 @@ def make_batch(args: argparse.Namespace) -> DataProto:
 
 
 def nll_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
-    """Token-mean negative log-likelihood of the responses."""
+    """This micro-batch's share of the mini-batch's token-mean NLL of the responses."""
     mask = batch_tensors(micro_batch)["response_mask"].to(outputs["log_probs"].device).float()
-    loss = -(outputs["log_probs"] * mask).sum() / mask.sum()
+    tokens = mini_batch_total(micro_batch, "tokens", mask.sum())
+    loss = -(outputs["log_probs"] * mask).sum() / tokens
     return loss, {}
 
 

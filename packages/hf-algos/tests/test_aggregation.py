@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hf_algos.losses import LOSS_AGG_MODES, aggregate_loss
+from hf_algos.losses import LOSS_AGG_MODES, aggregate_loss, global_share
 from hf_algos.masked import masked_mean, masked_var, masked_whiten
 
 LOSS = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 7.0, 7.0]])
@@ -62,3 +62,32 @@ def test_masked_statistics_by_hand() -> None:
     assert masked_var(values, mask, unbiased=False).item() == 1.0
     white = masked_whiten(values, mask, eps=0.0)
     torch.testing.assert_close(white[0, :2], torch.tensor([-(2**-0.5), 2**-0.5]))
+
+
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+def test_global_shares_of_any_split_add_up_to_the_whole(mode: str) -> None:
+    # Rows 0-1 / 2 as two micro-batches (the second has no tokens), then 0 / 1-2.
+    loss, mask = LOSS.clone(), MASK
+    totals = {"tokens": float(mask.sum()), "sequences": float((mask.sum(-1) > 0).sum())}
+    whole = aggregate_loss(loss, mask, mode)
+    for cut in (1, 2):
+        parts = [(loss[:cut], mask[:cut]), (loss[cut:], mask[cut:])]
+        shares = [global_share(aggregate_loss(lm, m, mode), m, mode, totals) for lm, m in parts]
+        torch.testing.assert_close(sum(shares), whole)
+    # Outside an engine (no totals) a loss is the micro-batch's own aggregate.
+    assert global_share(whole, mask, mode, None) is whole
+
+
+def test_global_share_of_a_token_less_micro_batch_is_zero_with_zero_gradient() -> None:
+    loss = torch.ones(1, 3, requires_grad=True)
+    empty = torch.zeros(1, 3)
+    share = global_share(
+        aggregate_loss(loss, empty, "seq-mean-token-mean"),
+        empty,
+        "seq-mean-token-mean",
+        {"tokens": 3.0, "sequences": 2.0},
+    )
+    share.backward()
+    assert float(share.detach()) == 0.0 and loss.grad is not None and not loss.grad.any()
+    with pytest.raises(ValueError, match="count nothing to average over"):
+        global_share(share, empty, "token-mean", {"tokens": 0.0, "sequences": 0.0})

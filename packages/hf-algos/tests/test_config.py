@@ -85,11 +85,7 @@ def test_optional_section_and_comma_lists() -> None:
             ["actor.engine.model.path=/nowhere", "actor.engine.model.hf_config=null"],
             "model.path='/nowhere' does not exist",
         ),
-        (["actor.ppo_mini_batch_size=3"], "choose one of 1, 2, 4, 8, 16"),
-        (["actor.ppo_mini_batch_size=32"], "does not divide the 16 rows"),
-        (["trainer.n_workers=3"], "over 3 actor workers"),
-        (["actor.engine.micro_batch.micro_batch_size=3"], "micro_batch_size=3"),
-        (["trainer.n_workers=16"], "not divisible by the data-parallel size 16"),
+        (["trainer.n_workers=17"], "some of the 17 actor workers (trainer.n_workers) without"),
         (["algorithm.adv_estimator=gae"], "needs a value model"),
         (["rollout.n=1", "data.train_batch_size=8"], "rollout.n >= 2"),
         (
@@ -118,12 +114,21 @@ def test_errors_name_value_and_fix(overrides: list[str], expected: str) -> None:
     assert expected in str(error.value)
 
 
-def test_mini_batch_rule_counts_rows_not_prompts() -> None:
-    # 4 prompts x 4 samples = 16 rows; 2 workers -> 8 per rank; micro 4 divides 8/2=4 per rank
-    config = load("trainer.n_workers=2", "actor.engine.micro_batch.micro_batch_size=4")
-    assert config.trainer.n_workers == 2
-    with pytest.raises(ConfigurationError, match="each rank's mini-batch of 4 rows"):
-        load("trainer.n_workers=2", "actor.engine.micro_batch.micro_batch_size=3")
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["data.train_batch_size=15", "rollout.n=7", "trainer.n_workers=2"],
+        ["actor.ppo_mini_batch_size=3"],  # 16 rows -> mini-batches of 6, 5, 5
+        ["actor.ppo_mini_batch_size=32"],  # larger than the step: one mini-batch
+        ["trainer.n_workers=3"],  # 16 rows -> 6/5/5 per worker
+        ["trainer.n_workers=16", "actor.engine.micro_batch.micro_batch_size=3"],
+        ["trainer.placement=separate", "trainer.rollout_workers=3"],
+    ],
+)
+def test_uneven_batches_validate(overrides: list[str]) -> None:
+    # Nothing has to divide: ranks, mini-batches and micro-batches are all balanced splits.
+    config = load(*overrides)
+    assert config.actor.ppo_mini_batch_size >= 1
 
 
 def test_override_syntax_errors() -> None:
@@ -150,6 +155,12 @@ def test_dpo_and_sft_checks() -> None:
     assert dpo.dpo.beta == pytest.approx(0.1)
     with pytest.raises(ConfigurationError, match="must be even"):
         load_config(DPOConfig, overrides=[*MODEL, "data.train_batch_size=4"])
+    pairs = [*MODEL, "actor.engine.micro_batch.micro_batch_size=2"]
+    # 5 pairs on 3 workers in mini-batches of 3 pairs: the update keeps pairs whole.
+    uneven = ["data.train_batch_size=5", "dpo.mini_batch_size=3", "trainer.n_workers=3"]
+    assert load_config(DPOConfig, overrides=[*pairs, *uneven])
+    with pytest.raises(ConfigurationError, match="use at most 2 workers"):
+        load_config(DPOConfig, overrides=[*pairs, "data.train_batch_size=2", "trainer.n_workers=3"])
     with pytest.raises(ConfigurationError, match=r"rollout\.n=1 must be >= 2"):
         load_config(
             DPOConfig,
@@ -159,10 +170,10 @@ def test_dpo_and_sft_checks() -> None:
         SFTConfig, overrides=[*MODEL, "data.train_batch_size=4", "actor.ppo_mini_batch_size=2"]
     )
     assert sft.loss_mask == "response"
-    with pytest.raises(ConfigurationError, match="does not divide"):
-        load_config(
-            SFTConfig, overrides=[*MODEL, "data.train_batch_size=4", "actor.ppo_mini_batch_size=3"]
-        )
+    uneven = [*MODEL, "data.train_batch_size=5", "actor.ppo_mini_batch_size=3"]
+    assert load_config(SFTConfig, overrides=[*uneven, "trainer.n_workers=2"])
+    with pytest.raises(ConfigurationError, match="use at most 5 workers"):
+        load_config(SFTConfig, overrides=[*uneven, "trainer.n_workers=6"])
 
 
 # ---------------------------------------------------------------------- estimator registry

@@ -12,7 +12,7 @@ import torch
 
 from hf_algos.data import build_preference_pairs, make_preference_batch
 from hf_algos.losses import dpo_loss, dpo_loss_fn
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 
 # One pair: policy chosen -1, rejected -2; reference -1.5 for both -> margin h = 1.
 POLICY_W, POLICY_L = torch.tensor([-1.0]), torch.tensor([-2.0])
@@ -102,3 +102,24 @@ def test_make_preference_batch_interleaves_chosen_and_rejected() -> None:
     assert pairs.non_tensor_batch["row"].tolist() == [0, 1, 2, 3]
     swapped = make_preference_batch(data, scores=torch.tensor([0.0, 1.0, 0.0, 1.0]))
     assert swapped.non_tensor_batch["row"].tolist() == [1, 0, 3, 2]
+
+
+def test_dpo_shares_of_pair_micro_batches_add_up_and_a_filler_pair_adds_nothing() -> None:
+    outputs, batch = pair_batch()
+    whole, _ = dpo_loss_fn(outputs, batch, beta=0.5)  # type: ignore[arg-type]
+    totals = {fields.MINI_BATCH_TOTALS: {"tokens": 8.0, "sequences": 4.0}}
+    shares = []
+    for start in (0, 2):
+        part = batch[start : start + 2]  # type: ignore[index]
+        part.meta_info.update(totals)
+        log_probs = {"log_probs": outputs["log_probs"][start : start + 2]}
+        shares.append(dpo_loss_fn(log_probs, part, beta=0.5)[0])  # type: ignore[arg-type]
+    torch.testing.assert_close(shares[0] + shares[1], whole)
+    filler = batch[0:2]  # type: ignore[index]
+    filler.batch["response_mask"] = torch.zeros_like(filler.batch["response_mask"])
+    filler.meta_info.update(totals)
+    log_probs = outputs["log_probs"][0:2].clone().requires_grad_(True)
+    share, _ = dpo_loss_fn({"log_probs": log_probs}, filler, beta=0.5)  # type: ignore[arg-type]
+    share.backward()
+    assert float(share.detach()) == 0.0
+    assert log_probs.grad is not None and not log_probs.grad.any()

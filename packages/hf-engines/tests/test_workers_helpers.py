@@ -17,20 +17,58 @@ from hf_engines import (
     RewardModelWorker,
 )
 from hf_engines.testing import make_toy_batch
-from hf_engines.workers import count_mini_batches, shuffle_seed, split_mini_batches
+from hf_engines.workers import (
+    FILLER_ROWS,
+    count_mini_batches,
+    filler_rows,
+    mini_batch_ranges,
+    shuffle_seed,
+    split_mini_batches,
+)
 from hf_engines.workers.reward_model import place_on_last_token, with_score_position
+from hf_engines.workers.updates import group_permutation
 
 
-def test_mini_batches_cut_each_shard_the_same_number_of_times() -> None:
+def test_mini_batches_are_the_same_global_rows_for_any_worker_count() -> None:
     assert count_mini_batches(8, 4) == 2
     assert count_mini_batches(9, 4) == 3  # the last global mini-batch is short
-    parts = split_mini_batches(make_toy_batch(5), 2)
-    assert [len(p) for p in parts] == [3, 2]
-    shuffled = split_mini_batches(make_toy_batch(4), 2, torch.tensor([3, 2, 1, 0]))
+    assert mini_batch_ranges(7, 4) == [(0, 4), (4, 7)]
+    assert mini_batch_ranges(9, 4) == [(0, 3), (3, 6), (6, 9)]  # balanced, no divisor
+    assert mini_batch_ranges(5, 8) == [(0, 5)]  # larger than the step: one mini-batch
+    assert mini_batch_ranges(10, 4, row_group_size=2) == [(0, 4), (4, 8), (8, 10)]  # pairs
+    assert mini_batch_ranges(10, 6, row_group_size=2) == [(0, 6), (6, 10)]
+    with pytest.raises(ValueError, match="not whole groups of row_group_size=2"):
+        mini_batch_ranges(7, 4, row_group_size=2)
+    order = group_permutation(6, 2, torch.Generator().manual_seed(0))
+    assert sorted(order.tolist()) == list(range(6))
+    assert all(int(order[i]) % 2 == 0 and order[i + 1] == order[i] + 1 for i in (0, 2, 4))
+    batch = make_toy_batch(7)
+    ranges = mini_batch_ranges(7, 4)
+    ids = batch.batch["input_ids"]
+    for world in (1, 2, 3):
+        shards = batch.chunk(world)
+        starts = [sum(len(s) for s in shards[:r]) for r in range(world)]
+        parts = [
+            split_mini_batches(s, start, ranges) for s, start in zip(shards, starts, strict=True)
+        ]
+        for index, (start, stop) in enumerate(ranges):
+            real = [p[index] for p in parts if p[index].batch["response_mask"].sum() > 0]
+            joined = torch.cat([p.batch["input_ids"] for p in real])
+            assert torch.equal(joined, ids[start:stop]), (world, index)
+
+
+def test_an_empty_part_becomes_a_filler_without_response_tokens() -> None:
+    batch = make_toy_batch(7)
+    shard = batch.chunk(3)[2]  # rows 5, 6: nothing of mini-batch 0 = rows 0..3
+    first, second = split_mini_batches(shard, 5, mini_batch_ranges(7, 4))
+    assert len(first) == FILLER_ROWS and first.batch["response_mask"].sum() == 0
+    assert torch.equal(first.batch["input_ids"], shard.batch["input_ids"][:FILLER_ROWS])
+    assert shard.batch["response_mask"].sum() > 0  # the shard itself is untouched
+    assert torch.equal(second.batch["input_ids"], shard.batch["input_ids"])
+    assert len(filler_rows(batch.slice(0, 1))) == 1
+    shuffled = split_mini_batches(make_toy_batch(4), 0, [(0, 4)], torch.tensor([3, 2, 1, 0]))
     expected = make_toy_batch(4).batch["input_ids"].flip(0)
-    assert torch.equal(torch.cat([p.batch["input_ids"] for p in shuffled]), expected)
-    with pytest.raises(ValueError, match="fewer than the 3 mini-batches"):
-        split_mini_batches(make_toy_batch(2), 3)
+    assert torch.equal(shuffled[0].batch["input_ids"], expected)
 
 
 def test_score_goes_on_the_last_response_token() -> None:
@@ -67,9 +105,7 @@ def test_roles_check_the_model_head(tiny_models: dict[str, Path]) -> None:
         ReferenceWorker(value)
     with pytest.raises(ConfigurationError, match="ppo_mini_batch_size=0"):
         ActorConfig(engine=lm, ppo_mini_batch_size=0)
-    config = ActorConfig(engine=lm, ppo_mini_batch_size=3)
-    with pytest.raises(ConfigurationError, match="not divisible by the data-parallel size 2"):
-        config.validate_for(2)
+    assert ActorConfig(engine=lm, ppo_mini_batch_size=3).ppo_mini_batch_size == 3  # any size
 
 
 def test_engine_methods_before_init_model_name_the_fix(tiny_models: dict[str, Path]) -> None:

@@ -20,7 +20,14 @@ from hf_controller import (
     WorkerGroupError,
     create_colocated_worker_cls_fused,
 )
-from hf_engines import ActorConfig, ActorWorker, EngineConfig, LossOutput, ModelOutputs
+from hf_engines import (
+    ActorConfig,
+    ActorWorker,
+    EngineConfig,
+    LossOutput,
+    ModelOutputs,
+    mini_batch_total,
+)
 from hf_engines import config_from_dict as engine_config_from_dict
 from hf_protocol import DataProto
 from hf_rollout import RolloutConfig, SamplingConfig
@@ -36,10 +43,11 @@ GREEDY = SamplingConfig(greedy=True, max_new_tokens=6, eos_token_id=1, n=2)
 
 
 def nll_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
-    """Token-mean negative log-likelihood of the responses."""
+    """This micro-batch's share of the mini-batch's token-mean NLL of the responses."""
     mask = micro_batch.batch["response_mask"].float()
-    loss = -(outputs["log_probs"] * mask).sum() / mask.sum()
-    return loss, {"nll": float(loss.detach())}
+    nll_sum = -(outputs["log_probs"] * mask).sum()
+    loss = nll_sum / mini_batch_total(micro_batch, "tokens", mask.sum())
+    return loss, {"nll": float(nll_sum.detach() / mask.sum())}
 
 
 def rollout_config(model: Path) -> RolloutConfig:

@@ -11,7 +11,13 @@ from hf_engines.config import (
     OptimConfig,
     config_from_dict,
 )
-from hf_engines.engine import LossFn, LossOutput, ModelOutputs, TrainingEngine
+from hf_engines.engine import (
+    LossFn,
+    LossOutput,
+    ModelOutputs,
+    TrainingEngine,
+    mini_batch_total,
+)
 from hf_engines.fsdp import FSDPEngine
 from hf_engines.logprob import (
     entropy_from_logits,
@@ -59,6 +65,7 @@ __all__ = [
     "entropy_from_logits",
     "logprobs_from_logits",
     "lr_multiplier",
+    "mini_batch_total",
     "response_log_probs",
     "response_positions",
     "split_by_size",

@@ -186,27 +186,6 @@ class MicroBatchConfig:
         if self.max_tokens is not None:
             _check_positive("micro_batch.max_tokens", self.max_tokens)
 
-    def validate_for(self, mini_batch_size: int, dp_size: int) -> None:
-        """Check that a global mini-batch of ``mini_batch_size`` rows splits evenly.
-
-        It must divide over ``dp_size`` data-parallel ranks and, without a token budget,
-        each rank's share must divide into micro-batches of ``micro_batch_size`` rows.
-        """
-        if mini_batch_size % dp_size != 0:
-            raise ConfigurationError(
-                f"mini-batch size {mini_batch_size} is not divisible by the data-parallel size "
-                f"{dp_size}; use a multiple of {dp_size}"
-            )
-        per_rank = mini_batch_size // dp_size
-        rows = self.micro_batch_size
-        if self.max_tokens is None and rows is not None and per_rank % rows != 0:
-            raise ConfigurationError(
-                f"each rank's mini-batch of {per_rank} rows ({mini_batch_size} / {dp_size} "
-                f"ranks) is not divisible by micro_batch.micro_batch_size="
-                f"{self.micro_batch_size}; choose a divisor of {per_rank} or set "
-                "micro_batch.max_tokens"
-            )
-
 
 _MEGATRON_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 

@@ -16,7 +16,7 @@ from typing import Protocol, TypedDict, runtime_checkable
 
 import torch
 
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 
 
 class ModelOutputs(TypedDict, total=False):
@@ -34,13 +34,39 @@ LossOutput = tuple[torch.Tensor, dict[str, float]]
 """A scalar loss to back-propagate, and metrics (name -> number) to report."""
 
 LossFn = Callable[[ModelOutputs, DataProto], LossOutput]
-"""``loss_fn(outputs, micro_batch) -> (loss, metrics)``, a pure function.
+"""``loss_fn(outputs, micro_batch) -> (share, metrics)``, a pure function.
 
-The engine weights each micro-batch's loss by its share of the mini-batch's response tokens
-(``response_mask.sum()``, counted over all data-parallel ranks), so a loss that is a mean
-over the micro-batch's response tokens yields the token mean over the whole mini-batch,
-whatever the micro-batch split and the number of ranks.
+Global normalisers: once per mini-batch the engine counts the response tokens
+(``response_mask.sum()``) and the sequences (rows with at least one response token) over
+all data-parallel ranks, and hands them to every micro-batch as
+``micro_batch.meta_info[fields.MINI_BATCH_TOTALS] = {"tokens": ..., "sequences": ...}``
+(a copy per micro-batch). The loss function returns its micro-batch's **share** of the
+mini-batch loss: a sum over its tokens divided by the total tokens (token mean), or a sum
+over its sequences divided by the total sequences (sequence means). The shares of all
+micro-batches of all ranks add up to the mini-batch loss, so the step is the same whatever
+the micro-batch split and the number of ranks. The engine back-propagates the shares (scaled
+for how its data-parallel gradient reduction combines ranks) and reports ``loss`` as their
+global sum; each metric is averaged over the micro-batches that hold response tokens, of
+all data-parallel ranks (every rank reports the same values, so every micro-batch must
+return the same metric names).
+
+Called without totals (a unit test calling it directly), a loss uses the micro-batch's own
+counts, i.e. it returns the micro-batch's own mean. A micro-batch without response tokens
+(a rank's filler row) must give a share of exactly zero.
 """
+
+
+def mini_batch_total(micro_batch: DataProto, key: str, local: torch.Tensor) -> torch.Tensor:
+    """The mini-batch total ``key`` (``"tokens"`` / ``"sequences"``) that the engine put in
+    ``micro_batch.meta_info`` (see :data:`LossFn`), or ``local`` (the micro-batch's own count
+    as a scalar tensor, at least 1) when the loss is called without one.
+
+    A token-mean loss returns ``masked_sum / mini_batch_total(mb, "tokens", mask.sum())``.
+    """
+    totals = micro_batch.meta_info.get(fields.MINI_BATCH_TOTALS)
+    if totals is None:
+        return local.clamp(min=1.0)
+    return torch.as_tensor(float(totals[key]), dtype=local.dtype, device=local.device)
 
 
 @runtime_checkable
@@ -69,7 +95,9 @@ class TrainingEngine(Protocol):
     def train_step(self, mini_batch: DataProto, loss_fn: LossFn) -> dict[str, float]:
         """One optimizer step over ``mini_batch``: micro-batches, grad accumulation, clip, LR.
 
-        The temperature is read from ``mini_batch.meta_info["temperature"]`` (default 1.0).
+        Collective over the data-parallel ranks, each with its part of the global mini-batch
+        (any size >= 1; see :data:`LossFn` for how the loss is normalised). The temperature
+        is read from ``mini_batch.meta_info["temperature"]`` (default 1.0).
         Returns the averaged ``loss_fn`` metrics plus ``loss``, ``grad_norm`` and ``lr``.
         """
         ...

@@ -6,8 +6,10 @@ the batch's order back without any bookkeeping.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+import torch
+import torch.distributed as dist
 from tensordict import TensorDict
 
 from hf_engines.config import MicroBatchConfig
@@ -74,3 +76,62 @@ def split_micro_batches(batch: DataProto, config: MicroBatchConfig) -> list[Data
     if len(groups) == 1:
         return [batch]
     return [batch.slice(group[0], group[-1] + 1) for group in groups]
+
+
+def response_counts(micro_batches: Sequence[DataProto]) -> tuple[float, float]:
+    """``(response tokens, sequences)`` of ``micro_batches``; a sequence is a row with at
+    least one response token (``response_mask`` ``(b, R)``)."""
+    tokens = 0.0
+    sequences = 0.0
+    for micro in micro_batches:
+        mask = batch_tensors(micro)[fields.RESPONSE_MASK]
+        tokens += float(mask.sum())
+        sequences += float((mask.sum(dim=-1) > 0).sum())
+    return tokens, sequences
+
+
+def with_totals(micro_batch: DataProto, tokens: float, sequences: float) -> DataProto:
+    """``micro_batch`` with the mini-batch totals in a meta_info of its own.
+
+    The tensors are shared; the meta_info dict is a copy, so the totals never leak into the
+    caller's batch or into another micro-batch.
+    """
+    meta_info = {
+        **micro_batch.meta_info,
+        fields.MINI_BATCH_TOTALS: {"tokens": tokens, "sequences": sequences},
+    }
+    return DataProto(
+        batch=micro_batch.batch,
+        non_tensor_batch=micro_batch.non_tensor_batch,
+        meta_info=meta_info,
+    )
+
+
+def add_metrics(sums: dict[str, float], metrics: Mapping[str, float], counted: bool) -> None:
+    """Add a micro-batch's loss metrics to ``sums``; one without response tokens
+    (``counted=False``, a filler) adds its names only, so every rank holds the same names."""
+    for name, value in metrics.items():
+        sums[name] = sums.get(name, 0.0) + (float(value) if counted else 0.0)
+
+
+def global_step_metrics(
+    loss: float,
+    sums: dict[str, float],
+    counted: int,
+    device: torch.device,
+    group: dist.ProcessGroup | None = None,
+) -> dict[str, float]:
+    """``loss`` summed and each metric averaged over the ``counted`` micro-batches with
+    tokens of every rank of ``group`` (one all-reduce; collective).
+
+    Every rank must hold the same metric names (the same loss function on every rank).
+    """
+    names = sorted(sums)
+    values = [loss, float(counted), *(sums[name] for name in names)]
+    total = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(total, group=group)
+    reduced = total.tolist()
+    count = max(reduced[1], 1.0)
+    result = {name: value / count for name, value in zip(names, reduced[2:], strict=True)}
+    result["loss"] = reduced[0]
+    return result

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from hf_engines.engine import LossOutput, ModelOutputs
+from hf_engines.engine import LossOutput, ModelOutputs, mini_batch_total
 from hf_protocol import DataProto, build_prompt_response_batch, fields
 from hf_protocol.testing import save_tiny_model, tiny_decoder_config
 
@@ -75,20 +75,24 @@ def _response_mask(micro_batch: DataProto, device: torch.device) -> torch.Tensor
 
 
 def toy_nll_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
-    """Token-mean negative log-likelihood of the responses (metric ``nll``).
+    """This micro-batch's share of the mini-batch's token-mean negative log-likelihood of
+    the responses (metric ``nll``: its own token mean).
 
     The loss the engine and worker tests train with on :func:`make_toy_batch` batches.
     """
     mask = _response_mask(micro_batch, outputs["log_probs"].device)
-    loss = -(outputs["log_probs"] * mask).sum() / mask.sum()
-    return loss, {"nll": float(loss.detach())}
+    nll_sum = -(outputs["log_probs"] * mask).sum()
+    loss = nll_sum / mini_batch_total(micro_batch, "tokens", mask.sum())
+    return loss, {"nll": float(nll_sum.detach() / mask.sum().clamp(min=1.0))}
 
 
 def toy_value_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
-    """Token-mean squared error of the values against a target of 1 (metric ``vf_loss``)."""
+    """This micro-batch's share of the token-mean squared error of the values against a
+    target of 1 (metric ``vf_loss``: its own token mean)."""
     mask = _response_mask(micro_batch, outputs[fields.VALUES].device)
-    loss = (((outputs[fields.VALUES] - 1.0) ** 2) * mask).sum() / mask.sum()
-    return loss, {"vf_loss": float(loss.detach())}
+    error_sum = (((outputs[fields.VALUES] - 1.0) ** 2) * mask).sum()
+    loss = error_sum / mini_batch_total(micro_batch, "tokens", mask.sum())
+    return loss, {"vf_loss": float(error_sum.detach() / mask.sum().clamp(min=1.0))}
 
 
 def free_port() -> int:

@@ -142,6 +142,13 @@ TEMPERATURE: Final = "temperature"
 """float sampling temperature of the responses. Written by the rollout (the DPO / SFT
 collates write 1.0); read by engines, which score log-probs at the same temperature."""
 
+MINI_BATCH_TOTALS: Final = "mini_batch_totals"
+"""dict ``{"tokens": float, "sequences": float}``: the response tokens and the sequences
+(rows with at least one response token) of the whole mini-batch, over all data-parallel
+ranks. Written by the training engines into every micro-batch's meta_info (a copy per
+micro-batch); read by loss functions, which return their micro-batch's share of the
+mini-batch loss (a sum over its tokens or sequences divided by these totals)."""
+
 METRICS: Final = "metrics"
 """dict name -> value (or list of values, one per worker after a gather). Written by any
 worker call; read by the driver's tracking. ``DataProto.concat`` gathers it."""

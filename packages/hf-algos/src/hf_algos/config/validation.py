@@ -1,10 +1,11 @@
 """Checks that span several sections of a trainer config, run before any worker starts.
 
 Each section checks its own values (:mod:`hf_algos.config.sections`); the checks here hold
-sections against each other: batch sizes that must divide into mini-batches, ranks and
-micro-batches, the advantage estimator against the critic and ``rollout.n``, validation
-against ``data.val_files``. Every error is a :class:`hf_controller.ConfigurationError` that
-names the numbers involved and a value that works.
+sections against each other: every worker gets rows (nothing has to divide; DPO pairs
+stay whole through ``UpdateConfig.row_group_size``), the advantage estimator against the
+critic and ``rollout.n``, validation against ``data.val_files``. Every error is a
+:class:`hf_controller.ConfigurationError` that names the numbers involved and a value that
+works.
 
 The root configs (:mod:`hf_algos.config.trainers`) call these from ``__post_init__``. So that
 this module never imports them back, each check takes the sections it reads, not the root.
@@ -28,45 +29,21 @@ from hf_algos.config.sections import (
     _positive,
 )
 from hf_controller import ConfigurationError
-from hf_engines.config import MicroBatchConfig
 
 
-def check_mini_batches(
-    role: str,
-    rows: int,
-    mini_batch_size: int,
-    micro_batch: MicroBatchConfig,
-    world_size: int,
-    rows_name: str,
-) -> None:
-    """Rows of a step must split into whole mini-batches, ranks and micro-batches.
+def check_mini_batches(role: str, rows: int, world_size: int, rows_name: str) -> None:
+    """Every one of ``world_size`` workers must get at least one of the step's ``rows``.
 
-    ``rows`` is the step's row count (named ``rows_name`` in the message).
+    Nothing has to divide: ranks get balanced shards, mini-batches are balanced ranges of
+    the global rows (a mini-batch larger than the step is the whole step) and the last
+    micro-batch may be short (``hf_engines.workers.updates``).
     """
-    if rows % world_size != 0:
+    if rows < world_size:
         raise ConfigurationError(
-            f"{rows_name} = {rows} rows per step cannot be split evenly over "
-            f"{world_size} {role} workers (trainer.n_workers); use a multiple of {world_size} "
-            f"rows or {_divisors_text(rows)} workers"
+            f"{rows_name} = {rows} rows per step leave some of the {world_size} {role} "
+            f"workers (trainer.n_workers) without a row; use at most {rows} workers or more "
+            "rows per step"
         )
-    if mini_batch_size > rows or rows % mini_batch_size != 0:
-        raise ConfigurationError(
-            f"{role}.ppo_mini_batch_size={mini_batch_size} does not divide the {rows} rows of a "
-            f"step ({rows_name}); choose one of {_divisors_text(rows)}"
-        )
-    try:
-        micro_batch.validate_for(mini_batch_size, world_size)
-    except ConfigurationError as error:
-        raise ConfigurationError(
-            f"{role}: {error} (mini-batch = {role}.ppo_mini_batch_size={mini_batch_size}, "
-            f"data-parallel size = trainer.n_workers={world_size}; micro-batch = "
-            f"{role}.engine.micro_batch)"
-        ) from None
-
-
-def _divisors_text(n: int) -> str:
-    divisors = [d for d in range(1, n + 1) if n % d == 0]
-    return ", ".join(map(str, divisors))
 
 
 def check_estimator(
@@ -124,24 +101,8 @@ def validate_rl_config(
     """
     rows = data.train_batch_size * rollout.n
     rows_name = f"data.train_batch_size x rollout.n = {data.train_batch_size} x {rollout.n}"
-    check_mini_batches(
-        "actor",
-        rows,
-        actor.ppo_mini_batch_size,
-        actor.engine.micro_batch,
-        trainer.n_workers,
-        rows_name,
-    )
+    check_mini_batches("actor", rows, trainer.n_workers, rows_name)
     check_estimator(algorithm, critic, rollout)
-    if critic is not None:
-        check_mini_batches(
-            "critic",
-            rows,
-            critic.ppo_mini_batch_size,
-            critic.engine.micro_batch,
-            trainer.n_workers,
-            rows_name,
-        )
     if (actor.use_kl_loss or algorithm.use_kl_in_reward) and not reference:
         raise ConfigurationError(
             "actor.use_kl_loss or algorithm.use_kl_in_reward needs the reference policy; "
@@ -174,10 +135,10 @@ def _check_loop(trainer: TrainerSection, has_val: bool) -> None:
 def _check_placement(trainer: TrainerSection, rows: int) -> None:
     if trainer.placement == "separate":
         rollout_workers = trainer.rollout_workers or trainer.n_workers
-        if rows % rollout_workers != 0:
+        if rows < rollout_workers:
             raise ConfigurationError(
-                f"{rows} rows per step cannot be split evenly over trainer.rollout_workers="
-                f"{rollout_workers}; choose one of {_divisors_text(rows)}"
+                f"{rows} rows per step leave some of trainer.rollout_workers="
+                f"{rollout_workers} without a row; use at most {rows} rollout workers"
             )
     elif trainer.rollout_workers not in (None, trainer.n_workers):
         raise ConfigurationError(
@@ -211,14 +172,10 @@ def validate_dpo_config(
             f"(got micro_batch_size={micro.micro_batch_size}, max_tokens={micro.max_tokens}); "
             f"e.g. micro_batch_size=2"
         )
-    check_mini_batches(
-        "dpo",
-        2 * pairs,
-        2 * dpo.mini_batch_size,
-        micro,
-        trainer.n_workers,
-        f"2 x data.train_batch_size = 2 x {pairs} pair rows",
-    )
+    if not dpo.online:  # online DPO trims its pairs to a multiple of the workers itself
+        check_mini_batches(
+            "dpo", pairs, trainer.n_workers, f"data.train_batch_size = {pairs} pairs"
+        )
     check_tokenizer_source(data, actor)
     _check_loop(trainer, bool(data.val_files))
 
@@ -228,12 +185,5 @@ def validate_sft_config(
 ) -> None:
     """Checks across the sections of an :class:`~hf_algos.config.SFTConfig`."""
     _positive("max_response_length", max_response_length)
-    check_mini_batches(
-        "actor",
-        data.train_batch_size,
-        actor.ppo_mini_batch_size,
-        actor.engine.micro_batch,
-        trainer.n_workers,
-        "data.train_batch_size",
-    )
+    check_mini_batches("actor", data.train_batch_size, trainer.n_workers, "data.train_batch_size")
     check_tokenizer_source(data, actor)

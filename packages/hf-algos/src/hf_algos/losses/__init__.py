@@ -1,7 +1,12 @@
 """Losses: aggregation modes, policy / value / DPO / SFT losses, entropy, engine loss functions."""
 
 from hf_algos.losses.actor_loss import ppo_actor_loss
-from hf_algos.losses.aggregation import LOSS_AGG_MODES, aggregate_loss, check_loss_agg_mode
+from hf_algos.losses.aggregation import (
+    LOSS_AGG_MODES,
+    aggregate_loss,
+    check_loss_agg_mode,
+    global_share,
+)
 from hf_algos.losses.critic import critic_loss
 from hf_algos.losses.dpo import DPO_LOSSES, DPOLossOutput, dpo_loss, dpo_loss_fn
 from hf_algos.losses.entropy import entropy_bonus
@@ -32,6 +37,7 @@ __all__ = [
     "dpo_loss_fn",
     "entropy_bonus",
     "get_policy_loss",
+    "global_share",
     "gspo_policy_loss",
     "ppo_actor_loss",
     "ppo_policy_loss",

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from hf_algos.kl import kl_penalty
-from hf_algos.losses.aggregation import aggregate_loss
+from hf_algos.losses.aggregation import aggregate_loss, global_share
 from hf_algos.losses.entropy import entropy_bonus
-from hf_algos.losses.inputs import batch_field
+from hf_algos.losses.inputs import batch_field, mini_batch_totals
 from hf_algos.losses.policy import get_policy_loss
 from hf_protocol import DataProto, fields
 
@@ -39,6 +39,10 @@ def ppo_actor_loss(
     policy_loss: str = "ppo",
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Policy loss ``- entropy_coeff * entropy + kl_coeff * KL(policy || ref)``.
+
+    Returns the micro-batch's share of the mini-batch loss under the engine's totals
+    (:func:`~hf_algos.losses.aggregation.global_share`; its own aggregate without them);
+    the metrics are the micro-batch's own aggregates.
 
     Reads ``outputs["log_probs"]`` (with gradient) and ``outputs["entropy"]``, and from
     ``micro_batch.batch``: ``old_log_probs``, ``advantages``, ``response_mask`` and, when
@@ -88,4 +92,5 @@ def ppo_actor_loss(
         metrics["kl_loss"] = float(kl_loss.detach())
         if kl_coeff:
             loss = loss + kl_coeff * kl_loss
-    return loss, metrics
+    # One share for the whole loss: pg, entropy and KL are aggregated with the same mode.
+    return global_share(loss, mask, loss_agg_mode, mini_batch_totals(micro_batch)), metrics

@@ -12,14 +12,20 @@ How tokens are weighted matters for long responses (DAPO, Dr. GRPO):
   (Dr. GRPO: no length bias, since the divisor is the same for every sequence).
 
 Sequence means are over rows with at least one valid token; a batch without any valid token
-gives 0. Note for engines: :class:`hf_engines.TrainingEngine` weights each micro-batch's loss
-by its share of response tokens, which makes ``token-mean`` exact over the whole mini-batch;
-the ``seq-mean-*`` modes are then exact per micro-batch and a token-weighted average across
-micro-batches.
+gives 0.
+
+Global normalisers (engines): a training engine hands every micro-batch the totals of its
+mini-batch over all data-parallel ranks (``meta_info[fields.MINI_BATCH_TOTALS]``: response
+tokens and sequences) and expects the micro-batch's *share* of the mini-batch loss back.
+:func:`global_share` turns a micro-batch aggregate into that share: ``token-mean`` sums over
+tokens and divides by the total tokens, the ``seq-mean-*`` modes sum over sequences and divide
+by the total sequences, so every mode is exact over the whole mini-batch whatever the
+micro-batch size and the number of ranks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 import torch
@@ -77,3 +83,37 @@ def aggregate_loss(
     if divisor <= 0:
         raise ValueError(f"norm_length={norm_length} must be positive (e.g. max response length)")
     return _mean_over_sequences(token_sums / divisor, mask)
+
+
+def global_share(
+    loss: torch.Tensor,
+    response_mask: torch.Tensor,
+    mode: str,
+    totals: Mapping[str, float] | None,
+) -> torch.Tensor:
+    """This micro-batch's share of a mini-batch loss aggregated as ``mode``.
+
+    ``loss`` is :func:`aggregate_loss` over the micro-batch (its own mean); the share is
+    ``loss * local count / global count``, where the count is the valid tokens for
+    ``token-mean`` and the sequences (rows with a valid token) for the ``seq-mean-*`` modes,
+    and the global counts are ``totals["tokens"]`` / ``totals["sequences"]`` over the whole
+    mini-batch (what the engine writes to ``meta_info[fields.MINI_BATCH_TOTALS]``). The
+    shares of all micro-batches add up to the mini-batch's aggregate. ``totals=None`` (called
+    outside an engine) returns ``loss`` unchanged.
+
+    Shape: ``loss`` scalar, ``response_mask`` ``(b, R)``; returns a scalar tensor.
+    """
+    check_loss_agg_mode(mode)
+    if totals is None:
+        return loss
+    mask = response_mask.to(loss.dtype)
+    if mode == "token-mean":
+        local, total = mask.sum(), float(totals["tokens"])
+    else:
+        local, total = (mask.sum(dim=-1) > 0).to(loss.dtype).sum(), float(totals["sequences"])
+    if total <= 0:
+        raise ValueError(
+            f"the mini-batch totals {dict(totals)} count nothing to average over; an engine "
+            "must not run a step on a mini-batch without response tokens"
+        )
+    return loss * (local / total)

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from hf_algos.losses.inputs import batch_field
+from hf_algos.losses.aggregation import global_share
+from hf_algos.losses.inputs import batch_field, mini_batch_totals
 from hf_algos.losses.value import clipped_value_loss
 from hf_algos.masked import masked_mean
 from hf_protocol import DataProto, fields
@@ -31,7 +32,9 @@ def critic_loss(
 
     Reads from ``micro_batch.batch``: ``values`` (the critic's predictions when the
     advantages were computed), ``returns``, ``response_mask`` (all ``(b, R)``).
-    Metrics: ``vf_loss``, ``vf_clipfrac``, ``vpred_mean`` (token mean of the new values).
+    Returns the micro-batch's share of the mini-batch loss (see
+    :func:`~hf_algos.losses.aggregation.global_share`). Metrics (the micro-batch's own):
+    ``vf_loss``, ``vf_clipfrac``, ``vpred_mean`` (token mean of the new values).
     """
     vpreds = outputs["values"]
     device = vpreds.device
@@ -51,4 +54,5 @@ def critic_loss(
         "vf_clipfrac": float(result.clipfrac),
         "vpred_mean": float(masked_mean(vpreds.detach(), mask)),
     }
-    return result.loss, metrics
+    totals = mini_batch_totals(micro_batch)
+    return global_share(result.loss, mask, loss_agg_mode, totals), metrics

@@ -4,13 +4,14 @@ Batch convention for DPO training: a pair is two **adjacent rows**, the chosen r
 an even row ``2k`` and the rejected one at ``2k + 1``, both for the same prompt and padded
 to the same response length. The reference model's per-token log-probs are in the batch as
 ``ref_log_prob`` (``(B, R)``, from ``ReferenceWorker.compute_ref_log_prob``). Every split
-of the batch (across data-parallel ranks, into mini- and micro-batches) must therefore keep
-an even number of rows: use even batch, mini-batch and micro-batch row counts (not a token
-budget). :func:`dpo_loss_fn` raises on an odd micro-batch.
+of the batch must therefore keep pairs whole: the actor's update regroups rank shards and
+cuts mini-batches in pairs (``UpdateConfig.row_group_size=2``), and the micro-batch size
+must be even (not a token budget); :func:`dpo_loss_fn` raises on an odd micro-batch.
 
-The engine weights each micro-batch's loss by its share of response tokens, so with several
-micro-batches the step is a token-weighted average of per-micro-batch pair means (exact
-when micro-batches hold equal token counts, or there is only one).
+The loss is the mean over the mini-batch's pairs whatever the split: each micro-batch
+returns its share, the sum of its pairs' losses over the mini-batch's pair count (half the
+engine's sequence total, see :func:`~hf_algos.losses.aggregation.global_share`). A pair
+whose rows hold no response token (an engine's filler) adds nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 import torch
 from torch.nn.functional import logsigmoid
 
-from hf_algos.losses.inputs import batch_field
+from hf_algos.losses.aggregation import global_share
+from hf_algos.losses.inputs import batch_field, mini_batch_totals
+from hf_algos.masked import masked_mean
 from hf_protocol import DataProto, fields
 
 if TYPE_CHECKING:  # hf_engines imports transformers; only its types are needed here
@@ -106,10 +109,11 @@ def dpo_loss_fn(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """DPO in the engine convention; pairs are adjacent rows (see the module docstring).
 
-    Sequence log-probs are sums over ``response_mask`` of ``outputs["log_probs"]`` and of
-    ``ref_log_prob``. Returns the mean pair loss and metrics ``dpo_loss``,
-    ``reward_chosen``, ``reward_rejected``, ``reward_margin``, ``reward_accuracy``.
-    Bind the hyper-parameters with ``functools.partial(dpo_loss_fn, beta=...)``.
+        Sequence log-probs are sums over ``response_mask`` of ``outputs["log_probs"]`` and of
+        ``ref_log_prob``. Returns the micro-batch's share of the mini-batch's mean pair loss (its
+    own mean without the engine's totals) and metrics (its own) ``dpo_loss``,
+        ``reward_chosen``, ``reward_rejected``, ``reward_margin``, ``reward_accuracy``.
+        Bind the hyper-parameters with ``functools.partial(dpo_loss_fn, beta=...)``.
     """
     log_probs = outputs["log_probs"]
     device = log_probs.device
@@ -132,7 +136,11 @@ def dpo_loss_fn(
         loss_type=loss_type,
         label_smoothing=label_smoothing,
     )
-    loss = out.losses.mean()
+    # A pair counts when both rows hold response tokens (2 sequences of the engine's total).
+    has_tokens = mask.sum(-1) > 0
+    pairs = (has_tokens[0::2] & has_tokens[1::2]).to(log_probs.dtype)
+    loss = masked_mean(out.losses, pairs)
+    share = global_share(loss, mask, "seq-mean-token-mean", mini_batch_totals(micro_batch))
     margin = out.chosen_rewards - out.rejected_rewards
     metrics = {
         "dpo_loss": float(loss.detach()),
@@ -141,4 +149,4 @@ def dpo_loss_fn(
         "reward_margin": float(margin.mean()),
         "reward_accuracy": float((margin > 0).float().mean()),
     }
-    return loss, metrics
+    return share, metrics

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from hf_algos.losses.inputs import batch_field
+from hf_algos.losses.aggregation import global_share
+from hf_algos.losses.inputs import batch_field, mini_batch_totals
 from hf_protocol import DataProto, fields
 
 if TYPE_CHECKING:  # hf_engines imports transformers; only its types are needed here
@@ -19,7 +20,9 @@ def sft_loss(
     """Negative log-likelihood per target token (token mean over ``response_mask``).
 
     Reads ``outputs["log_probs"]`` ``(b, R)`` and ``response_mask`` ``(b, R)``.
-    Metrics: ``sft_nll`` (the loss) and ``sft_ppl`` (``exp(nll)``).
+    Returns the micro-batch's share of the mini-batch token mean (see
+    :func:`~hf_algos.losses.aggregation.global_share`). Metrics (the micro-batch's own):
+    ``sft_nll`` and ``sft_ppl`` (``exp(nll)``).
     """
     log_probs = outputs["log_probs"]
     mask = batch_field(
@@ -28,4 +31,5 @@ def sft_loss(
     mask = mask.to(log_probs.dtype)
     loss = -(log_probs * mask).sum() / mask.sum().clamp(min=1.0)
     nll = float(loss.detach())
-    return loss, {"sft_nll": nll, "sft_ppl": float(torch.exp(loss.detach()))}
+    share = global_share(loss, mask, "token-mean", mini_batch_totals(micro_batch))
+    return share, {"sft_nll": nll, "sft_ppl": float(torch.exp(loss.detach()))}

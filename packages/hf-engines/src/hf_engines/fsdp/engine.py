@@ -21,7 +21,14 @@ from hf_engines.fsdp import state
 from hf_engines.fsdp.forward import forward_micro_batch
 from hf_engines.fsdp.sharding import build_mesh, resolve_device, shard_model
 from hf_engines.fsdp.unpad import PaddingMode, choose_padding_mode
-from hf_engines.micro_batch import batch_tensors, split_micro_batches
+from hf_engines.micro_batch import (
+    add_metrics,
+    batch_tensors,
+    global_step_metrics,
+    response_counts,
+    split_micro_batches,
+    with_totals,
+)
 from hf_engines.models import build_hf_model
 from hf_engines.schedule import build_lr_scheduler
 from hf_protocol import DataProto, fields
@@ -143,39 +150,40 @@ class FSDPEngine:
 
     # ------------------------------------------------------------------ training
 
-    def _global_sum(self, value: float) -> float:
-        total = torch.tensor([value], dtype=torch.float64, device=self.device)
+    def _global_sums(self, *values: float) -> list[float]:
+        """Sums of ``values`` over every rank (one all-reduce for all of them)."""
+        total = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(total)
-        return float(total.item())
+        return [float(v) for v in total.tolist()]
 
     def train_step(self, mini_batch: DataProto, loss_fn: LossFn) -> dict[str, float]:
         """One optimizer step over this rank's ``mini_batch``; see :class:`TrainingEngine`.
 
-        Each micro-batch's loss is weighted by its share of the response tokens of the
-        mini-batch over all ranks (times the world size, since FSDP averages gradients
-        over ranks), so the step equals one over the whole mini-batch at once.
+        Every micro-batch gets the mini-batch's token and sequence totals over all ranks
+        (:data:`~hf_engines.engine.LossFn`) and returns its share of the mini-batch loss;
+        the shares are back-propagated times the world size, since FSDP averages gradients
+        over ranks, so the step equals one over the whole mini-batch at once.
         """
         temperature = float(mini_batch.meta_info.get(fields.TEMPERATURE, 1.0))
         aligned = self._aligned_micro_batches(mini_batch)
-        token_counts = [
-            float(batch_tensors(micro)[fields.RESPONSE_MASK].sum()) if real else 0.0
-            for micro, real in aligned
-        ]
-        global_tokens = self._global_sum(sum(token_counts))
-        if global_tokens == 0:
+        real_micros = [micro for micro, real in aligned if real]
+        tokens, sequences = self._global_sums(*response_counts(real_micros))
+        if tokens == 0:
             raise ValueError("the mini-batch has no response tokens (response_mask is all zero)")
         world_size = dist.get_world_size()
-        weighted_loss = 0.0
+        local_loss = 0.0
         sums: dict[str, float] = {}
-        real_count = 0
-        for (micro, real), tokens in zip(aligned, token_counts, strict=True):
-            loss, metrics = loss_fn(self._forward(micro, temperature), micro)
-            (loss * (tokens / global_tokens * world_size)).backward()
+        with_tokens = 0
+        for micro, real in aligned:
+            micro = with_totals(micro, tokens, sequences)
+            share, metrics = loss_fn(self._forward(micro, temperature), micro)
+            # The alignment repeats (real=False) only keep the collectives in step.
+            (share * (world_size if real else 0.0)).backward()
             if real:
-                real_count += 1
-                weighted_loss += float(loss.detach()) * tokens
-                for name, value in metrics.items():
-                    sums[name] = sums.get(name, 0.0) + float(value)
+                local_loss += float(share.detach())
+                counted = response_counts([micro])[0] > 0  # a filler's metrics mean nothing
+                with_tokens += int(counted)
+                add_metrics(sums, metrics, counted)
         grad_norm = self._clip_gradients()
         # A non-finite norm (the same on every rank) would poison the weights: skip the
         # update, but keep the schedule and step count moving so every rank stays aligned.
@@ -185,10 +193,8 @@ class FSDPEngine:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self._global_step += 1
-        result = {name: total / real_count for name, total in sums.items()}
-        result.update(
-            loss=self._global_sum(weighted_loss) / global_tokens, grad_norm=grad_norm, lr=lr
-        )
+        result = global_step_metrics(local_loss, sums, with_tokens, self.device)
+        result.update(grad_norm=grad_norm, lr=lr)
         return result
 
     def _clip_gradients(self) -> float:

@@ -30,7 +30,14 @@ from hf_engines.megatron.model import build_gpt_model, head_dim
 from hf_engines.megatron.parallel import initialize_parallel, pipeline_rank_of_stage
 from hf_engines.megatron.pipeline import StageInput, prepare, response_outputs, run_schedule
 from hf_engines.megatron.weights import iter_full_tensors, load_full_weights
-from hf_engines.micro_batch import batch_tensors, split_micro_batches
+from hf_engines.micro_batch import (
+    add_metrics,
+    batch_tensors,
+    global_step_metrics,
+    response_counts,
+    split_micro_batches,
+    with_totals,
+)
 from hf_engines.models import build_hf_model
 from hf_engines.schedule import build_lr_scheduler
 from hf_protocol import DataProto, fields
@@ -157,28 +164,29 @@ class MegatronEngine:
     def train_step(self, mini_batch: DataProto, loss_fn: LossFn) -> dict[str, float]:
         """One optimizer step over this replica's ``mini_batch``; see :class:`TrainingEngine`.
 
-        Each micro-batch's loss is weighted by its share of the response tokens of the
-        mini-batch over all data-parallel replicas, and gradients are summed over replicas,
-        so the step equals one over the whole mini-batch at once.
+        Every micro-batch gets the mini-batch's token and sequence totals over all
+        data-parallel replicas (:data:`~hf_engines.engine.LossFn`) and returns its share of
+        the mini-batch loss; gradients are summed over replicas, so back-propagating the
+        shares as they are makes the step equal one over the whole mini-batch at once.
         """
         temperature = float(mini_batch.meta_info.get(fields.TEMPERATURE, 1.0))
         inputs = self._inputs(mini_batch)
-        tokens = [
-            float(batch_tensors(item.micro_batch)[fields.RESPONSE_MASK].sum()) for item in inputs
-        ]
-        global_tokens = self._data_parallel_sum(sum(tokens))
-        if global_tokens == 0:
+        counts = response_counts([item.micro_batch for item in inputs])
+        tokens, sequences = self._data_parallel_sums(*counts)
+        if tokens == 0:
             raise ValueError("the mini-batch has no response tokens (response_mask is all zero)")
+        for item in inputs:
+            item.micro_batch = with_totals(item.micro_batch, tokens, sequences)
         sums: dict[str, float] = {}
-        weighted = [0.0]
+        local = {"loss": 0.0, "with_tokens": 0}
 
         def loss_head(output: torch.Tensor, item: StageInput) -> torch.Tensor:
-            loss, metrics = loss_fn(self._head(output, item, temperature), item.micro_batch)
-            share = float(batch_tensors(item.micro_batch)[fields.RESPONSE_MASK].sum())
-            weighted[0] += float(loss.detach()) * share
-            for name, value in metrics.items():
-                sums[name] = sums.get(name, 0.0) + float(value)
-            return loss * (share / global_tokens)
+            share, metrics = loss_fn(self._head(output, item, temperature), item.micro_batch)
+            local["loss"] += float(share.detach())
+            counted = response_counts([item.micro_batch])[0] > 0  # a filler reports nothing
+            local["with_tokens"] += int(counted)
+            add_metrics(sums, metrics, counted)
+            return share
 
         run_schedule(self.model, inputs, loss_head, self.hf_config.hidden_size, True)
         reduce_gradients(self.model)
@@ -190,16 +198,22 @@ class MegatronEngine:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self._global_step += 1
-        result = {name: value / len(inputs) for name, value in sums.items()}
-        result["loss"] = self._data_parallel_sum(weighted[0]) / global_tokens
+        result = global_step_metrics(
+            local["loss"],
+            sums,
+            int(local["with_tokens"]),
+            self.device,
+            parallel_state.get_data_parallel_group(),
+        )
         result = _from_last_stage(result)
         result.update(grad_norm=grad_norm, lr=lr)
         return result
 
-    def _data_parallel_sum(self, value: float) -> float:
-        total = torch.tensor([value], dtype=torch.float64, device=self.device)
+    def _data_parallel_sums(self, *values: float) -> list[float]:
+        """Sums of ``values`` over the data-parallel replicas (one all-reduce)."""
+        total = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(total, group=parallel_state.get_data_parallel_group())
-        return float(total.item())
+        return [float(v) for v in total.tolist()]
 
     # ------------------------------------------------------------------ state
 

@@ -15,14 +15,18 @@ from hf_engines.workers.mesh import ENGINE_MESH, DataParallelPlace, data_paralle
 from hf_engines.workers.reference import ReferenceWorker
 from hf_engines.workers.reward_model import RewardModelWorker
 from hf_engines.workers.updates import (
+    FILLER_ROWS,
     UpdateConfig,
     count_mini_batches,
+    filler_rows,
+    mini_batch_ranges,
     shuffle_seed,
     split_mini_batches,
 )
 
 __all__ = [
     "ENGINE_MESH",
+    "FILLER_ROWS",
     "ActorConfig",
     "ActorWorker",
     "CriticConfig",
@@ -35,7 +39,9 @@ __all__ = [
     "UpdateConfig",
     "count_mini_batches",
     "data_parallel_place",
+    "filler_rows",
     "init_distributed",
+    "mini_batch_ranges",
     "pick_backend",
     "shuffle_seed",
     "split_mini_batches",

@@ -47,9 +47,6 @@ class ActorWorker(TrainableEngineWorker):
         self.config = config
         self.loss_fn = loss_fn
 
-    def _before_init(self) -> None:
-        self.config.validate_for(self.data_parallel_size)
-
     @register(ENGINE_DISPATCH)
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """``old_log_probs`` and ``entropys`` ``(B, R)`` of the responses, at

@@ -35,9 +35,6 @@ class CriticWorker(TrainableEngineWorker):
         self.config = config
         self.loss_fn = loss_fn
 
-    def _before_init(self) -> None:
-        self.config.validate_for(self.data_parallel_size)
-
     @register(ENGINE_DISPATCH)
     def compute_values(self, data: DataProto) -> DataProto:
         """``values`` ``(B, R)``: the value head at the positions predicting each response token."""
