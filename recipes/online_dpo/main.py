@@ -156,7 +156,9 @@ def role_configs(config: OnlineDPOConfig, model_path: str, pad_token_id: int) ->
         micro_batch=MicroBatchConfig(micro_batch_size=config.micro_batch_size),
     )
     # One optimizer step per batch of pairs: a mini-batch as large as the most pairs a step has.
-    actor = ActorConfig(engine=engine, ppo_mini_batch_size=2 * config.prompts_per_step)
+    actor = ActorConfig(
+        engine=engine, ppo_mini_batch_size=2 * config.prompts_per_step, row_group_size=2
+    )
     rollout = RolloutConfig(
         backend=config.rollout_backend,
         model_path=model_path,

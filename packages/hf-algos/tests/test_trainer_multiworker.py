@@ -46,6 +46,9 @@ def deterministic_step(model: Path, root: Path, train: Path) -> list[str]:
         "rollout.n=1",
         "rollout.top_k=1",
         "algorithm.adv_estimator=reinforce_plus_plus",
+        # the untrained model scores 0 everywhere (zero advantages): the entropy bonus
+        # gives every layout the same non-zero gradient to agree on
+        "actor.entropy_coeff=0.01",
         "actor.ppo_mini_batch_size=3",  # mini-batches of 3 and 2 rows
         "actor.engine.micro_batch.micro_batch_size=2",
         "trainer.resume_mode=disable",
@@ -79,9 +82,9 @@ def test_one_step_on_2_and_3_workers_equals_one_worker(
         for i, (name, extra) in enumerate(layouts.items())
     }
     reference = metrics["1"]
-    assert reference["actor/grad_norm"] > 0 and reference["actor/pg_loss"] != 0
+    assert reference["actor/grad_norm"] > 0
     for i, name in enumerate(layouts):
-        for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss"):
+        for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/entropy"):
             assert metrics[name][key] == pytest.approx(reference[key], abs=ATOL), (name, key)
         assert metrics[name]["actor/grad_norm"] == pytest.approx(
             reference["actor/grad_norm"], rel=1e-4

@@ -96,14 +96,20 @@ def actor_class_with_loss(
     trainer: TrainerSection,
     loss_fn: LossFn,
     mini_batch_rows: int | None = None,
+    row_group_size: int = 1,
 ) -> RayClassWithInitArgs:
-    """The actor role with any engine loss function (DPO, SFT)."""
+    """The actor role with any engine loss function (DPO, SFT).
+
+    ``row_group_size`` rows are kept together on one worker and in one mini-batch (2 for
+    DPO's chosen/rejected pairs).
+    """
     config = ActorConfig(
         engine=actor.engine,
         ppo_mini_batch_size=mini_batch_rows or actor.ppo_mini_batch_size,
         ppo_epochs=actor.ppo_epochs,
         shuffle=actor.shuffle,
         seed=trainer.seed,
+        row_group_size=row_group_size,
     )
     return RayClassWithInitArgs(SyncActorWorker, config, loss_fn)
 

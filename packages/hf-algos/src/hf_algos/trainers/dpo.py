@@ -62,7 +62,9 @@ class DPOTrainer(Trainer):
         # Online, the pair count varies per step: one optimizer step takes all of them.
         rows = 2 * (config.data.train_batch_size if self.online else config.dpo.mini_batch_size)
         roles = {
-            "actor": builders.actor_class_with_loss(config.actor, config.trainer, loss_fn, rows),
+            "actor": builders.actor_class_with_loss(
+                config.actor, config.trainer, loss_fn, rows, row_group_size=2
+            ),
             "ref": builders.reference_class(config.actor),
         }
         rollout = (
