@@ -3,8 +3,9 @@
 The driver runs in a subprocess that joins the cluster through ``RAY_ADDRESS``, exactly as
 a user's driver joins one started with ``ray start``. With ``trainer.nnodes=2`` and two
 workers in total, each node runs one training rank; the two ranks form one gloo group
-across the nodes. The run must train and learn: the reward of the last steps clearly above
-that of the first ones, and the held-out accuracy at least what it was after the warm-up.
+across the nodes. The recipe runs as shipped otherwise and must learn as it does on one
+node: the reward of the last steps well above that of the first ones, and held-out greedy
+accuracy at least 0.9 at the end.
 """
 
 from __future__ import annotations
@@ -54,8 +55,6 @@ def test_grpo_with_two_nodes_trains_and_learns(two_node_cluster: str, tmp_path: 
         f"workdir={tmp_path}",
         "grpo.trainer.nnodes=2",
         "grpo.trainer.n_workers=2",
-        "grpo.trainer.total_training_steps=150",
-        "grpo.trainer.test_freq=150",
     ]
     done = subprocess.run(
         command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=850
@@ -63,6 +62,8 @@ def test_grpo_with_two_nodes_trains_and_learns(two_node_cluster: str, tmp_path: 
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     records = [json.loads(line) for line in (tmp_path / "logs" / "grpo.jsonl").open()]
     scores = [r["critic/score/mean"] for r in records if "critic/score/mean" in r]
-    assert len(scores) == 150
+    accuracy = [r["val/accuracy"] for r in records if "val/accuracy" in r]
     first, last = mean(scores[:20]), mean(scores[-20:])
-    assert last > first + 0.1, f"the reward did not rise: {first:.3f} -> {last:.3f}"
+    print(f"reward {first:.3f} -> {last:.3f}, held-out accuracy {accuracy}")
+    assert last > first + 0.3, f"the reward did not rise: {first:.3f} -> {last:.3f}"
+    assert accuracy[-1] >= 0.9, f"GRPO on two nodes did not reach 0.9 accuracy: {accuracy}"
