@@ -94,6 +94,14 @@ class WorkerGroup:
         """End the group's workers (the group cannot be called afterwards)."""
         raise NotImplementedError
 
+    def wait_results(
+        self, method: str, handles: list[Any], ranks: list[int] | None = None
+    ) -> list[Any]:
+        """Results of a non-blocking call's per-rank ``handles`` (``ranks``: whose they are,
+        default ``0..n-1``), in order; a failure raises :class:`WorkerGroupError` naming the
+        group, rank, ``method`` and node, as a blocking call would."""
+        return self._wait(method, handles, list(range(len(handles))) if ranks is None else ranks)
+
     # ------------------------------------------------------------------ binding
 
     def _bind_worker_methods(self, user_class: type, prefix: str = "") -> list[str]:

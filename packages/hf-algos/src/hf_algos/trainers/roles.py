@@ -360,4 +360,4 @@ def wait_together(*calls: tuple[str, str, object, list[Any]]) -> None:
         for ref in ready:
             role, method, group, rank = pending.pop(ref)
             # the group's own waiter turns a remote error or a dead worker into a named one
-            group._wait(method, [ref], [rank])  # type: ignore[attr-defined]
+            group.wait_results(method, [ref], [rank])  # type: ignore[attr-defined]
