@@ -197,13 +197,11 @@ class RoleGroups:
         # A rendezvous: both joins must be in flight before either can finish.
         wait_together(
             (
-                "actor",
                 "join_weight_channel",
                 self.actor,
                 self.actor.join_weight_channel(host, port, world_size, self.weight_device),
             ),
             (
-                "rollout",
                 "join_weight_channel",
                 rollout,
                 rollout.join_weight_channel(host, port, world_size, self.weight_device),
@@ -226,13 +224,8 @@ class RoleGroups:
                 "first (it opens the channel in the separate placement)"
             )
         wait_together(
-            (
-                "actor",
-                "send_weights",
-                self.actor,
-                self.actor.send_weights(self.weight_bucket_bytes),
-            ),
-            ("rollout", "receive_weights", self.rollout, self.rollout.receive_weights()),
+            ("send_weights", self.actor, self.actor.send_weights(self.weight_bucket_bytes)),
+            ("receive_weights", self.rollout, self.rollout.receive_weights()),
         )
 
     def shutdown(self) -> None:
@@ -341,23 +334,23 @@ def _pool(
     )
 
 
-def wait_together(*calls: tuple[str, str, object, list[Any]]) -> None:
+def wait_together(*calls: tuple[str, object, list[Any]]) -> None:
     """Wait for the handles of non-blocking calls on several groups at once.
 
-    ``calls`` are ``(role, method, group, handles)``. A failure on any rank of any group
+    ``calls`` are ``(method, group, handles)``. A failure on any rank of any group
     raises at once (the group's error names group, rank, method and node) instead of after
     the peers of a collective time out. Local-backend handles are already results.
     """
     import ray
 
-    pending: dict[Any, tuple[str, str, object, int]] = {}
-    for role, method, group, handles in calls:
+    pending: dict[Any, tuple[str, object, int]] = {}
+    for method, group, handles in calls:
         for rank, handle in enumerate(handles):
             if isinstance(handle, ray.ObjectRef):
-                pending[handle] = (role, method, group, rank)
+                pending[handle] = (method, group, rank)
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.5)
         for ref in ready:
-            role, method, group, rank = pending.pop(ref)
+            method, group, rank = pending.pop(ref)
             # the group's own waiter turns a remote error or a dead worker into a named one
             group.wait_results(method, [ref], [rank])  # type: ignore[attr-defined]
