@@ -60,4 +60,7 @@ bash tools/setup_vllm_env.sh .ci-work/vllm-venv
 section "pytest tests (cross-package, recipes and tools)"
 "$PY" -m pytest tests
 
+section "fault-injection suite (the table of docs/reliability.md)"
+"$PY" tools/reliability/run_faults.py
+
 section "all checks passed"
