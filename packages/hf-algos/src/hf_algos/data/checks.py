@@ -39,7 +39,7 @@ def check_prompt(source: RowSource, key: str, prompt: Any) -> None:
             raise DataError(source, key, "is an empty string", fix)
         return
     if not isinstance(prompt, list):
-        raise DataError(source, key, f"is a {type(prompt).__name__} ({prompt!r:.60})", fix)
+        raise DataError(source, key, f"has type {type(prompt).__name__} ({prompt!r:.60})", fix)
     if not prompt:
         raise DataError(source, key, "is an empty message list", fix)
     for index, message in enumerate(prompt):
@@ -60,7 +60,7 @@ def check_text(source: RowSource, key: str, row: Mapping[str, Any], fix: str) ->
     """``row[key]`` as a non-empty string (an SFT target, a DPO chosen / rejected response)."""
     text = require_field(source, row, key, fix)
     if not isinstance(text, str):
-        raise DataError(source, key, f"is a {type(text).__name__} ({text!r:.60}), not text", fix)
+        raise DataError(source, key, f"has type {type(text).__name__} ({text!r:.60}), not text", fix)
     if not text.strip():
         raise DataError(source, key, "is an empty string", fix)
     return text
@@ -79,19 +79,19 @@ def check_reward_fields(source: RowSource, row: Mapping[str, Any]) -> None:
     )
     reward_model = require_field(source, row, fields.REWARD_MODEL, truth_fix)
     if not isinstance(reward_model, Mapping):
-        problem = f"is a {type(reward_model).__name__} ({reward_model!r:.60}), not a dict"
+        problem = f"has type {type(reward_model).__name__} ({reward_model!r:.60}), not dict"
         raise DataError(source, fields.REWARD_MODEL, problem, truth_fix)
     truth_key = f"{fields.REWARD_MODEL}.ground_truth"
     truth = require_field(source, reward_model, "ground_truth", truth_fix, truth_key)
     if not _is_ground_truth(truth):
-        problem = f"is a {type(truth).__name__} ({truth!r:.60})"
+        problem = f"has type {type(truth).__name__} ({truth!r:.60})"
         raise DataError(source, truth_key, problem, truth_fix)
     extra = row.get(fields.EXTRA_INFO)
     if extra is not None and not isinstance(extra, Mapping):
         raise DataError(
             source,
             fields.EXTRA_INFO,
-            f"is a {type(extra).__name__} ({extra!r:.60})",
+            f"has type {type(extra).__name__} ({extra!r:.60})",
             "give 'extra_info' as a dict (or leave it out)",
         )
 
