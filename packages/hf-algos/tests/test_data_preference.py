@@ -47,7 +47,7 @@ def test_pairs_collate_as_adjacent_rows(
         ]
     path = write_rows(rows, tmp_path / f"pairs{suffix}")
     config = PreferenceDatasetConfig(max_prompt_length=32, max_response_length=10)
-    where = r"pairs\.jsonl, line 3" if suffix == ".jsonl" else r"pairs\.parquet, row 2"
+    where = r"pairs\.jsonl, line 3" if suffix == ".jsonl" else r"pairs\.parquet, row 2 \(0-based\)"
     with pytest.raises(ValueError, match=where + r": field 'chosen' is 31 tokens long"):
         PreferenceDataset(path, tokenizer, config)  # overlong="error" is the default
     config = PreferenceDatasetConfig(max_prompt_length=32, max_response_length=10, overlong="drop")
