@@ -116,7 +116,7 @@ def test_good_variants_pass(tokenizer) -> None:
 def test_invalid_jsonl_names_the_line(tmp_path: Path, tokenizer, content, expected) -> None:
     path = tmp_path / "broken.jsonl"
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
-    with pytest.raises(DataError, match=re.escape(str(path)) + ": |, " + expected):
+    with pytest.raises(DataError, match=re.escape(str(path)) + ".*" + expected):
         RLDataset(path, tokenizer)
 
 

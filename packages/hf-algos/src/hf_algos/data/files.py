@@ -141,9 +141,10 @@ def _read_jsonl(path: Path) -> list[LocatedRow]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = json.loads(line.strip())
             except json.JSONDecodeError as error:
-                raise DataError(source, None, f"is not valid JSON ({error})", fix) from error
+                problem = f"is not valid JSON ({error.msg} at column {error.colno})"
+                raise DataError(source, None, problem, fix) from error
             if not isinstance(row, dict):
                 raise DataError(source, None, f"is {row!r:.80}, not a JSON object", fix)
             rows.append((source, row))
