@@ -71,7 +71,9 @@ def _expect_error(
         if part not in message:
             raise AssertionError(f"the error does not name {part!r}: {message}")
     shown = message.replace(str(scratch) + "/", "")  # the table shows the file's own name
-    return FaultResult("named error", seconds, "nothing (before any worker started)", first_line(shown))
+    return FaultResult(
+        "named error", seconds, "nothing (before any worker started)", first_line(shown)
+    )
 
 
 def _bad_row(change: Callable[[dict[str, Any]], Any], suffix: str = "jsonl") -> Callable[..., Path]:

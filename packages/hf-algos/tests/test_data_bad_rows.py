@@ -51,7 +51,12 @@ BAD_ROWS = [
     ("empty prompt", lambda r: r.update(prompt="  "), "prompt", "is an empty string"),
     ("non-string prompt", lambda r: r.update(prompt=12), "prompt", "has type int"),
     ("empty chat", lambda r: r.update(prompt=[]), "prompt", "is an empty message list"),
-    ("bad message", lambda r: r.update(prompt=[{"role": "user"}]), "prompt[0]", "is .*, not a message"),
+    (
+        "bad message",
+        lambda r: r.update(prompt=[{"role": "user"}]),
+        "prompt[0]",
+        "is .*, not a message",
+    ),
     ("null prompt", lambda r: r.update(prompt=None), "prompt", "is null"),
     ("missing data_source", lambda r: r.pop("data_source"), "data_source", "is missing"),
     ("missing reward_model", lambda r: r.pop("reward_model"), "reward_model", "is missing"),

@@ -60,7 +60,9 @@ def check_text(source: RowSource, key: str, row: Mapping[str, Any], fix: str) ->
     """``row[key]`` as a non-empty string (an SFT target, a DPO chosen / rejected response)."""
     text = require_field(source, row, key, fix)
     if not isinstance(text, str):
-        raise DataError(source, key, f"has type {type(text).__name__} ({text!r:.60}), not text", fix)
+        raise DataError(
+            source, key, f"has type {type(text).__name__} ({text!r:.60}), not text", fix
+        )
     if not text.strip():
         raise DataError(source, key, "is an empty string", fix)
     return text
@@ -74,7 +76,7 @@ def check_reward_fields(source: RowSource, row: Mapping[str, Any]) -> None:
     if not isinstance(data_source, str) or not data_source:
         raise DataError(source, fields.DATA_SOURCE, f"is {data_source!r:.60}", source_fix)
     truth_fix = (
-        'give \'reward_model\' as {"ground_truth": ...} with a string or number (or a list of '
+        "give 'reward_model' as {\"ground_truth\": ...} with a string or number (or a list of "
         "them) as the ground truth"
     )
     reward_model = require_field(source, row, fields.REWARD_MODEL, truth_fix)

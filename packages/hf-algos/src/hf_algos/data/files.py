@@ -25,7 +25,8 @@ class RowSource:
     """jsonl: the 1-based line; parquet: the 0-based row index; a list: the 0-based index."""
 
     def describe(self) -> str:
-        """``data.jsonl, line 3`` / ``data.parquet, row 2 (0-based)`` / ``row 2 of the given rows``."""
+        """``data.jsonl, line 3``, ``data.parquet, row 2 (0-based)`` or ``row 2 of the given
+        rows``."""
         if self.file is None:
             return f"row {self.number} of the given rows"
         if self.file.lower().endswith(".jsonl"):
