@@ -85,7 +85,7 @@ def use_token_auth_by_default() -> None:
     mode = os.environ.get(AUTH_MODE_ENV)
     if mode is None:
         os.environ[AUTH_MODE_ENV] = "token"
-        from ray._raylet import Config
+        from ray._raylet import Config  # type: ignore[attr-defined]  # not in its stubs
 
         # Ray caches its config (the auth mode with it) at import: re-read the environment,
         # as Ray's own switch does, so this driver sends the token it requires.
