@@ -10,6 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from hf_algos.data import (
+    DataError,
     PreferenceDataset,
     PreferenceDatasetConfig,
     StatefulDataLoader,
@@ -46,10 +47,17 @@ def test_pairs_collate_as_adjacent_rows(
         ]
     path = write_rows(rows, tmp_path / f"pairs{suffix}")
     config = PreferenceDatasetConfig(max_prompt_length=32, max_response_length=10)
+    where = r"pairs\.jsonl, line 3" if suffix == ".jsonl" else r"pairs\.parquet, row 2 \(0-based\)"
+    with pytest.raises(ValueError, match=where + r": field 'chosen' is 31 tokens long"):
+        PreferenceDataset(path, tokenizer, config)  # overlong="error" is the default
+    config = PreferenceDatasetConfig(max_prompt_length=32, max_response_length=10, overlong="drop")
     with caplog.at_level(logging.WARNING, logger="hf_algos.data.preference"):
         dataset = PreferenceDataset(path, tokenizer, config)
     assert len(dataset) == 2 and dataset.num_filtered == 1
-    assert "filtered 1 of 3 pairs" in caplog.text
+    assert "dropped 1 of 3 pairs" in caplog.text
+    tight = PreferenceDatasetConfig(max_prompt_length=2, overlong="drop")
+    with pytest.raises(ValueError, match=r"every one of the 3 pairs .* left none"):
+        PreferenceDataset(path, tokenizer, tight)
 
     batch = dataset.collate([dataset[0], dataset[1]])
     assert len(batch) == 4
@@ -106,7 +114,9 @@ def test_pair_batch_runs_through_a_real_model(tmp_path: Path) -> None:
 
 def test_bad_rows_are_named() -> None:
     tokenizer = build_char_tokenizer()
-    with pytest.raises(KeyError, match="lacks \\['rejected'\\]"):
+    with pytest.raises(DataError, match="row 0 of the given rows: field 'rejected' is missing"):
         PreferenceDataset([{"prompt": "a", "chosen": "b"}], tokenizer)
-    with pytest.raises(TypeError, match="'chosen' must be a string"):
+    with pytest.raises(DataError, match="field 'chosen' has type int"):
         PreferenceDataset([{"prompt": "a", "chosen": 3, "rejected": "b"}], tokenizer)
+    with pytest.raises(DataError, match="row 1 of the given rows: field 'prompt' is an empty"):
+        PreferenceDataset([_pairs()[0], {"prompt": " ", "chosen": "b", "rejected": "c"}], tokenizer)

@@ -78,7 +78,7 @@ def test_read_rows_errors_name_the_problem(tmp_path: Path) -> None:
         write_rows(_rows(), tmp_path / "mixed.parquet")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"a": 1}\nnot json\n')
-    with pytest.raises(ValueError, match=r"bad\.jsonl:2"):
+    with pytest.raises(ValueError, match=r"bad\.jsonl, line 2: is not valid JSON"):
         read_rows(bad)
 
 
@@ -87,9 +87,11 @@ def test_chat_template_applied_and_overlong_filtered(
 ) -> None:
     path = write_rows(_rows(), tmp_path / "data.jsonl")
     with caplog.at_level(logging.WARNING, logger="hf_algos.data.rl_dataset"):
-        dataset = RLDataset(path, chat_tokenizer, RLDatasetConfig(max_prompt_length=16))
+        dataset = RLDataset(
+            path, chat_tokenizer, RLDatasetConfig(max_prompt_length=16, overlong="drop")
+        )
     assert len(dataset) == 2 and dataset.num_filtered == 1
-    assert "filtered 1 of 3 prompts" in caplog.text
+    assert "dropped 1 of 3 prompts" in caplog.text
     expected = chat_tokenizer.apply_chat_template(
         [{"role": "user", "content": "312="}], tokenize=False, add_generation_prompt=True
     )
@@ -105,8 +107,8 @@ def test_raw_text_without_template_and_error_mode(chat_tokenizer, plain_tokenize
     assert chat_tokenizer.decode(forced_raw[1]["input_ids"]) == "312="
     with pytest.raises(ValueError, match="no chat_template"):
         RLDataset(_rows(), plain_tokenizer, RLDatasetConfig(use_chat_template=True))
-    with pytest.raises(ValueError, match="row 2 has a 40-token prompt"):
-        RLDataset(_rows(), plain_tokenizer, RLDatasetConfig(max_prompt_length=16, overlong="error"))
+    with pytest.raises(ValueError, match="row 2 of the given rows: field 'prompt' is 40 tokens"):
+        RLDataset(_rows(), plain_tokenizer, RLDatasetConfig(max_prompt_length=16))
 
 
 def test_collate_left_pads_with_non_tensors(plain_tokenizer) -> None:

@@ -48,7 +48,12 @@ class DataSection:
     prompt_key: str = "prompt"
     """Column holding the prompt text (or chat messages)."""
     max_prompt_length: int = 64
-    """Prompts are left-padded to this many tokens; a longer prompt is an error."""
+    """Prompts are left-padded to this many tokens (after the chat template); a longer one
+    follows ``overlong_prompts``."""
+    overlong_prompts: Literal["error", "drop"] = "error"
+    """A prompt longer than ``max_prompt_length`` (DPO: a pair over its limits): ``error``
+    stops before training, naming the file, row and length; ``drop`` leaves it out and logs
+    how many were dropped (all of them dropped is an error naming the shortest and longest)."""
     train_batch_size: int = 8
     """Prompts per training step (each sampled ``rollout.n`` times)."""
     val_batch_size: int | None = None

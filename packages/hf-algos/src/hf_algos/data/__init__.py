@@ -2,7 +2,7 @@
 tokenizer."""
 
 from hf_algos.data.collate import collate_to_dataproto
-from hf_algos.data.files import read_rows, write_rows
+from hf_algos.data.files import DataError, RowSource, read_rows, write_rows
 from hf_algos.data.loader import StatefulDataLoader
 from hf_algos.data.preference import (
     PreferenceDataset,
@@ -16,10 +16,12 @@ from hf_algos.data.tokenizer import CHAR_CHAT_TEMPLATE, build_char_tokenizer
 
 __all__ = [
     "CHAR_CHAT_TEMPLATE",
+    "DataError",
     "PreferenceDataset",
     "PreferenceDatasetConfig",
     "RLDataset",
     "RLDatasetConfig",
+    "RowSource",
     "SFTDataset",
     "StatefulDataLoader",
     "build_char_tokenizer",

@@ -10,8 +10,10 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from hf_algos.data.files import PathsLike, load_rows
+from hf_algos.data.checks import check_prompt, check_text, require_field
+from hf_algos.data.files import DataError, PathsLike, RowSource, load_located_rows
 from hf_algos.data.prompts import encode_prompt, resolve_chat_template
+from hf_algos.data.rl_dataset import check_overlong_policy
 from hf_protocol import DataProto, build_prompt_response_batch, fields
 
 logger = logging.getLogger(__name__)
@@ -22,15 +24,19 @@ class PreferenceDatasetConfig:
     """How :class:`PreferenceDataset` tokenizes pairs."""
 
     max_prompt_length: int = 512
-    """Pairs whose prompt has more tokens are dropped (the count is logged)."""
+    """Longest prompt in tokens (after the chat template); see ``overlong``."""
     max_response_length: int = 512
-    """Pairs whose chosen or rejected response has more tokens (EOS included) are dropped."""
+    """Longest chosen / rejected response in tokens (EOS included); see ``overlong``."""
     use_chat_template: bool | None = None
     """``None``: use the tokenizer's chat template when it has one; ``False``: raw text."""
     append_eos: bool = True
     """End each response with the tokenizer's EOS token, as a generated answer would."""
+    overlong: str = "error"
+    """``"error"``: a pair over either limit raises, naming its file, row, field and length;
+    ``"drop"``: such pairs are left out (the count is logged; all left out is an error)."""
 
     def __post_init__(self) -> None:
+        check_overlong_policy("overlong", self.overlong)
         if self.max_prompt_length < 1 or self.max_response_length < 1:
             raise ValueError(
                 f"max_prompt_length and max_response_length must be >= 1, got "
@@ -64,18 +70,38 @@ class PreferenceDataset:
         self.tokenizer = tokenizer
         self.pad_token_id = int(tokenizer.pad_token_id)
         self.use_chat_template = resolve_chat_template(tokenizer, self.config.use_chat_template)
-        rows = load_rows(data)
+        rows = load_located_rows(data)
         self.pairs: list[dict[str, Any]] = []
         self.num_filtered = 0
-        for index, row in enumerate(rows):
-            pair = self._encode(index, row)
-            if self._fits(pair):
+        prompt_lengths = []
+        for source, row in rows:
+            pair = self._encode(source, row)
+            prompt_lengths.append(len(pair["prompt_ids"]))
+            too_long = self._overlong(pair)
+            if too_long is None:
                 self.pairs.append(pair)
+            elif self.config.overlong == "error":
+                key, length, limit = too_long
+                raise DataError(
+                    source,
+                    key,
+                    f"is {length} tokens long, more than the limit of {limit}",
+                    "raise data.max_prompt_length / max_response_length, shorten the row, or "
+                    "set data.overlong_prompts=drop to leave such pairs out",
+                )
             else:
                 self.num_filtered += 1
+        if rows and not self.pairs:
+            raise ValueError(
+                f"every one of the {len(rows)} pairs is over max_prompt_length="
+                f"{self.config.max_prompt_length} or max_response_length="
+                f"{self.config.max_response_length} tokens (prompts {min(prompt_lengths)} to "
+                f"{max(prompt_lengths)} tokens), so overlong_prompts=drop left none; raise "
+                f"the limits or shorten the rows"
+            )
         if self.num_filtered:
             logger.warning(
-                "PreferenceDataset: filtered %d of %d pairs over max_prompt_length=%d or "
+                "PreferenceDataset: dropped %d of %d pairs over max_prompt_length=%d or "
                 "max_response_length=%d tokens",
                 self.num_filtered,
                 len(rows),
@@ -83,33 +109,34 @@ class PreferenceDataset:
                 self.config.max_response_length,
             )
 
-    def _encode(self, index: int, row: dict[str, Any]) -> dict[str, Any]:
-        missing = [key for key in ("prompt", "chosen", "rejected") if key not in row]
-        if missing:
-            raise KeyError(f"preference row {index} lacks {missing} (fields: {sorted(row)})")
+    def _encode(self, source: RowSource, row: dict[str, Any]) -> dict[str, Any]:
+        fix = "give every pair a 'prompt', a 'chosen' and a 'rejected' response"
+        prompt = require_field(source, row, "prompt", fix)
+        check_prompt(source, "prompt", prompt)
         return {
-            "raw_prompt": row["prompt"],
-            "prompt_ids": encode_prompt(self.tokenizer, row["prompt"], self.use_chat_template),
-            "chosen_ids": self._encode_response(index, "chosen", row["chosen"]),
-            "rejected_ids": self._encode_response(index, "rejected", row["rejected"]),
+            "raw_prompt": prompt,
+            "prompt_ids": encode_prompt(self.tokenizer, prompt, self.use_chat_template),
+            "chosen_ids": self._encode_response(check_text(source, "chosen", row, fix)),
+            "rejected_ids": self._encode_response(check_text(source, "rejected", row, fix)),
         }
 
-    def _encode_response(self, index: int, key: str, text: Any) -> list[int]:
-        if not isinstance(text, str):
-            raise TypeError(f"preference row {index}: {key!r} must be a string, got {text!r:.80}")
+    def _encode_response(self, text: str) -> list[int]:
         ids = [int(t) for t in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
         if self.config.append_eos:
             ids.append(int(self.tokenizer.eos_token_id))
-        if not ids:
-            raise ValueError(f"preference row {index}: {key!r} is empty; a response needs tokens")
         return ids
 
-    def _fits(self, pair: dict[str, Any]) -> bool:
-        longest = max(len(pair["chosen_ids"]), len(pair["rejected_ids"]))
-        return (
-            len(pair["prompt_ids"]) <= self.config.max_prompt_length
-            and longest <= self.config.max_response_length
-        )
+    def _overlong(self, pair: dict[str, Any]) -> tuple[str, int, int] | None:
+        """The first field over its limit: ``(field, length, limit)``, or ``None``."""
+        limits = {
+            "prompt": (pair["prompt_ids"], self.config.max_prompt_length),
+            "chosen": (pair["chosen_ids"], self.config.max_response_length),
+            "rejected": (pair["rejected_ids"], self.config.max_response_length),
+        }
+        for key, (ids, limit) in limits.items():
+            if len(ids) > limit:
+                return key, len(ids), limit
+        return None
 
     def __len__(self) -> int:
         return len(self.pairs)

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from transformers import PreTrainedTokenizerBase
 
-from hf_algos.data.files import read_rows
+from hf_algos.data.checks import check_prompt, check_text, require_field
+from hf_algos.data.files import read_located_rows
 from hf_algos.data.prompts import encode_prompt, resolve_chat_template
 from hf_protocol import DataProto, build_prompt_response_batch
 
@@ -29,14 +30,13 @@ class SFTDataset:
         self.pad_token_id = int(tokenizer.pad_token_id)
         use_template = resolve_chat_template(tokenizer, None)
         self.items: list[tuple[list[int], list[int]]] = []
-        for index, row in enumerate(read_rows(list(files))):
-            prompt = encode_prompt(tokenizer, row[config.data.prompt_key], use_template)
-            text = row.get(config.response_key)
-            if not isinstance(text, str):
-                raise KeyError(
-                    f"SFT row {index} has no string {config.response_key!r} field "
-                    f"(fields: {sorted(row)}); set response_key to the target column"
-                )
+        key = config.data.prompt_key
+        for source, row in read_located_rows(list(files)):
+            fix = f"give every row a {key!r} prompt and a {config.response_key!r} target text"
+            prompt_value = require_field(source, row, key, fix)
+            check_prompt(source, key, prompt_value)
+            text = check_text(source, config.response_key, row, fix)
+            prompt = encode_prompt(tokenizer, prompt_value, use_template)
             response = tokenizer(text, add_special_tokens=False)["input_ids"]
             response = [*response, int(tokenizer.eos_token_id)][: config.max_response_length]
             if config.loss_mask == "all":

@@ -47,22 +47,38 @@ def load_tokenizer(data: DataSection, actor: ActorSection) -> PreTrainedTokenize
 
 
 def rl_dataset(
-    data: DataSection, files: tuple[str, ...], tokenizer: PreTrainedTokenizerBase
+    data: DataSection,
+    files: tuple[str, ...],
+    tokenizer: PreTrainedTokenizerBase,
+    require_reward_fields: bool = True,
 ) -> RLDataset:
-    """Tokenized prompts of ``files``."""
-    config = RLDatasetConfig(max_prompt_length=data.max_prompt_length, prompt_key=data.prompt_key)
+    """Tokenized, checked prompts of ``files`` (bad rows raise naming file, row and field).
+
+    ``require_reward_fields``: rows must carry ``data_source`` and
+    ``reward_model.ground_truth`` (rule-based scoring); ``False`` for a reward-model run.
+    """
+    config = RLDatasetConfig(
+        max_prompt_length=data.max_prompt_length,
+        prompt_key=data.prompt_key,
+        overlong=data.overlong_prompts,
+        require_reward_fields=require_reward_fields,
+    )
     return RLDataset(list(files), tokenizer, config)
 
 
-def rl_loader(data: DataSection, tokenizer: PreTrainedTokenizerBase) -> StatefulDataLoader:
+def rl_loader(
+    data: DataSection, tokenizer: PreTrainedTokenizerBase, require_reward_fields: bool = True
+) -> StatefulDataLoader:
     """The training prompts: shuffled per epoch, full batches, resumable."""
-    dataset = rl_dataset(data, data.train_files, tokenizer)
+    dataset = rl_dataset(data, data.train_files, tokenizer, require_reward_fields)
     return StatefulDataLoader(dataset, data.train_batch_size, data.shuffle, data.seed)
 
 
-def val_dataset(data: DataSection, tokenizer: PreTrainedTokenizerBase) -> tuple[RLDataset, int]:
+def val_dataset(
+    data: DataSection, tokenizer: PreTrainedTokenizerBase, require_reward_fields: bool = True
+) -> tuple[RLDataset, int]:
     """The validation prompts and the batch size to score them in."""
-    dataset = rl_dataset(data, data.val_files, tokenizer)
+    dataset = rl_dataset(data, data.val_files, tokenizer, require_reward_fields)
     return dataset, data.val_batch_size or len(dataset)
 
 

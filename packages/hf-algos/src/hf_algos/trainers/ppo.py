@@ -79,9 +79,12 @@ class PPOTrainer(Trainer):
         super().__init__(config.trainer, config_to_dict(config))
         self.config = config
         self.tokenizer = builders.load_tokenizer(config.data, config.actor)
-        self.loader = builders.rl_loader(config.data, self.tokenizer)
+        rules = config.reward.model is None  # rule-based scoring reads data_source, ground truth
+        self.loader = builders.rl_loader(config.data, self.tokenizer, rules)
         self.val_data = (
-            builders.val_dataset(config.data, self.tokenizer) if config.data.val_files else None
+            builders.val_dataset(config.data, self.tokenizer, rules)
+            if config.data.val_files
+            else None
         )
         self.kl_ctrl = build_kl_controller(config)
         self.estimator = get_advantage_estimator(config.algorithm.adv_estimator)

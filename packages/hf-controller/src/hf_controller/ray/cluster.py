@@ -8,14 +8,23 @@ and free) so pools and trainers can check a layout before reserving anything;
 
 from __future__ import annotations
 
+import logging
 import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hf_controller.errors import ConfigurationError
 
+logger = logging.getLogger(__name__)
+
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
+"""Ray's token-authentication switch (``token`` or ``disabled``), read by every Ray process."""
+AUTH_TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
+"""Where Ray keeps the token when not at its default ``~/.ray/auth_token``."""
 # ray.init arguments that describe a node Ray starts; a running cluster refuses them.
 _START_ONLY_ARGS = ("num_cpus", "num_gpus", "resources", "labels", "object_store_memory")
 _GIB = 1024.0**3
@@ -34,7 +43,9 @@ def ensure_ray(**init_kwargs: Any) -> None:
       so the cluster's workers keep their real network addresses.
     * Otherwise start a local single-node Ray bound to 127.0.0.1: ``LOOPBACK_ENV``
       defaults to ``"0"`` for the driver, the raylet and (see :func:`started_local_ray`)
-      the workers of every group.
+      the workers of every group. It also requires Ray's token authentication
+      (``RAY_AUTH_MODE=token`` unless set otherwise, see :func:`use_token_auth_by_default`):
+      another local user's process cannot reach the GCS or raylets without the token.
 
     Either way the dashboard is off unless ``include_dashboard`` is given, and the
     namespace defaults to ``"hybridflow"``. Other keyword arguments go to ``ray.init``.
@@ -51,6 +62,7 @@ def ensure_ray(**init_kwargs: Any) -> None:
             init_kwargs.pop(name, None)
     else:
         use_loopback_by_default()
+        use_token_auth_by_default()
         # Explicit: without it ray.init would attach to any cluster it finds on this machine
         # (a `ray start` left running, a test cluster), which is joining, not starting.
         init_kwargs["address"] = "local"
@@ -58,6 +70,47 @@ def ensure_ray(**init_kwargs: Any) -> None:
     init_kwargs.setdefault("namespace", "hybridflow")
     ray.init(**init_kwargs)
     _local_gcs_address = None if joining else ray.get_runtime_context().gcs_address
+    if not joining:
+        _keep_token_private()
+
+
+def use_token_auth_by_default() -> None:
+    """Require Ray's token authentication of a Ray started here unless ``AUTH_MODE_ENV`` is set.
+
+    Ray (2.5x and later) generates the token at ``~/.ray/auth_token`` (or
+    ``RAY_AUTH_TOKEN_PATH``) when a local Ray starts without one; the raylet and the worker
+    processes inherit ``RAY_AUTH_MODE`` from this process and read the token from there.
+    ``RAY_AUTH_MODE=disabled`` turns it off (a warning says so).
+    """
+    mode = os.environ.get(AUTH_MODE_ENV)
+    if mode is None:
+        os.environ[AUTH_MODE_ENV] = "token"
+        from ray._raylet import Config  # type: ignore[attr-defined]  # not in its stubs
+
+        # Ray caches its config (the auth mode with it) at import: re-read the environment,
+        # as Ray's own switch does, so this driver sends the token it requires.
+        Config.initialize("")
+    elif mode.lower() != "token":
+        logger.warning(
+            "%s=%s: the local Ray starts without token authentication, so any process on "
+            "this machine can run code in it; unset %s to require a token",
+            AUTH_MODE_ENV,
+            mode,
+            AUTH_MODE_ENV,
+        )
+
+
+def _keep_token_private() -> None:
+    """Make the token file readable by its owner only (Ray writes it with the umask's mode)."""
+    if os.environ.get(AUTH_MODE_ENV, "").lower() != "token" or os.environ.get("RAY_AUTH_TOKEN"):
+        return
+    path = Path(os.environ.get(AUTH_TOKEN_PATH_ENV) or Path.home() / ".ray" / "auth_token")
+    try:
+        info = path.stat()
+        if info.st_uid == os.getuid() and info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            path.chmod(stat.S_IRUSR | stat.S_IWUSR)
+    except OSError as error:  # the token still works; only its privacy is not improved
+        logger.warning("could not make the Ray token file %s private: %s", path, error)
 
 
 def use_loopback_by_default() -> None:
