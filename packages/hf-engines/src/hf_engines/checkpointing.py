@@ -13,7 +13,7 @@ import pickle
 import random
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 from safetensors.torch import save_file
@@ -53,7 +53,7 @@ class UnsafeCheckpointError(ValueError):
     """
 
 
-def load_state_file(path: str | os.PathLike[str], map_location: Any = None) -> Any:
+def load_state_file(path: str | os.PathLike[str] | IO[bytes], map_location: Any = None) -> Any:
     """``torch.load(path, weights_only=True)``: tensors, containers and plain values only.
 
     Raises :class:`UnsafeCheckpointError` naming the file and the refused object when the
