@@ -14,7 +14,7 @@ import torch
 from hf_algos.config import RLConfig, load_config
 from hf_algos.trainers import PPOTrainer, RestartsExhaustedError
 from hf_algos.trainers.base import Metrics
-from hf_controller.errors import WorkerDiedError
+from hf_controller.errors import WorkerGroupError
 from hf_protocol import DataProto
 
 from .trainer_helpers import common_overrides, comparable, task_files
@@ -82,11 +82,12 @@ def test_restarts_run_out_with_a_named_error(
     ray_session: Any, toy_task_scored: str, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     torch.set_num_threads(1)
-    # no restarts allowed: the dead worker's own error, naming group, rank and method
+    # no restarts allowed: the group's own error, naming group, rank and method (the dead
+    # rank's, or a live rank's whose collective lost its peer, whichever is seen first)
     config = load_config(RLConfig, overrides=overrides(tiny_model_dir, tmp_path, "a", 0))
-    with KillingTrainer(config, kill_step=1) as trainer, pytest.raises(WorkerDiedError) as died:
+    with KillingTrainer(config, kill_step=1) as trainer, pytest.raises(WorkerGroupError) as died:
         trainer.fit()
-    assert "rank 1" in str(died.value) and "update_actor" in str(died.value)
+    assert "_train.actor rank" in str(died.value) and "update_actor" in str(died.value)
     # one restart allowed, the worker dies at step 1 both times (no checkpoint yet: the
     # restart goes back to the start)
     config = load_config(RLConfig, overrides=overrides(tiny_model_dir, tmp_path, "b", 1))

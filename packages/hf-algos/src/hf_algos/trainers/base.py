@@ -32,7 +32,7 @@ from hf_algos.data import StatefulDataLoader
 from hf_algos.tracking import Tracking
 from hf_algos.trainers.roles import RoleGroups, build_role_groups
 from hf_controller import RayClassWithInitArgs
-from hf_controller.errors import WorkerDiedError
+from hf_controller.errors import WorkerDiedError, WorkerGroupError
 from hf_protocol import DataProto
 
 logger = logging.getLogger(__name__)
@@ -152,7 +152,7 @@ class Trainer:
                         self._train_steps(bar)
                         break
                     except Exception as error:
-                        if not is_worker_death(error) or config.max_restarts == 0:
+                        if config.max_restarts == 0 or not self._worker_died(error):
                             raise  # the group's own error names group, rank, method, node
                         self._restart(error)
                         bar.n = self.global_step
@@ -170,6 +170,18 @@ class Trainer:
             self.tracking.log(metrics, step=self.global_step)
             self.history.append(metrics)
             bar.update(1)
+
+    def _worker_died(self, error: Exception) -> bool:
+        """Whether ``error`` came from a dead worker: it says so, or it is a failed call
+        (e.g. a collective whose peer was killed) while a worker of the run is dead."""
+        if is_worker_death(error):
+            return True
+        if not isinstance(error, WorkerGroupError):
+            return False
+        dead = self.roles.dead_workers()
+        if dead:
+            logger.warning("%s failed while %s died", error.method, ", ".join(dead))
+        return bool(dead)
 
     def _restart(self, error: Exception) -> None:
         """Tear the groups down, build them again and go back to the last checkpoint."""
