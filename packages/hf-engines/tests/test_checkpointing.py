@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import pickle
 import random
 from pathlib import Path
 
@@ -10,6 +12,8 @@ import torch
 from transformers import AutoConfig
 
 from hf_engines.checkpointing import (
+    UnsafeCheckpointError,
+    load_state_file,
     move_optimizer_state,
     rng_state,
     set_rng_state,
@@ -63,3 +67,65 @@ def test_resolve_compute_device_names_the_section_without_cuda() -> None:
     expected = r"megatron\.device asks for CUDA.*megatron\.device='cpu'"
     with pytest.raises(RuntimeError, match=expected):
         resolve_compute_device("cuda", "megatron")
+
+
+class _RunsCodeOnLoad:
+    """Unpickling this calls ``os.system``: what a crafted checkpoint would carry."""
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.system, ("echo pwned",))
+
+
+def test_load_state_file_refuses_a_pickled_callable(tmp_path: Path) -> None:
+    good = tmp_path / "extra_state_rank0.pt"
+    torch.save({"rng": rng_state(), "global_step": 3, "w": torch.ones(2)}, good)
+    assert load_state_file(good)["global_step"] == 3
+    crafted = tmp_path / "crafted.pt"
+    torch.save({"global_step": 3, "payload": _RunsCodeOnLoad()}, crafted)
+    with pytest.raises(UnsafeCheckpointError, match=r"crafted\.pt.*system"):
+        load_state_file(crafted)
+
+
+def _dcp_round_trip(directory: Path) -> tuple[torch.nn.Linear, torch.optim.Optimizer]:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    model_state, optim_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=directory)
+    return model, optimizer
+
+
+def test_dcp_loads_through_the_safe_reader_and_refuses_crafted_metadata(tmp_path: Path) -> None:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    from hf_engines.fsdp.safe_dcp import SafeFileSystemReader, SafeLoadPlanner, check_metadata
+
+    saved, _ = _dcp_round_trip(tmp_path / "dcp")
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model_state, optim_state = get_state_dict(model, optimizer)
+    dcp.load(
+        {"model": model_state, "optim": optim_state},
+        storage_reader=SafeFileSystemReader(tmp_path / "dcp"),
+        planner=SafeLoadPlanner(),
+    )
+    set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
+    assert torch.equal(model.weight, saved.weight)
+    assert optimizer.state_dict()["param_groups"][0]["lr"] == 0.1
+
+    metadata = tmp_path / "dcp" / ".metadata"
+    metadata.write_bytes(pickle.dumps(_RunsCodeOnLoad()))
+    with pytest.raises(UnsafeCheckpointError, match=r"\.metadata.*system"):
+        check_metadata(metadata)
+    with pytest.raises(CheckpointException, match="refused to load"):  # DCP wraps it per rank
+        dcp.load(
+            {"model": model_state},
+            storage_reader=SafeFileSystemReader(tmp_path / "dcp"),
+            planner=SafeLoadPlanner(),
+        )

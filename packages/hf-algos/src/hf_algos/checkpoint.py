@@ -2,19 +2,32 @@
 
 A checkpoint is a directory ``<root>/global_step_<k>/`` with one sub-directory per worker
 role (written by the role's ``save_checkpoint``), ``trainer_state.pt`` (data-loader
-position, RNG states, KL controller, anything else the trainer hands in) and a readable
-``trainer_state.json`` summary. ``<root>/latest_checkpointed_iteration.txt`` names the last
-*complete* checkpoint: it is written only after everything else, so a run killed while
-saving resumes from the previous one.
+position, RNG states, KL controller, anything else the trainer hands in; tensors and plain
+data only) and a readable ``trainer_state.json`` summary.
+
+Saving is atomic, so ``kill -9`` of the driver or a worker at any moment leaves the previous
+checkpoint loadable:
+
+1. everything (the workers' parts too) is written into ``<root>/.tmp-global_step_<k>-<id>/``;
+2. its files are fsynced and the directory is renamed to ``global_step_<k>`` (one rename);
+3. ``<root>/latest_checkpointed_iteration.txt`` is replaced last (temp file, fsync,
+   ``os.replace``);
+4. old checkpoints are pruned to ``max_to_keep``, never the one ``latest`` names.
+
+Temporary directories left by a killed save are removed by the next save (or resume).
+Loading never unpickles code: every file is read with ``torch.load(weights_only=True)``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import re
 import shutil
+import signal
+import uuid
 from collections.abc import Mapping
 from os import PathLike
 from pathlib import Path
@@ -23,10 +36,22 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from hf_engines.checkpointing import load_state_file
+
+logger = logging.getLogger(__name__)
+
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 """Name of the file holding the step of the newest complete checkpoint."""
 STATE_FILE = "trainer_state.pt"
 """The driver's state inside a checkpoint directory."""
+TMP_PREFIX = ".tmp-"
+"""Prefix of a checkpoint being written (and of one being replaced): never loaded."""
+KILL_AT_ENV = "HF_CHECKPOINT_KILL_AT"
+"""Fault-injection hook for tests: ``<point>@<step>`` SIGKILLs the driver at that point of
+the save of ``step`` (points: :data:`KILL_POINTS`)."""
+KILL_POINTS = ("start", "role:<name>", "state", "renamed", "latest")
+"""Where :data:`KILL_AT_ENV` can kill a save: before anything, after a role's workers wrote
+their part, after ``trainer_state.pt``, after the rename, after the ``latest`` pointer."""
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 
 
@@ -83,39 +108,88 @@ class CheckpointManager:
         """Write workers' checkpoints and the trainer state for ``step``; return the directory.
 
         ``workers`` maps a role name (``actor``, ``critic``) to its group; each saves into
-        ``<dir>/<role>``. The latest-step marker is updated last.
+        ``<tmp>/<role>`` of the temporary directory, which becomes ``global_step_<step>`` by
+        one rename once complete. The ``latest`` pointer is replaced last.
         """
-        directory = self.step_dir(step)
-        directory.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.remove_stale()
+        _kill_point("start", step)
+        tmp = self.root / f"{TMP_PREFIX}global_step_{step}-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
         for role, worker in (workers or {}).items():
-            worker.save_checkpoint(str(directory / role))
+            worker.save_checkpoint(str(tmp / role))
+            _kill_point(f"role:{role}", step)
         state = {"global_step": step, **trainer_state}
-        torch.save(state, directory / STATE_FILE)
+        torch.save(state, tmp / STATE_FILE)
         summary = {k: v for k, v in state.items() if isinstance(v, int | float | str | bool)}
-        (directory / "trainer_state.json").write_text(json.dumps(summary, indent=2))
-        _write_atomic(self.root / LATEST_FILE, str(step))
+        (tmp / "trainer_state.json").write_text(json.dumps(summary, indent=2))
+        _fsync_tree(tmp)
+        _kill_point("state", step)
+        directory = self.step_dir(step)
+        if directory.exists():  # a save of this step that `latest` never named, or a re-run
+            stale = self.root / f"{TMP_PREFIX}replaced-{directory.name}-{uuid.uuid4().hex[:8]}"
+            os.replace(directory, stale)
+        os.replace(tmp, directory)
+        _fsync_dir(self.root)
+        _kill_point("renamed", step)
+        write_atomic(self.root / LATEST_FILE, str(step))
+        _kill_point("latest", step)
+        self.remove_stale()
         self._prune()
         return directory
 
+    def remove_stale(self) -> list[Path]:
+        """Delete the temporary directories of saves that never finished; return them."""
+        if not self.root.is_dir():
+            return []
+        stale = [p for p in self.root.iterdir() if p.name.startswith(TMP_PREFIX) and p.is_dir()]
+        for path in stale:
+            shutil.rmtree(path, ignore_errors=True)
+        if stale:
+            logger.info(
+                "removed %d unfinished checkpoint director(ies) under %s", len(stale), self.root
+            )
+        return stale
+
     def latest(self) -> Path | None:
-        """The newest complete checkpoint directory, or ``None`` when there is none."""
+        """The newest complete checkpoint directory, or ``None`` when there is none.
+
+        The one the ``latest`` pointer names; when that is gone (deleted by hand, or a save
+        of the same step was killed while replacing it), the newest complete one.
+        """
         marker = self.root / LATEST_FILE
         if not marker.is_file():
             return None
-        directory = self.step_dir(int(marker.read_text().strip()))
-        return directory if (directory / STATE_FILE).is_file() else None
+        text = marker.read_text().strip()
+        if text.isdigit():
+            directory = self.step_dir(int(text))
+            if (directory / STATE_FILE).is_file():
+                return directory
+        complete = self.checkpoints()
+        if complete:
+            logger.warning(
+                "%s names %r, which is not a complete checkpoint; using %s",
+                marker, text, complete[-1],
+            )  # fmt: skip
+        return complete[-1] if complete else None
 
     def load(
         self, directory: str | PathLike[str], workers: Mapping[str, Checkpointable] | None = None
     ) -> dict[str, Any]:
-        """Load the workers' state from ``directory`` and return the trainer state."""
+        """Load the workers' state from ``directory`` and return the trainer state.
+
+        Nothing is unpickled beyond tensors and plain data: a ``trainer_state.pt`` holding
+        code raises :class:`~hf_engines.checkpointing.UnsafeCheckpointError`.
+        """
         path = Path(directory)
         state_file = path / STATE_FILE
-        if not state_file.is_file():
+        if not state_file.is_file() or path.name.startswith(TMP_PREFIX):
             raise FileNotFoundError(
-                f"{str(path)!r} is not a complete checkpoint (no {STATE_FILE}); pick a "
-                f"global_step_<k> directory written by CheckpointManager.save"
+                f"{str(path)!r} is not a complete checkpoint (no {STATE_FILE}, or an unfinished "
+                f"save); pick a global_step_<k> directory written by CheckpointManager.save"
             )
+        # the driver's state first: a refused file stops before any worker state changes
+        state: dict[str, Any] = load_state_file(state_file)
         for role, worker in (workers or {}).items():
             if not (path / role).exists():
                 raise FileNotFoundError(
@@ -123,7 +197,6 @@ class CheckpointManager:
                     f"without that role (present: {sorted(p.name for p in path.iterdir())})"
                 )
             worker.load_checkpoint(str(path / role))
-        state: dict[str, Any] = torch.load(state_file, weights_only=True)
         return state
 
     def checkpoints(self) -> list[Path]:
@@ -138,13 +211,53 @@ class CheckpointManager:
         return [path for _, path in sorted(found)]
 
     def _prune(self) -> None:
+        """Keep the ``max_to_keep`` newest complete checkpoints and the one ``latest`` names."""
         if self.max_to_keep is None:
             return
+        keep = self.latest()
         for old in self.checkpoints()[: -self.max_to_keep]:
-            shutil.rmtree(old, ignore_errors=True)
+            if old != keep:
+                shutil.rmtree(old, ignore_errors=True)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
+def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path``'s content with ``text`` so a reader sees the old or the new, whole.
+
+    Written to a temporary file beside it, fsynced, ``os.replace``d over it, and the
+    directory fsynced so the rename survives a power loss too.
+    """
+    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    with tmp.open("w") as stream:
+        stream.write(text)
+        stream.flush()
+        os.fsync(stream.fileno())
     os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    """fsync every file and directory under ``root`` (workers' parts included) before the
+    rename publishes it: after a crash, a visible checkpoint is a complete one."""
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(dirpath))
+
+
+def _kill_point(point: str, step: int) -> None:
+    """The :data:`KILL_AT_ENV` test hook: SIGKILL this process at ``point`` of ``step``'s save."""
+    wanted = os.environ.get(KILL_AT_ENV)
+    if wanted and wanted == f"{point}@{step}":
+        os.kill(os.getpid(), signal.SIGKILL)

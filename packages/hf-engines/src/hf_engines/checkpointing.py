@@ -8,10 +8,12 @@ and hand them here to be written.
 from __future__ import annotations
 
 import copy
+import os
+import pickle
 import random
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 from safetensors.torch import save_file
@@ -41,6 +43,36 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class UnsafeCheckpointError(ValueError):
+    """A checkpoint file holds pickled code (or objects beyond tensors and plain data).
+
+    Checkpoints are loaded with ``torch.load(weights_only=True)``, which never imports or
+    calls anything named in the file; a file that needs more is refused with this error.
+    """
+
+
+def load_state_file(path: str | os.PathLike[str] | IO[bytes], map_location: Any = None) -> Any:
+    """``torch.load(path, weights_only=True)``: tensors, containers and plain values only.
+
+    Raises :class:`UnsafeCheckpointError` naming the file and the refused object when the
+    file references anything else (a function, a class), so loading a checkpoint never runs
+    code that was pickled into it.
+    """
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as error:
+        # torch names the refused global on a line of its own ("... GLOBAL posix.system ...")
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        named = [line for line in lines if "GLOBAL" in line]
+        first = (named or lines or [repr(error)])[0]
+        raise UnsafeCheckpointError(
+            f"refused to load checkpoint file {str(path)!r}: it references Python code or "
+            f"objects beyond tensors and plain data ({first}). Checkpoints load with "
+            "weights_only=True and never run pickled code; if you wrote this file yourself, "
+            "save only tensors, numbers, strings, lists and dicts in it"
+        ) from error
 
 
 def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device) -> None:

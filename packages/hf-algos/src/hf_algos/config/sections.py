@@ -315,7 +315,12 @@ class TrainerSection:
     resume_from: str | None = None
     """A ``global_step_<k>`` directory (``resume_mode=path``)."""
     max_checkpoints: int | None = None
-    """Keep only this many newest checkpoints; ``None`` keeps all."""
+    """Keep only this many newest checkpoints; ``None`` keeps all (the one
+    ``latest_checkpointed_iteration.txt`` names is never deleted)."""
+    max_restarts: int = 0
+    """When a worker process dies during a step, tear the worker groups down, re-create
+    them and resume from the last checkpoint (or the start) up to this many times; 0 stops
+    the run with the dead worker's error. Set ``save_freq`` so little is re-run."""
     seed: int = 0
     """Seed of the driver's RNGs (sampling seeds derive from it)."""
 
@@ -349,6 +354,7 @@ class TrainerSection:
         _positive("trainer.weight_bucket_mb", self.weight_bucket_mb)
         _positive("trainer.test_freq", self.test_freq, allow_zero=True)
         _positive("trainer.save_freq", self.save_freq, allow_zero=True)
+        _positive("trainer.max_restarts", self.max_restarts, allow_zero=True)
         resume_dir = Path(self.resume_from) if self.resume_from is not None else None
         if self.resume_mode == "path" and (resume_dir is None or not resume_dir.is_dir()):
             raise ConfigurationError(

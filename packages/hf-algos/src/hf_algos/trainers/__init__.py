@@ -1,6 +1,6 @@
 """Trainers (drivers): PPO and its critic-free relatives, DPO (offline and online), SFT."""
 
-from hf_algos.trainers.base import Trainer
+from hf_algos.trainers.base import RestartsExhaustedError, Trainer
 from hf_algos.trainers.dpo import DPOTrainer
 from hf_algos.trainers.groups import (
     ActorGroup,
@@ -20,6 +20,7 @@ __all__ = [
     "DPOTrainer",
     "PPOTrainer",
     "ReferenceGroup",
+    "RestartsExhaustedError",
     "RewardModelGroup",
     "RewardScorer",
     "RoleGroups",

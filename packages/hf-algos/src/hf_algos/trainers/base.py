@@ -1,13 +1,21 @@
 """What every trainer shares: the step loop, validation cadence, checkpoints, resume, logging.
 
-A trainer subclass supplies ``train_step(batch) -> metrics``, optionally ``validate()``, the
-roles to checkpoint and any extra driver state; :meth:`Trainer.fit` does the rest:
+A trainer subclass supplies its worker classes, ``train_step(batch) -> metrics``, optionally
+``validate()``, the roles to checkpoint and any extra driver state; :meth:`Trainer.fit` does
+the rest:
 
     resume if asked -> [validate] -> for each step: train, [validate], [save], log
+
+With ``trainer.max_restarts=K``, a worker that dies during a step (its process killed, OOM,
+a crash) does not end the run: the trainer tears every worker group and its pools down,
+builds them again, loads the last checkpoint this run saved or resumed from (or goes back
+to the start) and continues; with deterministic settings the run ends as an uninterrupted
+one would. After K restarts the next death raises :class:`RestartsExhaustedError`.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,12 +30,27 @@ from hf_algos.checkpoint import (
 from hf_algos.config.sections import TrainerSection
 from hf_algos.data import StatefulDataLoader
 from hf_algos.tracking import Tracking
-from hf_algos.trainers.roles import RoleGroups
+from hf_algos.trainers.roles import RoleGroups, build_role_groups
+from hf_controller import RayClassWithInitArgs
+from hf_controller.errors import WorkerDiedError, WorkerGroupError
 from hf_protocol import DataProto
 
 logger = logging.getLogger(__name__)
 
 Metrics = dict[str, float]
+WorkerClasses = tuple[dict[str, RayClassWithInitArgs], RayClassWithInitArgs | None]
+"""Training roles by name (``actor`` first) and the rollout role (or ``None``)."""
+
+
+class RestartsExhaustedError(RuntimeError):
+    """A worker died again after the run had used all ``trainer.max_restarts`` restarts."""
+
+
+def is_worker_death(error: BaseException) -> bool:
+    """Whether ``error`` means a worker process died (what a restart can recover from)."""
+    import ray.exceptions
+
+    return isinstance(error, WorkerDiedError | ray.exceptions.RayActorError)
 
 
 class Trainer:
@@ -47,7 +70,34 @@ class Trainer:
         self.checkpoints = CheckpointManager(trainer.checkpoint_dir, trainer.max_checkpoints)
         self.tracking: Tracking | None = None
         self.history: list[Metrics] = []
-        """Metrics of every step this process ran (what was logged), in order."""
+        """Metrics of every step of the run, in order (a step re-run after a restart once)."""
+        self.restarts = 0
+        """Restarts after a dead worker so far (at most ``trainer.max_restarts``)."""
+        self._resume_point: Path | None = None  # the checkpoint a restart goes back to
+        self._initial_state: dict[str, Any] | None = None  # ... or the start, if none
+
+    # ------------------------------------------------------------------ workers
+
+    def worker_classes(self) -> WorkerClasses:
+        """The worker classes of the run's roles (see :func:`build_role_groups`)."""
+        raise NotImplementedError
+
+    def build_workers(self) -> None:
+        """Create the worker groups and build their models (at start-up and after a restart)."""
+        roles, rollout = self.worker_classes()
+        self.roles = build_role_groups(self.trainer_config, roles, rollout)
+        self.roles.init_models()
+        self.workers_ready()
+
+    def workers_ready(self) -> None:
+        """Called once new groups have their models (e.g. to push weights to the rollout)."""
+
+    def teardown_workers(self) -> None:
+        """End every worker process and release the pools' reservations (the one place a
+        trainer tears its groups down: shut-down and restarts both come here)."""
+        roles = getattr(self, "roles", None)
+        if roles is not None:
+            roles.shutdown()
 
     # ------------------------------------------------------------------ to implement
 
@@ -92,21 +142,81 @@ class Trainer:
             self.config_dict,
         )
         try:
+            self._initial_state = copy.deepcopy(self._driver_state())
             self.resume()
             if config.val_before_train and self.global_step == 0:
                 self.tracking.log(self.validate(), step=0)
             with self._progress() as bar:
-                for batch in self._batches():
-                    self.global_step += 1
-                    metrics = self.train_step(batch)
-                    metrics.update(self._periodic())
-                    metrics["training/global_step"] = float(self.global_step)
-                    self.tracking.log(metrics, step=self.global_step)
-                    self.history.append(metrics)
-                    bar.update(1)
+                while True:
+                    try:
+                        self._train_steps(bar)
+                        break
+                    except Exception as error:
+                        if config.max_restarts == 0 or not self._worker_died(error):
+                            raise  # the group's own error names group, rank, method, node
+                        self._restart(error)
+                        bar.n = self.global_step
         finally:
             self.tracking.finish()
         return self.history
+
+    def _train_steps(self, bar: Any) -> None:
+        for batch in self._batches():
+            self.global_step += 1
+            metrics = self.train_step(batch)
+            metrics.update(self._periodic())
+            metrics["training/global_step"] = float(self.global_step)
+            assert self.tracking is not None
+            self.tracking.log(metrics, step=self.global_step)
+            self.history.append(metrics)
+            bar.update(1)
+
+    def _worker_died(self, error: Exception) -> bool:
+        """Whether ``error`` came from a dead worker: it says so, or it is a failed call
+        (e.g. a collective whose peer was killed) while a worker of the run is dead."""
+        if is_worker_death(error):
+            return True
+        if not isinstance(error, WorkerGroupError):
+            return False
+        dead = self.roles.dead_workers()
+        if dead:
+            logger.warning("%s failed while %s died", error.method, ", ".join(dead))
+        return bool(dead)
+
+    def _restart(self, error: Exception) -> None:
+        """Tear the groups down, build them again and go back to the last checkpoint."""
+        limit = self.trainer_config.max_restarts
+        if self.restarts >= limit:
+            raise RestartsExhaustedError(
+                f"a worker died at step {self.global_step} after the run had used all "
+                f"{self.restarts} of its restarts (trainer.max_restarts={limit}): {error}\n"
+                f"Fix the cause above, or raise trainer.max_restarts"
+            ) from error
+        self.restarts += 1
+        failed_step = self.global_step
+        where = self._resume_point or "the start (no checkpoint yet)"
+        logger.warning(
+            "step %d: a worker died (%s); restart %d of %d: re-creating the worker groups "
+            "and resuming from %s",
+            failed_step, str(error).splitlines()[0], self.restarts, limit, where,
+        )  # fmt: skip
+        self.teardown_workers()
+        self.build_workers()
+        if self._resume_point is not None:
+            self._load(self._resume_point)
+        else:
+            assert self._initial_state is not None
+            self.global_step = 0
+            self._restore_driver_state(copy.deepcopy(self._initial_state))
+        # the steps after the checkpoint run again; keep each step's metrics once
+        self.history = [m for m in self.history if m["training/global_step"] <= self.global_step]
+        assert self.tracking is not None
+        restart_metrics = {
+            "trainer/restarts": float(self.restarts),
+            "trainer/restart_failed_step": float(failed_step),
+            "trainer/restart_resumed_step": float(self.global_step),
+        }
+        self.tracking.log(restart_metrics, step=self.global_step)
 
     def _batches(self) -> Iterator[DataProto]:
         """Loader batches across epochs until the run's last step.
@@ -143,18 +253,33 @@ class Trainer:
 
     def save_checkpoint(self) -> Path:
         """Save workers and driver state at the current step."""
-        state = {
+        directory = self.checkpoints.save(
+            self.global_step, self._driver_state(), self.checkpoint_roles()
+        )
+        self._resume_point = directory
+        return directory
+
+    def _driver_state(self) -> dict[str, Any]:
+        return {
             "loader": self.loader.state_dict(),
             "rng": capture_rng_state(),
             "extra": self.extra_state(),
         }
-        return self.checkpoints.save(self.global_step, state, self.checkpoint_roles())
+
+    def _restore_driver_state(self, state: dict[str, Any]) -> None:
+        self.loader.load_state_dict(state["loader"])
+        restore_rng_state(state["rng"])
+        self.load_extra_state(state.get("extra", {}))
 
     def resume(self) -> None:
-        """Continue from a checkpoint as ``trainer.resume_mode`` says (no-op for ``disable``)."""
+        """Continue from a checkpoint as ``trainer.resume_mode`` says (no-op for ``disable``).
+
+        Stale temporary directories of saves that never finished are removed first.
+        """
         config = self.trainer_config
         if config.resume_mode == "disable":
             return
+        self.checkpoints.remove_stale()
         if config.resume_mode == "path":
             assert config.resume_from is not None  # checked by TrainerSection
             directory: Path | None = Path(config.resume_from)
@@ -162,16 +287,17 @@ class Trainer:
             directory = self.checkpoints.latest()
         if directory is None:
             return
+        self._load(directory)
+        logger.info("resumed from %s at step %d", directory, self.global_step)
+
+    def _load(self, directory: Path) -> None:
+        """Load workers' and driver state from ``directory``; a restart goes back there."""
         state = self.checkpoints.load(directory, self.checkpoint_roles())
         self.global_step = int(state["global_step"])
-        self.loader.load_state_dict(state["loader"])
-        restore_rng_state(state["rng"])
-        self.load_extra_state(state.get("extra", {}))
+        self._restore_driver_state(state)
         self.after_resume()
-        logger.info("resumed from %s at step %d", directory, self.global_step)
+        self._resume_point = directory
 
     def shutdown(self) -> None:
         """End the worker processes."""
-        roles = getattr(self, "roles", None)
-        if roles is not None:
-            roles.shutdown()
+        self.teardown_workers()

@@ -28,8 +28,7 @@ from hf_algos.data import (
 from hf_algos.losses import dpo_loss_fn
 from hf_algos.tracking import compute_data_metrics, compute_timing_metrics, timed
 from hf_algos.trainers import builders
-from hf_algos.trainers.base import Metrics, Trainer
-from hf_algos.trainers.roles import build_role_groups
+from hf_algos.trainers.base import Metrics, Trainer, WorkerClasses
 from hf_algos.trainers.steps import MODEL_FIELDS, absorb, for_worker, generate, tensors
 from hf_protocol import DataProto, fields
 
@@ -72,11 +71,18 @@ class DPOTrainer(Trainer):
             if self.online
             else None
         )
-        self.roles = build_role_groups(config.trainer, roles, rollout)
-        self.roles.init_models()
+        self._worker_classes: WorkerClasses = (roles, rollout)
+        self.build_workers()
         self.reward = (
             builders.reward_manager(config.reward, self.tokenizer) if self.online else None
         )
+
+    def worker_classes(self) -> WorkerClasses:
+        """Actor with the DPO loss, its frozen reference and (online) the rollout."""
+        return self._worker_classes
+
+    def workers_ready(self) -> None:
+        """Online: the rollout samples from the actor's weights."""
         if self.online:
             self.roles.sync_weights()
 

@@ -44,9 +44,8 @@ from hf_algos.tracking import (
     timed,
 )
 from hf_algos.trainers import builders
-from hf_algos.trainers.base import Metrics, Trainer
+from hf_algos.trainers.base import Metrics, Trainer, WorkerClasses
 from hf_algos.trainers.groups import RewardScorer
-from hf_algos.trainers.roles import build_role_groups
 from hf_algos.trainers.steps import (
     MODEL_FIELDS,
     absorb,
@@ -91,12 +90,23 @@ class PPOTrainer(Trainer):
         needed = roles_needed(config, self.estimator)
         self.use_critic = "critic" in needed
         self.use_ref = "ref" in needed
-        self.roles = build_role_groups(config.trainer, self._role_classes(), self._rollout_cls())
-        self.roles.init_models()
+        self.reward: RewardScorer
+        self.build_workers()
+        if not self.roles.has("reward_model"):
+            self.reward = builders.reward_manager(config.reward, self.tokenizer)
+
+    def worker_classes(self) -> WorkerClasses:
+        """Actor (+ reference, critic, reward model as needed) and the rollout."""
+        return self._role_classes(), self._rollout_cls()
+
+    def workers_ready(self) -> None:
+        """Push the actor's weights to the rollout, put it to sleep (hybrid) and score
+        with the new reward-model group (when there is one)."""
         self.roles.sync_weights()
         if self.roles.fused:  # steady state between steps: the rollout sleeps
             self.roles.rollout.sleep()
-        self.reward = self._build_reward()
+        if self.roles.has("reward_model"):
+            self.reward = RewardModelScorer(self.roles.reward_model)
 
     def _role_classes(self) -> dict[str, RayClassWithInitArgs]:
         config = self.config
@@ -113,11 +123,6 @@ class PPOTrainer(Trainer):
     def _rollout_cls(self) -> RayClassWithInitArgs:
         config = self.config
         return builders.rollout_class(config.rollout, config.actor, config.trainer, self.tokenizer)
-
-    def _build_reward(self) -> RewardScorer:
-        if self.roles.has("reward_model"):
-            return RewardModelScorer(self.roles.reward_model)
-        return builders.reward_manager(self.config.reward, self.tokenizer)
 
     # ------------------------------------------------------------------ one step
 

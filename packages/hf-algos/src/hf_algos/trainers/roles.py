@@ -228,6 +228,31 @@ class RoleGroups:
             ("receive_weights", self.rollout, self.rollout.receive_weights()),
         )
 
+    def dead_workers(self, timeout_s: float = 10.0) -> list[str]:
+        """``"<group> rank <r>"`` of every worker process that has died (Ray backend).
+
+        A collective whose peer was killed fails on the live ranks too, often before the
+        dead one is reported: this tells such an error apart from a bug. A worker that does
+        not answer within ``timeout_s`` (busy, not dead) is not listed.
+        """
+        import ray
+        import ray.exceptions
+
+        pings: dict[Any, str] = {}
+        for item in self.owned:
+            for rank, worker in enumerate(getattr(item, "workers", None) or []):
+                if isinstance(worker, ray.actor.ActorHandle):
+                    name = f"{getattr(item, 'name', 'group')} rank {rank}"
+                    pings[worker.__ray_ready__.remote()] = name
+        ready, _ = ray.wait(list(pings), num_returns=len(pings), timeout=timeout_s)
+        dead = []
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError:
+                dead.append(pings[ref])
+        return dead
+
     def shutdown(self) -> None:
         """Leave the weight channel, end the worker processes, release their reservations."""
         if self._channel_open:

@@ -15,8 +15,7 @@ from hf_algos.data import SFTDataset, StatefulDataLoader
 from hf_algos.losses import sft_loss
 from hf_algos.tracking import compute_timing_metrics, timed
 from hf_algos.trainers import builders
-from hf_algos.trainers.base import Metrics, Trainer
-from hf_algos.trainers.roles import build_role_groups
+from hf_algos.trainers.base import Metrics, Trainer, WorkerClasses
 from hf_algos.trainers.steps import MODEL_FIELDS, absorb, for_worker, tensors
 from hf_protocol import DataProto, fields
 
@@ -32,9 +31,13 @@ class SFTTrainer(Trainer):
         dataset = SFTDataset(data.train_files, tokenizer, config)
         self.loader = StatefulDataLoader(dataset, data.train_batch_size, data.shuffle, data.seed)
         self.val_data = SFTDataset(data.val_files, tokenizer, config) if data.val_files else None
+        self.build_workers()
+
+    def worker_classes(self) -> WorkerClasses:
+        """The actor with the SFT loss; no rollout."""
+        config = self.config
         actor = builders.actor_class_with_loss(config.actor, config.trainer, sft_loss)
-        self.roles = build_role_groups(config.trainer, {"actor": actor}, None)
-        self.roles.init_models()
+        return {"actor": actor}, None
 
     def train_step(self, batch: DataProto) -> Metrics:
         """One pass of mini-batch steps over ``batch``."""

@@ -14,9 +14,16 @@ from torch.distributed.tensor import DTensor
 from torch.optim.lr_scheduler import LRScheduler
 from transformers import PreTrainedModel
 
+from hf_engines.checkpointing import (
+    load_state_file,
+    rng_state,
+    set_rng_state,
+    write_hf_directory,
+)
+
 # Re-exported: the FSDP engine calls ``state.move_optimizer_state``.
 from hf_engines.checkpointing import move_optimizer_state as move_optimizer_state
-from hf_engines.checkpointing import rng_state, set_rng_state, write_hf_directory
+from hf_engines.fsdp.safe_dcp import SafeFileSystemReader, SafeLoadPlanner, check_metadata
 
 _DCP_DIR = "dcp"
 
@@ -66,12 +73,17 @@ def load_checkpoint(
         )
     model_state, optim_state = get_state_dict(model, optimizer)
     # DCP loads into these dicts in place, resharding to this run's layout.
-    dcp.load({"model": model_state, "optim": optim_state}, checkpoint_id=directory / _DCP_DIR)
+    # The safe reader and planner never unpickle code (see hf_engines.fsdp.safe_dcp); the
+    # check up front raises the named error itself instead of DCP's per-rank wrapper of it.
+    check_metadata(directory / _DCP_DIR / ".metadata")
+    dcp.load(
+        {"model": model_state, "optim": optim_state},
+        storage_reader=SafeFileSystemReader(directory / _DCP_DIR),
+        planner=SafeLoadPlanner(),
+    )
     set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
     own = _extra_state_file(directory, dist.get_rank())
-    extra = torch.load(
-        own if own.is_file() else _extra_state_file(directory, 0), weights_only=False
-    )
+    extra = load_state_file(own if own.is_file() else _extra_state_file(directory, 0))
     scheduler.load_state_dict(extra["scheduler"])
     set_rng_state(extra["rng"])
     return int(extra["global_step"])

@@ -20,7 +20,12 @@ from megatron.core.tensor_parallel import get_cuda_rng_tracker
 from torch.optim.lr_scheduler import LRScheduler
 from transformers import PretrainedConfig
 
-from hf_engines.checkpointing import rng_state, set_rng_state, write_hf_directory
+from hf_engines.checkpointing import (
+    load_state_file,
+    rng_state,
+    set_rng_state,
+    write_hf_directory,
+)
 from hf_engines.config import MegatronConfig
 from hf_engines.megatron.convert import mcore_layer_to_hf
 
@@ -91,8 +96,8 @@ def load(
             "export_hf and start a new run from the exported model"
         )
     device = next(model.parameters()).device
-    state: dict[str, Any] = torch.load(
-        directory / f"rank{dist.get_rank()}.pt", map_location=device, weights_only=False
+    state: dict[str, Any] = load_state_file(
+        directory / f"rank{dist.get_rank()}.pt", map_location=device
     )
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
