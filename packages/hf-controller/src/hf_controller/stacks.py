@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import re
 import signal
 import tempfile
 import time
@@ -71,10 +72,30 @@ def dump_stacks(pid: int, wait_s: float = 2.0) -> str:
         size = now
     with open(path, encoding="utf-8", errors="replace") as handle:
         handle.seek(start)
-        lines = handle.read().splitlines()
-    if not lines:
+        text = handle.read()
+    if not text.strip():
         return f"(no stack: process {pid} did not answer the dump signal within {wait_s:g}s)"
+    lines = busy_threads(text).splitlines()
     kept = lines[:MAX_LINES]
     if len(lines) > MAX_LINES:
         kept.append(f"... {len(lines) - MAX_LINES} more lines")
     return "\n".join(kept)
+
+
+_IDLE_FRAME = re.compile(r"[/\\](threading\.py|queue\.py|selectors\.py|ray[/\\]_private[/\\].*)\"")
+
+
+def busy_threads(dump: str) -> str:
+    """``dump`` (a faulthandler dump of all threads) without the threads that only run
+    Ray's or the standard library's own loops, so the stuck thread comes first and alone.
+    Keeps everything when no thread runs other code."""
+    blocks = [block for block in re.split(r"\n\s*\n", dump.strip()) if block.strip()]
+    busy = [
+        block
+        for block in blocks
+        if any(
+            line.strip().startswith("File") and not _IDLE_FRAME.search(line)
+            for line in block.splitlines()
+        )
+    ]
+    return "\n\n".join(busy or blocks)

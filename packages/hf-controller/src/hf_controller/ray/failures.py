@@ -13,6 +13,7 @@ by the worker process itself (see :mod:`hf_controller.stacks`).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import time
@@ -26,6 +27,9 @@ POLL_S = 0.5
 LOG_LINES = 20
 STACK_WAIT_S = 10.0
 """Longest wait for the stack dumps of a timed-out call (a dump that cannot run is noted)."""
+PEER_GRACE_S = 1.0
+"""After a rank died: how long the others get to fail (e.g. their collective) before
+their stacks are dumped instead."""
 
 
 def wait_for_results(
@@ -57,7 +61,15 @@ def wait_for_results(
         ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=_next_wait(deadline))
         for ref in ready:
             index = pending.pop(ref)
-            results[index] = _get_one(group, method, ref, ranks[index], workers)
+            try:
+                results[index] = _get_one(group, method, ref, ranks[index], workers)
+            except WorkerDiedError as died:
+                # The other ranks are often left waiting on the dead one (a collective):
+                # say what became of them, so the report shows the whole group.
+                others = _other_ranks(group, method, pending, ranks, workers)
+                raise WorkerDiedError(
+                    group, died.rank, method, died.node, died.cause, died.details + others
+                ) from None
         if pending and deadline is not None and time.monotonic() >= deadline:
             assert timeout_s is not None
             stuck = sorted(ranks[index] for index in pending.values())
@@ -67,6 +79,37 @@ def wait_for_results(
     return [results[i] for i in range(len(refs))]
 
 
+def _other_ranks(
+    group: str,
+    method: str,
+    pending: dict[Any, int],
+    ranks: Sequence[int],
+    workers: dict[int, dict[str, Any]],
+) -> str:
+    """What the still-pending ranks of a call did after one rank died: their errors (a
+    collective whose peer died should fail within :data:`PEER_GRACE_S`), else their stacks."""
+    import ray
+
+    if not pending:
+        return ""
+    ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=PEER_GRACE_S)
+    lines = []
+    for ref in ready:
+        rank = ranks[pending.pop(ref)]
+        try:
+            ray.get(ref)
+            lines.append(f"{group} rank {rank}: finished the call")
+        except Exception as error:  # reported, not handled
+            cause = getattr(error, "cause", None)
+            original = cause if isinstance(cause, BaseException) else error
+            text = f"{type(original).__name__}: {original}".strip().splitlines()[0]
+            lines.append(f"{group} rank {rank} failed too: {text}")
+    stuck = sorted(ranks[index] for index in pending.values())
+    stacks = collect_stacks({r: workers.get(r, {}) for r in stuck}, PEER_GRACE_S * 3)
+    lines += [f"{group} rank {r}: still in {method}(); current stack:\n{stacks[r]}" for r in stuck]
+    return "\n--- the other ranks ---\n" + "\n".join(lines)
+
+
 def _next_wait(deadline: float | None) -> float:
     """Seconds to block before looking again: a poll interval, never past the deadline."""
     if deadline is None:
@@ -74,11 +117,13 @@ def _next_wait(deadline: float | None) -> float:
     return max(0.0, min(POLL_S, deadline - time.monotonic()))
 
 
-def collect_stacks(workers: dict[int, dict[str, Any]]) -> dict[int, str]:
+def collect_stacks(
+    workers: dict[int, dict[str, Any]], wait_s: float = STACK_WAIT_S
+) -> dict[int, str]:
     """The current Python stack of each rank's process (``workers``: rank -> process info).
 
     Each dump runs as a tiny task on the worker's node, so it works on any node of a
-    cluster; the whole collection waits at most :data:`STACK_WAIT_S`.
+    cluster; the whole collection waits at most ``wait_s``.
     """
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -93,15 +138,16 @@ def collect_stacks(workers: dict[int, dict[str, Any]]) -> dict[int, str]:
         on_node = NodeAffinitySchedulingStrategy(info["node_id"], soft=False)
         refs[rank] = dump.options(num_cpus=0, scheduling_strategy=on_node).remote(info["pid"])
     if refs:
-        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=STACK_WAIT_S)
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=wait_s)
         for rank, ref in refs.items():
             try:
                 stacks[rank] = ray.get(ref) if ref in ready else ""
             except Exception as error:  # a dump must never hide the timeout itself
                 stacks[rank] = f"(no stack: the dump failed: {type(error).__name__}: {error})"
             if not stacks[rank]:
-                stacks[rank] = f"(no stack: the dump did not finish within {STACK_WAIT_S:g}s)"
-                ray.cancel(ref, force=True)
+                stacks[rank] = f"(no stack: the dump did not finish within {wait_s:g}s)"
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref, force=True)
     return stacks
 
 
