@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -85,11 +86,35 @@ def test_shutdown_frees_actors_and_placement_groups_and_is_idempotent(ray_sessio
 
 def test_dropping_the_last_reference_frees_at_once(ray_session: Any) -> None:
     group = make_group(RayResourcePool([2], use_gpu=False, name_prefix="lt_drop"))
-    views_of_nothing = group.ping  # a method alone does not keep the group alive
+    ping = group.ping  # a bound group method keeps its group alive, as any method does
     del group  # no gc.collect(): the group is no reference cycle
+    assert ping() == [0, 1] and pool_state("lt_drop") == {"CREATED"}
+    del ping
     assert pool_state("lt_drop") == {"REMOVED"}
-    with pytest.raises(ReferenceError, match="ping\\(\\): its worker group was dropped"):
-        views_of_nothing()
+    assert make_group(RayResourcePool([1], use_gpu=False)).ping() == [0]  # a temporary works
+
+
+class EngineWorker(Worker):
+    """Registers its own ``shutdown``, as hf-rollout's RolloutWorker does."""
+
+    @register(Dispatch.ONE_TO_ALL)
+    def shutdown(self) -> None:
+        print("engine released", flush=True)
+        with open(os.environ["HF_TEST_MARKER"] + f".{self.rank}", "w") as marker:
+            marker.write("released")
+
+
+def test_a_workers_own_shutdown_runs_before_the_group_ends(ray_session: Any, tmp_path: Any) -> None:
+    marker = str(tmp_path / "engine")
+    group = RayWorkerGroup(
+        RayResourcePool([2], use_gpu=False, name_prefix="lt_engine"),
+        RayClassWithInitArgs(EngineWorker),
+        worker_env={"HF_TEST_MARKER": marker},
+    )
+    group.shutdown()
+    assert [Path(f"{marker}.{r}").read_text() for r in (0, 1)] == ["released", "released"]
+    assert pool_state("lt_engine") == {"REMOVED"}
+    group.shutdown()  # idempotent: the worker method is not called on dead workers
 
 
 def test_colocated_groups_share_the_pool_until_the_last_one_ends(ray_session: Any) -> None:

@@ -6,18 +6,20 @@ each worker; wait when blocking) and *collect* (gather the results). Backends
 (Ray, local) only say how to call one worker and how to wait; everything else
 lives here.
 
-Group methods hold their group weakly, so a group is freed (and, on Ray, its actors and
-reservations released) as soon as the last reference to it is dropped, without waiting
-for the garbage collector to find a cycle.
+Group methods are looked up like ordinary methods (``__getattr__`` binds them on access)
+rather than stored bound on the instance, so a group is no reference cycle: it is freed
+(and, on Ray, its actors and reservations released) as soon as the last reference to it
+or to one of its bound methods is dropped, without waiting for the garbage collector.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
-import weakref
+import types
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hf_controller.decorator import Dispatch, Execute, MethodSpec
 from hf_controller.dispatch import PADDABLE_MODES, resolve_dispatch_mode
@@ -65,6 +67,9 @@ class ResourcePool:
         return [i for n in self._store for i in range(n)]
 
 
+WORKER_SHUTDOWN_S = 30.0
+"""Longest wait for a worker class's own ``shutdown`` when the group shuts down."""
+
 CALL_TIMEOUT_ENV = "HF_CONTROLLER_CALL_TIMEOUT_S"
 """Default deadline (seconds) of blocking group calls when a group is given none."""
 
@@ -109,6 +114,23 @@ class WorkerGroup:
         self.timer = CallTimer(name)
         self._dp_layout_cache: dict[str, tuple[list[int], list[bool]]] = {}
         self._bound: dict[str, tuple[str, MethodSpec]] = {}
+        self._group_methods: dict[str, Callable[..., Any]] = {}
+        self._is_view = False  # a spawn() view: shares another group's workers
+        self._role_shut = False  # a view whose role's own shutdown has run
+
+    if not TYPE_CHECKING:  # to the type checker, groups keep only their declared attributes
+
+        def __getattr__(self, name: str) -> Any:
+            methods = self.__dict__.get("_group_methods")
+            if methods is None or name not in methods:
+                raise AttributeError(
+                    f"{type(self).__name__} {self.__dict__.get('name')!r} "
+                    f"has no attribute or worker method {name!r}"
+                )
+            return types.MethodType(methods[name], self)
+
+        def __dir__(self) -> list[str]:
+            return sorted({*super().__dir__(), *self.__dict__.get("_group_methods", {})})
 
     @property
     def world_size(self) -> int:
@@ -130,10 +152,37 @@ class WorkerGroup:
         and :class:`WorkerTimeoutError` when ``timeout_s`` passes first."""
         raise NotImplementedError
 
-    def shutdown(self) -> None:
-        """End the group's workers and give back what it reserved; idempotent. The group
-        cannot be called afterwards."""
+    def _workers_alive(self) -> bool:
+        """Whether :meth:`_end_workers` has not run yet."""
         raise NotImplementedError
+
+    def _end_workers(self) -> None:
+        """End the worker processes and give back what they reserved (backend hook)."""
+        raise NotImplementedError
+
+    def shutdown(self) -> None:
+        """End the group: its workers stop and what it reserved is given back; idempotent.
+        The group cannot be called afterwards.
+
+        A worker class that registers its own ``shutdown`` (e.g. to release an engine or
+        leave a channel) has it run on every rank first, best effort and bounded by
+        :data:`WORKER_SHUTDOWN_S`. On a ``spawn`` view only that role's own ``shutdown``
+        runs: the shared workers end with the group that spawned the views.
+        """
+        if not self._workers_alive() or self._role_shut:
+            return
+        call = self._group_methods.get("shutdown")
+        if call is not None:
+            bounded = copy.copy(self)
+            bounded.call_timeout_s = min(
+                self.call_timeout_s or WORKER_SHUTDOWN_S, WORKER_SHUTDOWN_S
+            )
+            with contextlib.suppress(Exception):  # the processes end regardless
+                call(bounded)
+        if self._is_view:
+            self._role_shut = True
+        else:
+            self._end_workers()
 
     def kill(self) -> None:
         """End the group's workers: the same as :meth:`shutdown`."""
@@ -174,20 +223,16 @@ class WorkerGroup:
         """
         bound = []
         for name, spec in registered_methods(user_class).items():
-            if hasattr(type(self), name) and not prefix:
+            # A worker's own ``shutdown`` is run by the group's shutdown() (see there).
+            if hasattr(type(self), name) and not prefix and name != "shutdown":
                 raise ValueError(
                     f"worker method {user_class.__name__}.{name} clashes with a WorkerGroup "
                     f"attribute; rename the method"
                 )
             self._bound[name] = (prefix + name, spec)
-            setattr(self, name, self._make_group_method(name, prefix + name, spec))
+            self._group_methods[name] = _group_call(name, prefix + name, spec)
             bound.append(name)
         return bound
-
-    def _make_group_method(
-        self, name: str, remote_name: str, spec: MethodSpec
-    ) -> Callable[..., Any]:
-        return _GroupMethod(self, name, remote_name, spec, _group_call(name, remote_name, spec))
 
     def _pad_arguments(
         self, spec: MethodSpec, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -257,8 +302,8 @@ class WorkerGroup:
         """One group per colocated role, all sharing this group's workers.
 
         Needs a worker class made by ``create_colocated_worker_cls(_fused)``. The workers
-        stay up while the group or any of its views is referenced; shutting down any one
-        of them ends the shared workers for all.
+        stay up while the group or any of its views is referenced; a view's
+        :meth:`shutdown` only runs its role's own ``shutdown``, this group's ends them.
         """
         roles = role_classes(self.cls_with_init)
         views: dict[str, WorkerGroup] = {}
@@ -270,9 +315,9 @@ class WorkerGroup:
             view = copy.copy(self)
             WorkerGroup.__init__(view, f"{self.name}.{prefix}", self.world_size)
             view.call_timeout_s = self.call_timeout_s
-            for name, (remote_name, spec) in self._bound.items():
-                view._bound[name] = (remote_name, spec)
-                setattr(view, name, view._make_group_method(name, remote_name, spec))
+            view._bound.update(self._bound)
+            view._group_methods.update(self._group_methods)
+            view._is_view = True
             view._bind_worker_methods(roles[prefix], prefix=f"{prefix}_")
             views[prefix] = view
         return views
@@ -325,47 +370,14 @@ def _group_call(name: str, remote_name: str, spec: MethodSpec) -> Callable[..., 
         with self.timer.phase(name, "collect"):
             return unpad(fns["collect_fn"](self, outputs), padding)
 
+    group_call.__name__ = name
+    group_call.__qualname__ = f"WorkerGroup.{name}"
+    group_call.__doc__ = f"Group call of worker method {remote_name!r} ({spec.dispatch_mode})."
     return group_call
 
 
 def _deadline(group: WorkerGroup, spec: MethodSpec) -> float | None:
     return spec.timeout_s if spec.timeout_s is not None else group.call_timeout_s
-
-
-class _GroupMethod:
-    """A registered worker method bound to its group, holding the group weakly.
-
-    A strong reference would make every group a reference cycle (group -> method ->
-    group) that only the garbage collector frees, keeping its workers and reservations
-    alive until it happens to run.
-    """
-
-    def __init__(
-        self,
-        group: WorkerGroup,
-        name: str,
-        remote_name: str,
-        spec: MethodSpec,
-        call: Callable[..., Any],
-    ) -> None:
-        self._group = weakref.ref(group)
-        self._call = call
-        self.__name__ = name
-        self.__qualname__ = f"{type(group).__name__}.{name}"
-        self.__doc__ = f"Group call of worker method {remote_name!r} ({spec.dispatch_mode})."
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        group = self._group()
-        if group is None:
-            raise ReferenceError(
-                f"{self.__name__}(): its worker group was dropped (and shut down); keep a "
-                f"reference to the group for as long as you call its methods"
-            )
-        return self._call(group, *args, **kwargs)
-
-    def __repr__(self) -> str:
-        group = self._group()
-        return f"<group method {self.__name__} of {group.name if group else 'a dropped group'}>"
 
 
 def _is_mesh(spec: MethodSpec) -> bool:

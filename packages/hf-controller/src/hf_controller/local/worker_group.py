@@ -87,6 +87,8 @@ class LocalWorkerGroup(WorkerGroup):
         # (a stuck method is stuck in the driver, where a debugger can see it).
         return handles
 
-    def shutdown(self) -> None:
-        """Drop the worker objects (the counterpart of ``RayWorkerGroup.shutdown``)."""
-        self._workers = []
+    def _workers_alive(self) -> bool:
+        return bool(self._workers)
+
+    def _end_workers(self) -> None:
+        self._workers = []  # the counterpart of ending RayWorkerGroup's processes

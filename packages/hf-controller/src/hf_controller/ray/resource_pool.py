@@ -12,8 +12,9 @@ Who frees what (colocated groups share a pool, so no single group owns it):
 * A pool owns the placement groups it reserved. It gives them back on :meth:`release`
   (explicit, idempotent), when the last worker group using it shuts down or is dropped
   (each group holds the pool while it lives), and when the pool object itself is dropped.
-  A released pool reserves again on its next use. ``detached=True`` pools are only freed
-  by an explicit :meth:`release`: they are meant to outlive this driver.
+  A released pool reserves again on its next use. ``detached=True`` pools, and pools a
+  ``detached=True`` group was placed on, are only freed by an explicit :meth:`release`:
+  they are meant to outlive this driver (or at least the group's handles in it).
 * A pool made by :func:`split_resource_pool` or :func:`merge_resource_pool` owns nothing:
   it keeps the pools it came from alive, and their placement groups are freed with them.
 * Releasing a pool ends every actor still placed on it (Ray's rule), so release a shared
@@ -93,6 +94,7 @@ class RayResourcePool(ResourcePool):
             )
         self._slots: list[BundleSlot] | None = None
         self._users = 0  # live worker groups placed on this pool
+        self._pinned = False  # a detached group is placed on it: explicit release only
         self._finalizer: weakref.finalize[Any, Any] | None = None
 
     def bundle(self) -> dict[str, float]:
@@ -143,7 +145,7 @@ class RayResourcePool(ResourcePool):
         except BaseException:
             _remove(created)  # a half-made reservation would hold resources nobody can use
             raise
-        if not self.detached:
+        if not self.detached and not self._pinned:
             # Frees the reservation when the pool is dropped; it holds the placement
             # groups, never the pool, so it does not keep the pool alive.
             self._finalizer = weakref.finalize(self, _remove_quietly, groups)
@@ -234,6 +236,14 @@ class RayResourcePool(ResourcePool):
         slots, self._slots = self._slots, None
         _remove([s.placement_group for s in slots or []])
 
+    def _keep_until_released(self) -> None:
+        """Only an explicit :meth:`release` frees this pool from now on: a detached group
+        placed on it must outlive its handles in this driver."""
+        self._pinned = True
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+
     def _add_user(self) -> None:
         """A worker group now lives on this pool (see the module docstring)."""
         self._users += 1
@@ -241,7 +251,7 @@ class RayResourcePool(ResourcePool):
     def _remove_user(self) -> None:
         """A worker group on this pool ended; the last one to end releases the pool."""
         self._users = max(0, self._users - 1)
-        if self._users == 0:
+        if self._users == 0 and not self._pinned:
             self.release()
 
 
@@ -297,6 +307,10 @@ class _SlotPool(RayResourcePool):
     def release(self) -> None:
         """Nothing to give back: the placement groups belong to the pools this one was
         split or merged from; release those (or drop them) instead."""
+
+    def _keep_until_released(self) -> None:
+        for parent in self._parents:
+            parent._keep_until_released()
 
     def slots(self) -> list[BundleSlot]:
         """The bundles in rank order (reserved by the pools this one came from)."""

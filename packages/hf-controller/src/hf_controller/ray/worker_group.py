@@ -116,6 +116,8 @@ class RayWorkerGroup(WorkerGroup):
         pool = resource_pool if worker_names is None else None
         if pool is not None:
             pool._add_user()
+            if detached:
+                pool._keep_until_released()
         # The finalizer watches a token shared with every spawn() view (not the group), so
         # the workers live while the group or any view is referenced. It holds the actor
         # handles and the pool, never the group, so it does not keep the group alive.
@@ -253,12 +255,13 @@ class RayWorkerGroup(WorkerGroup):
         info = getattr(self, "_info", {})
         return wait_for_results(self.name, method, handles, ranks, info, timeout_s)
 
-    def shutdown(self) -> None:
-        """End every worker process of the group (detached ones included) and give its
-        pool back when no other group uses it (see :class:`RayResourcePool`). Idempotent;
-        also ends the group's ``spawn`` views, which share its workers. ``kill()`` is the
-        same call."""
-        state = self._finalizer.detach()  # None once ended (by a view, or before)
+    def _workers_alive(self) -> bool:
+        return bool(self._finalizer.alive)
+
+    def _end_workers(self) -> None:
+        """End every worker process (detached ones included) and tell the pool; the pool
+        is released when no other group uses it (see :class:`RayResourcePool`)."""
+        state = self._finalizer.detach()  # None once ended
         if state is not None:
             workers, pool, _ = state[2]
             _end_group(workers, pool, detached=False)
