@@ -189,7 +189,8 @@ DRIVER = textwrap.dedent(
     import time, ray
     from hf_controller import RayResourcePool
     ray.init(address={address!r}, namespace="hybridflow", log_to_driver=False)
-    RayResourcePool([2], use_gpu=False, name_prefix="crashed_driver").slots()
+    pool = RayResourcePool([2], use_gpu=False, name_prefix="crashed_driver")
+    pool.slots()  # held until the driver is killed
     print("ready", flush=True)
     time.sleep(600)
     """
@@ -202,7 +203,8 @@ def driver_sigkill_leaves_nothing(scratch: Path) -> FaultResult:
         driver = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
         try:
             assert driver.stdout is not None and driver.stdout.readline().strip() == "ready"
-            assert any(n.startswith("crashed_driver") for n in alive_placement_groups())
+            placed = alive_placement_groups()
+            assert any(n.startswith("crashed_driver") for n in placed), placed
             with stopwatch() as elapsed:
                 driver.send_signal(signal.SIGKILL)
                 driver.wait(timeout=30)
