@@ -13,7 +13,12 @@ from hf_controller.dispatch import (
     register_dispatch_mode,
     update_dispatch_mode,
 )
-from hf_controller.errors import ConfigurationError, WorkerDiedError, WorkerGroupError
+from hf_controller.errors import (
+    ConfigurationError,
+    WorkerDiedError,
+    WorkerGroupError,
+    WorkerTimeoutError,
+)
 from hf_controller.factory import make_worker_group
 from hf_controller.futures import GroupFuture
 from hf_controller.local import LocalWorkerGroup
@@ -49,6 +54,7 @@ __all__ = [
     "WorkerDiedError",
     "WorkerGroup",
     "WorkerGroupError",
+    "WorkerTimeoutError",
     "cluster_nodes",
     "create_colocated_worker_cls",
     "create_colocated_worker_cls_fused",

@@ -62,6 +62,8 @@ class MethodSpec:
     blocking: bool
     materialize_futures: bool
     pad_to_equal: bool
+    timeout_s: float | None = None
+    """Deadline of a blocking call of this method, overriding the group's ``call_timeout_s``."""
 
 
 def register(
@@ -70,6 +72,7 @@ def register(
     blocking: bool = True,
     materialize_futures: bool = True,
     pad_to_equal: bool = False,
+    timeout_s: float | None = None,
 ) -> Callable[[F], F]:
     """Mark a worker method as callable on the whole group.
 
@@ -81,7 +84,13 @@ def register(
         materialize_futures: resolve future arguments inside the worker before the call.
         pad_to_equal: for DP modes, give every worker the same number of rows by
             repeating leading rows; the padding is dropped from the gathered result.
+        timeout_s: deadline in seconds of a blocking call of this method (``None``: the
+            group's ``call_timeout_s``). When it passes, the group raises
+            :class:`~hf_controller.errors.WorkerTimeoutError` naming the ranks that have not
+            answered and each one's current Python stack.
     """
+    if timeout_s is not None and not timeout_s > 0:
+        raise ValueError(f"timeout_s must be > 0 seconds or None (no deadline), got {timeout_s!r}")
     if isinstance(dispatch_mode, dict):
         missing = {"dispatch_fn", "collect_fn"} - set(dispatch_mode)
         if missing:
@@ -96,7 +105,9 @@ def register(
         )
     if not isinstance(execute_mode, Execute):
         raise TypeError(f"execute_mode must be an Execute member, got {execute_mode!r}")
-    spec = MethodSpec(dispatch_mode, execute_mode, blocking, materialize_futures, pad_to_equal)
+    spec = MethodSpec(
+        dispatch_mode, execute_mode, blocking, materialize_futures, pad_to_equal, timeout_s
+    )
 
     def decorator(func: F) -> F:
         if inspect.iscoroutinefunction(func):

@@ -34,3 +34,39 @@ class ConfigurationError(ValueError):
     and hf-engines, hf-rollout and hf-algos raise it for their configs. It is a
     ``ValueError``, so ``except ValueError`` catches it too.
     """
+
+
+class WorkerTimeoutError(WorkerGroupError):
+    """A blocking call was still unanswered by some ranks when its deadline passed.
+
+    ``ranks`` lists every rank that had not answered (``rank`` is the first of them),
+    ``stacks`` maps each such rank to the Python stack its process was in when the
+    deadline passed (collected from the worker; a short note where it could not be), and
+    ``timeout_s`` is the deadline that passed. The stuck ranks keep running the call: end
+    the group (``group.shutdown()``) or, if the call may still finish, wait on it again.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        ranks: list[int],
+        method: str,
+        nodes: dict[int, str],
+        timeout_s: float,
+        stacks: dict[int, str],
+    ) -> None:
+        self.ranks = list(ranks)
+        self.stacks = dict(stacks)
+        self.timeout_s = timeout_s
+        first = self.ranks[0]
+        cause = (
+            f"no answer within the {timeout_s:g}s deadline from rank(s) {self.ranks} of "
+            f"{group}; raise the deadline (@register(timeout_s=...) or the group's "
+            f"call_timeout_s) if the call is just slow, else see the stacks below"
+        )
+        details = "\n".join(
+            f"--- {group} rank {rank} (node {nodes.get(rank, 'unknown')}): current stack ---\n"
+            f"{self.stacks.get(rank, '(not collected)').rstrip()}"
+            for rank in self.ranks
+        )
+        super().__init__(group, first, method, nodes.get(first, "unknown"), cause, details)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hf_controller.decorator import Dispatch, register
+from hf_controller.stacks import enable_stack_dumps
 
 GROUP_NAME_ENV = "HF_CONTROLLER_GROUP"
 RESERVED_ENV = (
@@ -77,6 +78,18 @@ def node_ip_address() -> str:
     except ImportError:  # the local backend needs no Ray
         pass
     return "127.0.0.1"
+
+
+def _ray_node_id() -> str:
+    """The Ray node id of this process ('' outside Ray)."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return str(ray.get_runtime_context().get_node_id())
+    except ImportError:
+        pass
+    return ""
 
 
 def free_port(address: str) -> int:
@@ -156,8 +169,18 @@ class Worker:
     # ------------------------------------------------------------------ controller plumbing
 
     def _hf_process_info(self) -> dict[str, Any]:
-        """pid and node of this worker, for error reports and log lookup."""
-        return {"pid": os.getpid(), "node_ip": node_ip_address(), "hostname": socket.gethostname()}
+        """pid and node of this worker, for error reports, log lookup and stack dumps.
+
+        The group asks it once, right after start-up; it also arms the stack dump that a
+        call past its deadline reports (:mod:`hf_controller.stacks`).
+        """
+        return {
+            "pid": os.getpid(),
+            "node_ip": node_ip_address(),
+            "node_id": _ray_node_id(),
+            "hostname": socket.gethostname(),
+            "stack_file": enable_stack_dumps(),
+        }
 
     def _hf_master_address(self) -> tuple[str, int]:
         """An address and free port on this node for the torch.distributed rendezvous."""

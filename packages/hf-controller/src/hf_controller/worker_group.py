@@ -5,15 +5,21 @@ Calling it runs *dispatch* (split the arguments per worker), *execute* (call
 each worker; wait when blocking) and *collect* (gather the results). Backends
 (Ray, local) only say how to call one worker and how to wait; everything else
 lives here.
+
+Group methods are looked up like ordinary methods (``__getattr__`` binds them on access)
+rather than stored bound on the instance, so a group is no reference cycle: it is freed
+(and, on Ray, its actors and reservations released) as soon as the last reference to it
+or to one of its bound methods is dropped, without waiting for the garbage collector.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
-import functools
 import os
+import types
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hf_controller.decorator import Dispatch, Execute, MethodSpec
 from hf_controller.dispatch import PADDABLE_MODES, resolve_dispatch_mode
@@ -61,17 +67,70 @@ class ResourcePool:
         return [i for n in self._store for i in range(n)]
 
 
+WORKER_SHUTDOWN_S = 30.0
+"""Longest wait for a worker class's own ``shutdown`` when the group shuts down."""
+
+CALL_TIMEOUT_ENV = "HF_CONTROLLER_CALL_TIMEOUT_S"
+"""Default deadline (seconds) of blocking group calls when a group is given none."""
+
+
+def default_call_timeout(call_timeout_s: float | None) -> float | None:
+    """``call_timeout_s``, else :data:`CALL_TIMEOUT_ENV` from the environment, else ``None``
+    (no deadline); a value that is not a positive number is refused, naming it."""
+    source = "call_timeout_s"
+    if call_timeout_s is None:
+        text = os.environ.get(CALL_TIMEOUT_ENV, "").strip()
+        if not text:
+            return None
+        source = CALL_TIMEOUT_ENV
+        try:
+            call_timeout_s = float(text)
+        except ValueError:
+            call_timeout_s = -1.0
+    if not call_timeout_s > 0:
+        raise ValueError(
+            f"{source} must be a positive number of seconds (or unset: no deadline), "
+            f"got {call_timeout_s!r}"
+        )
+    return float(call_timeout_s)
+
+
 class WorkerGroup:
     """Backend-independent part of a worker group. Subclasses implement
-    :meth:`_execute` (start one call per rank) and :meth:`_wait` (results in order)."""
+    :meth:`_execute` (start one call per rank), :meth:`_wait` (results in order) and
+    :meth:`shutdown`.
+
+    ``call_timeout_s`` is the deadline of every blocking call (``None``: the
+    :data:`CALL_TIMEOUT_ENV` environment variable, else none); ``@register(timeout_s=...)``
+    overrides it per method.
+    """
 
     cls_with_init: ClassWithInitArgs
 
-    def __init__(self, name: str, world_size: int) -> None:
+    def __init__(self, name: str, world_size: int, call_timeout_s: float | None = None) -> None:
         self.name = name
         self._world_size = world_size
+        self.call_timeout_s = default_call_timeout(call_timeout_s)
         self.timer = CallTimer(name)
         self._dp_layout_cache: dict[str, tuple[list[int], list[bool]]] = {}
+        self._bound: dict[str, tuple[str, MethodSpec]] = {}
+        self._group_methods: dict[str, Callable[..., Any]] = {}
+        self._is_view = False  # a spawn() view: shares another group's workers
+        self._role_shut = False  # a view whose role's own shutdown has run
+
+    if not TYPE_CHECKING:  # to the type checker, groups keep only their declared attributes
+
+        def __getattr__(self, name: str) -> Any:
+            methods = self.__dict__.get("_group_methods")
+            if methods is None or name not in methods:
+                raise AttributeError(
+                    f"{type(self).__name__} {self.__dict__.get('name')!r} "
+                    f"has no attribute or worker method {name!r}"
+                )
+            return types.MethodType(methods[name], self)
+
+        def __dir__(self) -> list[str]:
+            return sorted({*super().__dir__(), *self.__dict__.get("_group_methods", {})})
 
     @property
     def world_size(self) -> int:
@@ -86,21 +145,73 @@ class WorkerGroup:
         """Start ``method`` on each of ``ranks`` with its ``(args, kwargs)``; return handles."""
         raise NotImplementedError
 
-    def _wait(self, method: str, handles: list[Any], ranks: list[int]) -> list[Any]:
-        """Turn handles into results, in order, raising :class:`WorkerGroupError` on failure."""
+    def _wait(
+        self, method: str, handles: list[Any], ranks: list[int], timeout_s: float | None = None
+    ) -> list[Any]:
+        """Turn handles into results, in order, raising :class:`WorkerGroupError` on failure
+        and :class:`WorkerTimeoutError` when ``timeout_s`` passes first."""
         raise NotImplementedError
+
+    def _workers_alive(self) -> bool:
+        """Whether :meth:`_end_workers` has not run yet."""
+        raise NotImplementedError
+
+    def _end_workers(self) -> None:
+        """End the worker processes and give back what they reserved (backend hook)."""
+        raise NotImplementedError
+
+    def shutdown(self) -> None:
+        """End the group: its workers stop and what it reserved is given back; idempotent.
+        The group cannot be called afterwards.
+
+        A worker class that registers its own ``shutdown`` (e.g. to release an engine or
+        leave a channel) has it run on every rank first, best effort and bounded by
+        :data:`WORKER_SHUTDOWN_S`. On a ``spawn`` view only that role's own ``shutdown``
+        runs: the shared workers end with the group that spawned the views.
+        """
+        if not self._workers_alive() or self._role_shut:
+            return
+        call = self._group_methods.get("shutdown")
+        if call is not None:
+            bounded = copy.copy(self)
+            bounded.call_timeout_s = min(
+                self.call_timeout_s or WORKER_SHUTDOWN_S, WORKER_SHUTDOWN_S
+            )
+            with contextlib.suppress(Exception):  # the processes end regardless
+                call(bounded)
+        if self._is_view:
+            self._role_shut = True
+        else:
+            self._end_workers()
 
     def kill(self) -> None:
-        """End the group's workers (the group cannot be called afterwards)."""
-        raise NotImplementedError
+        """End the group's workers: the same as :meth:`shutdown`."""
+        self.shutdown()
+
+    def timeout_for(self, method: str) -> float | None:
+        """The deadline of a blocking call of ``method``: its ``@register(timeout_s=...)``,
+        else the group's ``call_timeout_s`` (``None``: no deadline)."""
+        bound = self._bound.get(method)
+        override = bound[1].timeout_s if bound is not None else None
+        return override if override is not None else self.call_timeout_s
 
     def wait_results(
-        self, method: str, handles: list[Any], ranks: list[int] | None = None
+        self,
+        method: str,
+        handles: list[Any],
+        ranks: list[int] | None = None,
+        timeout_s: float | None = None,
     ) -> list[Any]:
         """Results of a non-blocking call's per-rank ``handles`` (``ranks``: whose they are,
         default ``0..n-1``), in order; a failure raises :class:`WorkerGroupError` naming the
-        group, rank, ``method`` and node, as a blocking call would."""
-        return self._wait(method, handles, list(range(len(handles))) if ranks is None else ranks)
+        group, rank, ``method`` and node, as a blocking call would. ``timeout_s`` defaults
+        to :meth:`timeout_for` ``(method)``."""
+        return self._wait(
+            method,
+            handles,
+            list(range(len(handles))) if ranks is None else ranks,
+            timeout_s if timeout_s is not None else self.timeout_for(method),
+        )
 
     # ------------------------------------------------------------------ binding
 
@@ -112,51 +223,16 @@ class WorkerGroup:
         """
         bound = []
         for name, spec in registered_methods(user_class).items():
-            if hasattr(type(self), name) and not prefix:
+            # A worker's own ``shutdown`` is run by the group's shutdown() (see there).
+            if hasattr(type(self), name) and not prefix and name != "shutdown":
                 raise ValueError(
                     f"worker method {user_class.__name__}.{name} clashes with a WorkerGroup "
                     f"attribute; rename the method"
                 )
-            setattr(self, name, self._make_group_method(name, prefix + name, spec))
+            self._bound[name] = (prefix + name, spec)
+            self._group_methods[name] = _group_call(name, prefix + name, spec)
             bound.append(name)
         return bound
-
-    def _make_group_method(
-        self, name: str, remote_name: str, spec: MethodSpec
-    ) -> Callable[..., Any]:
-        fns = resolve_dispatch_mode(spec.dispatch_mode)
-        rank_zero = (
-            spec.execute_mode is Execute.RANK_ZERO or spec.dispatch_mode is Dispatch.RANK_ZERO
-        )
-        if spec.pad_to_equal and spec.dispatch_mode not in PADDABLE_MODES and not _is_mesh(spec):
-            raise ValueError(
-                f"{name}: pad_to_equal needs a data-parallel dispatch mode, "
-                f"not {spec.dispatch_mode!r}"
-            )
-
-        @functools.wraps(fns["dispatch_fn"])
-        def group_method(*args: Any, **kwargs: Any) -> Any:
-            with self.timer.phase(name, "dispatch"):
-                padding = None
-                if spec.pad_to_equal:
-                    args, kwargs, padding = self._pad_arguments(spec, args, kwargs)
-                split_args, split_kwargs = fns["dispatch_fn"](self, *args, **kwargs)
-                ranks = [0] if rank_zero else list(range(self.world_size))
-                calls = [_call_for_rank(rank, split_args, split_kwargs) for rank in ranks]
-            with self.timer.phase(name, "execute"):
-                outputs = self._execute(remote_name, calls, ranks)
-                if spec.blocking:
-                    outputs = self._wait(name, outputs, ranks)
-            if rank_zero:
-                return outputs[0]
-            with self.timer.phase(name, "collect"):
-                return unpad(fns["collect_fn"](self, outputs), padding)
-
-        group_method.__name__ = name
-        group_method.__doc__ = (
-            f"Group call of worker method {remote_name!r} ({spec.dispatch_mode})."
-        )
-        return group_method
 
     def _pad_arguments(
         self, spec: MethodSpec, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -204,7 +280,8 @@ class WorkerGroup:
     def execute_all_sync(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
         """Run ``method_name`` on every worker and return the results in rank order."""
         handles = self.execute_all_async(method_name, *args, **kwargs)
-        return self._wait(method_name, handles, list(range(self.world_size)))
+        ranks = list(range(self.world_size))
+        return self._wait(method_name, handles, ranks, self.timeout_for(method_name))
 
     execute_all = execute_all_async
 
@@ -214,9 +291,8 @@ class WorkerGroup:
 
     def execute_rank_zero_sync(self, method_name: str, *args: Any, **kwargs: Any) -> Any:
         """Run ``method_name`` on rank 0 and return its result."""
-        return self._wait(
-            method_name, [self.execute_rank_zero_async(method_name, *args, **kwargs)], [0]
-        )[0]
+        handle = self.execute_rank_zero_async(method_name, *args, **kwargs)
+        return self._wait(method_name, [handle], [0], self.timeout_for(method_name))[0]
 
     execute_rank_zero = execute_rank_zero_async
 
@@ -225,15 +301,23 @@ class WorkerGroup:
     def spawn(self, prefix_set: Iterable[str]) -> dict[str, WorkerGroup]:
         """One group per colocated role, all sharing this group's workers.
 
-        Needs a worker class made by ``create_colocated_worker_cls(_fused)``.
+        Needs a worker class made by ``create_colocated_worker_cls(_fused)``. The workers
+        stay up while the group or any of its views is referenced; a view's
+        :meth:`shutdown` only runs its role's own ``shutdown``, this group's ends them.
         """
         roles = role_classes(self.cls_with_init)
         views: dict[str, WorkerGroup] = {}
         for prefix in prefix_set:
             if prefix not in roles:
                 raise ValueError(f"no colocated role {prefix!r}; roles: {sorted(roles)}")
+            # A view shares the workers (and the backend's lifetime token, so the workers
+            # live while the group or any view is referenced); its methods are its own.
             view = copy.copy(self)
             WorkerGroup.__init__(view, f"{self.name}.{prefix}", self.world_size)
+            view.call_timeout_s = self.call_timeout_s
+            view._bound.update(self._bound)
+            view._group_methods.update(self._group_methods)
+            view._is_view = True
             view._bind_worker_methods(roles[prefix], prefix=f"{prefix}_")
             views[prefix] = view
         return views
@@ -257,6 +341,43 @@ class WorkerGroup:
     def export_trace(self, path: str | os.PathLike[str]) -> str:
         """Write this group's call timeline as Chrome-trace JSON (open in ui.perfetto.dev)."""
         return export_chrome_trace(self.timer.records, path)
+
+
+def _group_call(name: str, remote_name: str, spec: MethodSpec) -> Callable[..., Any]:
+    """``call(group, *args, **kwargs)`` for the group method ``name`` (worker method
+    ``remote_name``); it refers to no group, so binding it creates no reference cycle."""
+    fns = resolve_dispatch_mode(spec.dispatch_mode)
+    rank_zero = spec.execute_mode is Execute.RANK_ZERO or spec.dispatch_mode is Dispatch.RANK_ZERO
+    if spec.pad_to_equal and spec.dispatch_mode not in PADDABLE_MODES and not _is_mesh(spec):
+        raise ValueError(
+            f"{name}: pad_to_equal needs a data-parallel dispatch mode, not {spec.dispatch_mode!r}"
+        )
+
+    def group_call(self: WorkerGroup, *args: Any, **kwargs: Any) -> Any:
+        with self.timer.phase(name, "dispatch"):
+            padding = None
+            if spec.pad_to_equal:
+                args, kwargs, padding = self._pad_arguments(spec, args, kwargs)
+            split_args, split_kwargs = fns["dispatch_fn"](self, *args, **kwargs)
+            ranks = [0] if rank_zero else list(range(self.world_size))
+            calls = [_call_for_rank(rank, split_args, split_kwargs) for rank in ranks]
+        with self.timer.phase(name, "execute"):
+            outputs = self._execute(remote_name, calls, ranks)
+            if spec.blocking:
+                outputs = self._wait(name, outputs, ranks, _deadline(self, spec))
+        if rank_zero:
+            return outputs[0]
+        with self.timer.phase(name, "collect"):
+            return unpad(fns["collect_fn"](self, outputs), padding)
+
+    group_call.__name__ = name
+    group_call.__qualname__ = f"WorkerGroup.{name}"
+    group_call.__doc__ = f"Group call of worker method {remote_name!r} ({spec.dispatch_mode})."
+    return group_call
+
+
+def _deadline(group: WorkerGroup, spec: MethodSpec) -> float | None:
+    return spec.timeout_s if spec.timeout_s is not None else group.call_timeout_s
 
 
 def _is_mesh(spec: MethodSpec) -> bool:

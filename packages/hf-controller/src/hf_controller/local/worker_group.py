@@ -9,8 +9,9 @@ driver builds its groups with :func:`hf_controller.make_worker_group`; no other 
 to the driver is needed.
 
 Differences from Ray: ``blocking=False`` returns the results (already
-computed); ranks share one process, so ``torch.distributed`` with more than one
-rank cannot be initialised.
+computed); call deadlines (``call_timeout_s``, ``@register(timeout_s=...)``) do not
+apply, since every call runs in the driver; ranks share one process, so
+``torch.distributed`` with more than one rank cannot be initialised.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class LocalWorkerGroup(WorkerGroup):
         name_prefix: str | None = None,
         worker_env: dict[str, str] | None = None,
         world_size: int | None = None,
+        call_timeout_s: float | None = None,
         **ignored_ray_options: Any,
     ) -> None:
         if ray_cls_with_init is None:
@@ -44,7 +46,7 @@ class LocalWorkerGroup(WorkerGroup):
         size = resource_pool.world_size if resource_pool is not None else (world_size or 1)
         user_class = unwrap_worker_class(ray_cls_with_init.cls)
         name = name_prefix or f"{user_class.__name__}_local"
-        super().__init__(name, size)
+        super().__init__(name, size, call_timeout_s)
         self.cls_with_init = self.ray_cls_with_init = ray_cls_with_init
         os.environ.update(worker_env or {})
         self._workers = []
@@ -78,9 +80,15 @@ class LocalWorkerGroup(WorkerGroup):
             results.append(result)
         return results
 
-    def _wait(self, method: str, handles: list[Any], ranks: list[int]) -> list[Any]:
+    def _wait(
+        self, method: str, handles: list[Any], ranks: list[int], timeout_s: float | None = None
+    ) -> list[Any]:
+        # Calls ran to completion in _execute, in this process: a deadline cannot apply
+        # (a stuck method is stuck in the driver, where a debugger can see it).
         return handles
 
-    def kill(self) -> None:
-        """Drop the worker objects (the counterpart of ``RayWorkerGroup.kill``)."""
-        self._workers = []
+    def _workers_alive(self) -> bool:
+        return bool(self._workers)
+
+    def _end_workers(self) -> None:
+        self._workers = []  # the counterpart of ending RayWorkerGroup's processes

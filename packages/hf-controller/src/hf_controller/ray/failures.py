@@ -5,19 +5,31 @@ The fast path is one ``ray.get`` of all results. If that has not finished after
 so an exception or a dead process on any rank surfaces within seconds even
 while other ranks are still waiting (e.g. in a collective that will never
 complete), instead of after the slowest rank.
+
+With a deadline (``timeout_s``), the ranks still unanswered when it passes are reported
+in a :class:`WorkerTimeoutError` together with each one's current Python stack, dumped
+by the worker process itself (see :mod:`hf_controller.stacks`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
-from hf_controller.errors import WorkerDiedError, WorkerGroupError
+from hf_controller.errors import WorkerDiedError, WorkerGroupError, WorkerTimeoutError
+from hf_controller.stacks import dump_stacks
 
 POLL_S = 0.5
 LOG_LINES = 20
+STACK_WAIT_S = 10.0
+"""Longest wait for the stack dumps of a timed-out call (a dump that cannot run is noted)."""
+PEER_GRACE_S = 1.0
+"""After a rank died: how long the others get to fail (e.g. their collective) before
+their stacks are dumped instead."""
 
 
 def wait_for_results(
@@ -26,12 +38,19 @@ def wait_for_results(
     refs: Sequence[Any],
     ranks: Sequence[int],
     workers: dict[int, dict[str, Any]],
+    timeout_s: float | None = None,
 ) -> list[Any]:
-    """Results of ``refs`` in order; raise :class:`WorkerGroupError` naming the failing rank."""
+    """Results of ``refs`` in order; raise :class:`WorkerGroupError` naming the failing rank.
+
+    ``timeout_s`` (``None``: no deadline) bounds the whole wait; when it passes, raise
+    :class:`WorkerTimeoutError` naming the unanswered ranks with their current stacks.
+    ``workers`` holds each rank's ``_hf_process_info`` (pid, node) where known.
+    """
     import ray
 
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
-        return list(ray.get(list(refs), timeout=POLL_S))
+        return list(ray.get(list(refs), timeout=_next_wait(deadline)))
     except ray.exceptions.GetTimeoutError:
         pass
     except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError):
@@ -39,11 +58,97 @@ def wait_for_results(
     results: dict[int, Any] = {}
     pending = dict(zip(refs, range(len(refs)), strict=True))
     while pending:
-        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=POLL_S)
+        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=_next_wait(deadline))
         for ref in ready:
             index = pending.pop(ref)
-            results[index] = _get_one(group, method, ref, ranks[index], workers)
+            try:
+                results[index] = _get_one(group, method, ref, ranks[index], workers)
+            except WorkerDiedError as died:
+                # The other ranks are often left waiting on the dead one (a collective):
+                # say what became of them, so the report shows the whole group.
+                others = _other_ranks(group, method, pending, ranks, workers)
+                raise WorkerDiedError(
+                    group, died.rank, method, died.node, died.cause, died.details + others
+                ) from None
+        if pending and deadline is not None and time.monotonic() >= deadline:
+            assert timeout_s is not None
+            stuck = sorted(ranks[index] for index in pending.values())
+            nodes = {r: str(workers.get(r, {}).get("node_ip", "unknown")) for r in stuck}
+            stacks = collect_stacks({r: workers.get(r, {}) for r in stuck})
+            raise WorkerTimeoutError(group, stuck, method, nodes, timeout_s, stacks)
     return [results[i] for i in range(len(refs))]
+
+
+def _other_ranks(
+    group: str,
+    method: str,
+    pending: dict[Any, int],
+    ranks: Sequence[int],
+    workers: dict[int, dict[str, Any]],
+) -> str:
+    """What the still-pending ranks of a call did after one rank died: their errors (a
+    collective whose peer died should fail within :data:`PEER_GRACE_S`), else their stacks."""
+    import ray
+
+    if not pending:
+        return ""
+    ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=PEER_GRACE_S)
+    lines = []
+    for ref in ready:
+        rank = ranks[pending.pop(ref)]
+        try:
+            ray.get(ref)
+            lines.append(f"{group} rank {rank}: finished the call")
+        except Exception as error:  # reported, not handled
+            cause = getattr(error, "cause", None)
+            original = cause if isinstance(cause, BaseException) else error
+            text = f"{type(original).__name__}: {original}".strip().splitlines()[0]
+            lines.append(f"{group} rank {rank} failed too: {text}")
+    stuck = sorted(ranks[index] for index in pending.values())
+    stacks = collect_stacks({r: workers.get(r, {}) for r in stuck}, PEER_GRACE_S * 3)
+    lines += [f"{group} rank {r}: still in {method}(); current stack:\n{stacks[r]}" for r in stuck]
+    return "\n--- the other ranks ---\n" + "\n".join(lines)
+
+
+def _next_wait(deadline: float | None) -> float:
+    """Seconds to block before looking again: a poll interval, never past the deadline."""
+    if deadline is None:
+        return POLL_S
+    return max(0.0, min(POLL_S, deadline - time.monotonic()))
+
+
+def collect_stacks(
+    workers: dict[int, dict[str, Any]], wait_s: float = STACK_WAIT_S
+) -> dict[int, str]:
+    """The current Python stack of each rank's process (``workers``: rank -> process info).
+
+    Each dump runs as a tiny task on the worker's node, so it works on any node of a
+    cluster; the whole collection waits at most ``wait_s``.
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    stacks: dict[int, str] = {}
+    refs: dict[int, Any] = {}
+    dump = ray.remote(dump_stacks)
+    for rank, info in workers.items():
+        if not info.get("pid") or not info.get("node_id") or not info.get("stack_file"):
+            stacks[rank] = "(no stack: the worker's process info is unknown)"
+            continue
+        on_node = NodeAffinitySchedulingStrategy(info["node_id"], soft=False)
+        refs[rank] = dump.options(num_cpus=0, scheduling_strategy=on_node).remote(info["pid"])
+    if refs:
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=wait_s)
+        for rank, ref in refs.items():
+            try:
+                stacks[rank] = ray.get(ref) if ref in ready else ""
+            except Exception as error:  # a dump must never hide the timeout itself
+                stacks[rank] = f"(no stack: the dump failed: {type(error).__name__}: {error})"
+            if not stacks[rank]:
+                stacks[rank] = f"(no stack: the dump did not finish within {wait_s:g}s)"
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref, force=True)
+    return stacks
 
 
 def _get_one(

@@ -6,11 +6,28 @@ node, each entry on a different node (ranks follow entry order). Several worker
 groups can share a pool (colocation): each actor takes ``1 / max_colocate_count``
 of its bundle. CPU pools reserve a small CPU fraction per bundle, so a pool of 4
 fits on a 2-core machine.
+
+Who frees what (colocated groups share a pool, so no single group owns it):
+
+* A pool owns the placement groups it reserved. It gives them back on :meth:`release`
+  (explicit, idempotent), when the last worker group using it shuts down or is dropped
+  (each group holds the pool while it lives), and when the pool object itself is dropped.
+  A released pool reserves again on its next use. ``detached=True`` pools, and pools a
+  ``detached=True`` group was placed on, are only freed by an explicit :meth:`release`:
+  they are meant to outlive this driver (or at least the group's handles in it).
+* A pool made by :func:`split_resource_pool` or :func:`merge_resource_pool` owns nothing:
+  it keeps the pools it came from alive, and their placement groups are freed with them.
+* Releasing a pool ends every actor still placed on it (Ray's rule), so release a shared
+  pool only when all its groups are done; the automatic paths above wait for that.
+* A driver that exits or crashes leaves nothing behind: Ray removes a job's non-detached
+  placement groups with the job.
 """
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -76,6 +93,9 @@ class RayResourcePool(ResourcePool):
                 f"use use_gpu=False for CPU-only workers"
             )
         self._slots: list[BundleSlot] | None = None
+        self._users = 0  # live worker groups placed on this pool
+        self._pinned = False  # a detached group is placed on it: explicit release only
+        self._finalizer: weakref.finalize[Any, Any] | None = None
 
     def bundle(self) -> dict[str, float]:
         """Resources reserved per worker process."""
@@ -125,6 +145,11 @@ class RayResourcePool(ResourcePool):
         except BaseException:
             _remove(created)  # a half-made reservation would hold resources nobody can use
             raise
+        if not self.detached and not self._pinned:
+            # Frees the reservation when the pool is dropped; it holds the placement
+            # groups, never the pool, so it does not keep the pool alive.
+            self._finalizer = weakref.finalize(self, _remove_quietly, groups)
+            self._finalizer.atexit = False  # at exit Ray frees the job's groups itself
         return [
             BundleSlot(group, i)
             for group, count in zip(groups, self.store, strict=True)
@@ -200,9 +225,34 @@ class RayResourcePool(ResourcePool):
             seen[node] = name
 
     def release(self) -> None:
-        """Give the reserved bundles back to Ray."""
-        _remove([s.placement_group for s in self._slots or []])
-        self._slots = None
+        """Give the reserved placement groups back to Ray (ending any actor still on them).
+
+        Idempotent; the pool reserves again on its next use. Worker groups call it for
+        their pool when the last of them shuts down or is dropped.
+        """
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        slots, self._slots = self._slots, None
+        _remove([s.placement_group for s in slots or []])
+
+    def _keep_until_released(self) -> None:
+        """Only an explicit :meth:`release` frees this pool from now on: a detached group
+        placed on it must outlive its handles in this driver."""
+        self._pinned = True
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+
+    def _add_user(self) -> None:
+        """A worker group now lives on this pool (see the module docstring)."""
+        self._users += 1
+
+    def _remove_user(self) -> None:
+        """A worker group on this pool ended; the last one to end releases the pool."""
+        self._users = max(0, self._users - 1)
+        if self._users == 0 and not self._pinned:
+            self.release()
 
 
 def _node_of(group: Any) -> str:
@@ -220,10 +270,25 @@ def _remove(groups: list[Any]) -> None:
         remove_placement_group(group)
 
 
-class _SlotPool(RayResourcePool):
-    """A pool over already reserved bundles (result of a split or a merge)."""
+def _remove_quietly(groups: list[Any]) -> None:
+    """:func:`_remove` for finalizers: a no-op once Ray is shut down, and never raising."""
+    import ray
 
-    def __init__(self, parent: RayResourcePool, slots: list[BundleSlot]) -> None:
+    if ray.is_initialized():
+        with contextlib.suppress(Exception):
+            _remove(groups)
+
+
+class _SlotPool(RayResourcePool):
+    """A pool over already reserved bundles (result of a split or a merge).
+
+    It owns no placement groups: it keeps ``parents`` (the pools the bundles belong to)
+    alive, and they free the bundles.
+    """
+
+    def __init__(
+        self, parent: RayResourcePool, slots: list[BundleSlot], parents: list[RayResourcePool]
+    ) -> None:
         counts: dict[int, int] = {}
         for slot in slots:
             counts[id(slot.placement_group)] = counts.get(id(slot.placement_group), 0) + 1
@@ -237,6 +302,20 @@ class _SlotPool(RayResourcePool):
             gpus_per_worker=parent.gpus_per_worker,
         )
         self._slots = slots
+        self._parents = parents
+
+    def release(self) -> None:
+        """Nothing to give back: the placement groups belong to the pools this one was
+        split or merged from; release those (or drop them) instead."""
+
+    def _keep_until_released(self) -> None:
+        for parent in self._parents:
+            parent._keep_until_released()
+
+    def slots(self) -> list[BundleSlot]:
+        """The bundles in rank order (reserved by the pools this one came from)."""
+        assert self._slots is not None
+        return self._slots
 
 
 def split_resource_pool(
@@ -257,7 +336,7 @@ def split_resource_pool(
     parts: list[RayResourcePool] = []
     start = 0
     for size in sizes:
-        parts.append(_SlotPool(pool, slots[start : start + size]))
+        parts.append(_SlotPool(pool, slots[start : start + size], [pool]))
         start += size
     return parts
 
@@ -271,4 +350,4 @@ def merge_resource_pool(first: RayResourcePool, second: RayResourcePool) -> RayR
             f"max_colocate_count {first.max_colocate_count} vs {second.max_colocate_count}; "
             "build both with the same use_gpu, cpus_per_worker and gpus_per_worker"
         )
-    return _SlotPool(first, first.slots() + second.slots())
+    return _SlotPool(first, first.slots() + second.slots(), [first, second])

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
+import weakref
 from typing import Any
 
 from hf_controller.errors import ConfigurationError
@@ -67,6 +68,16 @@ class RayWorkerGroup(WorkerGroup):
 
     To let the caller (or ``HF_CONTROLLER_BACKEND``) pick the Ray or the local backend,
     build groups with :func:`hf_controller.make_worker_group`.
+
+    ``call_timeout_s`` is the deadline of every blocking call (``None``: the
+    ``HF_CONTROLLER_CALL_TIMEOUT_S`` environment variable, else none); a method's
+    ``@register(timeout_s=...)`` overrides it. Past it, the call raises
+    :class:`~hf_controller.WorkerTimeoutError` with the unanswered ranks' current stacks.
+
+    Lifetime: the group's actors end, and its pool is told it has one user less (the
+    last user releases the pool's placement groups), on :meth:`shutdown` (or ``kill``),
+    or when the last reference to the group and its ``spawn`` views is dropped. Groups
+    with ``detached=True`` are only ended by :meth:`shutdown`.
     """
 
     def __init__(
@@ -77,6 +88,7 @@ class RayWorkerGroup(WorkerGroup):
         detached: bool = False,
         worker_names: list[str] | None = None,
         worker_env: dict[str, str] | None = None,
+        call_timeout_s: float | None = None,
         **kwargs: Any,
     ) -> None:
         if ray_cls_with_init is None:
@@ -101,9 +113,26 @@ class RayWorkerGroup(WorkerGroup):
             )
         else:
             raise ConfigurationError("RayWorkerGroup needs a resource_pool or worker_names")
-        super().__init__(name, len(self._workers))
+        pool = resource_pool if worker_names is None else None
+        if pool is not None:
+            pool._add_user()
+            if detached:
+                pool._keep_until_released()
+        # The finalizer watches a token shared with every spawn() view (not the group), so
+        # the workers live while the group or any view is referenced. It holds the actor
+        # handles and the pool, never the group, so it does not keep the group alive.
+        self._lifetime = _Lifetime()
+        self._finalizer = weakref.finalize(
+            self._lifetime, _end_group, list(self._workers), pool, detached or pool is None
+        )
+        self._finalizer.atexit = False  # at exit Ray ends the job's actors and groups itself
+        super().__init__(name, len(self._workers), call_timeout_s)
         self.cls_with_init = self.ray_cls_with_init = ray_cls_with_init
-        self._info = self._worker_info()
+        try:
+            self._info = self._worker_info()
+        except BaseException:
+            self.shutdown()  # workers that cannot start must not hold their bundles
+            raise
         self._bind_worker_methods(user_class)
 
     # ------------------------------------------------------------------ creation
@@ -170,7 +199,10 @@ class RayWorkerGroup(WorkerGroup):
     def _worker_info(self) -> dict[int, dict[str, Any]]:
         """pid and node of every worker (asked once; used in failure reports)."""
         refs = [w._hf_process_info.remote() for w in self._workers]
-        infos = wait_for_results(self.name, "__init__", refs, list(range(len(refs))), {})
+        ranks = list(range(len(refs)))
+        # No call deadline here: start-up (process spawn, imports, the worker's __init__,
+        # which may load a model) takes as long as it takes; a dead worker still surfaces.
+        infos = wait_for_results(self.name, "__init__", refs, ranks, {})
         return dict(enumerate(infos))
 
     @classmethod
@@ -217,15 +249,42 @@ class RayWorkerGroup(WorkerGroup):
             for rank, (args, kwargs) in zip(ranks, calls, strict=True)
         ]
 
-    def _wait(self, method: str, handles: list[Any], ranks: list[int]) -> list[Any]:
-        return wait_for_results(self.name, method, handles, ranks, getattr(self, "_info", {}))
+    def _wait(
+        self, method: str, handles: list[Any], ranks: list[int], timeout_s: float | None = None
+    ) -> list[Any]:
+        info = getattr(self, "_info", {})
+        return wait_for_results(self.name, method, handles, ranks, info, timeout_s)
 
-    def kill(self) -> None:
-        """End every worker process of the group (detached ones included)."""
-        import ray
+    def _workers_alive(self) -> bool:
+        return bool(self._finalizer.alive)
 
-        for worker in self._workers:
+    def _end_workers(self) -> None:
+        """End every worker process (detached ones included) and tell the pool; the pool
+        is released when no other group uses it (see :class:`RayResourcePool`)."""
+        state = self._finalizer.detach()  # None once ended
+        if state is not None:
+            workers, pool, _ = state[2]
+            _end_group(workers, pool, detached=False)
+
+
+class _Lifetime:
+    """Token whose death (no group or view refers to it any more) ends the workers."""
+
+
+def _end_group(workers: list[Any], pool: RayResourcePool | None, detached: bool) -> None:
+    """Kill ``workers`` and tell ``pool`` one group fewer uses it; quiet and best effort,
+    since it also runs from a finalizer (possibly after ``ray.shutdown()``). Does nothing
+    for ``detached`` groups, which only an explicit ``shutdown()`` ends."""
+    import ray
+
+    if detached or not ray.is_initialized():
+        return
+    for worker in workers:
+        with contextlib.suppress(Exception):  # already dead is fine
             ray.kill(worker, no_restart=True)
+    if pool is not None:
+        with contextlib.suppress(Exception):
+            pool._remove_user()
 
 
 def _local_layout(slots: list[BundleSlot]) -> tuple[list[int], list[int]]:

@@ -13,7 +13,31 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-_TIMEOUT = timedelta(minutes=30)
+TIMEOUT_ENV = "HF_DIST_TIMEOUT_S"
+"""Environment variable overriding :data:`DEFAULT_TIMEOUT_S` for every worker's group."""
+DEFAULT_TIMEOUT_S = 600.0
+"""How long a collective waits for its peers before failing: a peer that died or hangs
+ends the others' collectives with an error (gloo: at once when the peer's connection
+drops; otherwise after this long) instead of leaving them blocked forever."""
+
+
+def collective_timeout(timeout_s: float | None = None) -> timedelta:
+    """The process-group timeout: ``timeout_s``, else :data:`TIMEOUT_ENV`, else
+    :data:`DEFAULT_TIMEOUT_S`; anything but a positive number of seconds is refused."""
+    source = "timeout_s"
+    if timeout_s is None:
+        text = os.environ.get(TIMEOUT_ENV, "").strip()
+        source = TIMEOUT_ENV
+        try:
+            timeout_s = float(text) if text else DEFAULT_TIMEOUT_S
+        except ValueError:
+            timeout_s = -1.0
+    if not timeout_s > 0:
+        raise ValueError(
+            f"{source} must be a positive number of seconds for torch.distributed "
+            f"collectives, got {timeout_s!r}; e.g. {TIMEOUT_ENV}=600"
+        )
+    return timedelta(seconds=timeout_s)
 
 
 def pick_backend(device: str) -> str:
@@ -27,11 +51,18 @@ def pick_backend(device: str) -> str:
     return "gloo"
 
 
-def init_distributed(rank: int, world_size: int, local_rank: int, device: str = "auto") -> None:
+def init_distributed(
+    rank: int,
+    world_size: int,
+    local_rank: int,
+    device: str = "auto",
+    timeout_s: float | None = None,
+) -> None:
     """Initialise the default process group for this worker, unless one already exists.
 
     Several roles fused into one process (``create_colocated_worker_cls_fused``) share
     that process's group: the first role to start creates it, the others reuse it.
+    ``timeout_s`` bounds every collective (see :func:`collective_timeout`).
     """
     if dist.is_initialized():
         if dist.get_world_size() != world_size:
@@ -42,11 +73,12 @@ def init_distributed(rank: int, world_size: int, local_rank: int, device: str = 
             )
         return
     backend = pick_backend(device)
+    timeout = collective_timeout(timeout_s)
     if backend == "nccl":
         torch.cuda.set_device(local_rank % max(torch.cuda.device_count(), 1))
     if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
         dist.init_process_group(
-            backend, init_method="env://", rank=rank, world_size=world_size, timeout=_TIMEOUT
+            backend, init_method="env://", rank=rank, world_size=world_size, timeout=timeout
         )
         return
     if world_size != 1:
@@ -55,4 +87,4 @@ def init_distributed(rank: int, world_size: int, local_rank: int, device: str = 
             "ranks at; run the group on Ray (RayWorkerGroup) or, with the local backend, "
             "use a world size of 1"
         )
-    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=_TIMEOUT)
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
