@@ -317,6 +317,11 @@ class TrainerSection:
     max_checkpoints: int | None = None
     """Keep only this many newest checkpoints; ``None`` keeps all (the one
     ``latest_checkpointed_iteration.txt`` names is never deleted)."""
+    call_timeout_s: float | None = 3600.0
+    """Deadline of every blocking call on a worker group (a step's generate, update,
+    log-prob, save...). Past it the run stops with ``WorkerTimeoutError`` naming the group,
+    method, the ranks that have not answered and each one's current Python stack, instead of
+    waiting forever on a stuck worker. ``None`` waits without limit."""
     max_restarts: int = 0
     """When a worker process dies during a step, tear the worker groups down, re-create
     them and resume from the last checkpoint (or the start) up to this many times; 0 stops
@@ -355,6 +360,8 @@ class TrainerSection:
         _positive("trainer.test_freq", self.test_freq, allow_zero=True)
         _positive("trainer.save_freq", self.save_freq, allow_zero=True)
         _positive("trainer.max_restarts", self.max_restarts, allow_zero=True)
+        if self.call_timeout_s is not None:
+            _positive("trainer.call_timeout_s", self.call_timeout_s)
         resume_dir = Path(self.resume_from) if self.resume_from is not None else None
         if self.resume_mode == "path" and (resume_dir is None or not resume_dir.is_dir()):
             raise ConfigurationError(

@@ -261,7 +261,7 @@ class RoleGroups:
                 with contextlib.suppress(Exception):  # best effort at teardown
                     group.close_weight_channel()  # type: ignore[union-attr]
         for item in self.owned:
-            kill = getattr(item, "kill", None) or getattr(item, "release", None)
+            kill = getattr(item, "shutdown", None) or getattr(item, "release", None)
             if kill is not None:
                 with contextlib.suppress(Exception):  # best effort at teardown
                     kill()
@@ -318,13 +318,18 @@ def build_role_groups(
         create_colocated_worker_cls_fused(fused_roles),  # type: ignore[arg-type]
         name_prefix=f"{prefix}_train",
         backend=trainer.backend,
+        call_timeout_s=trainer.call_timeout_s,
     )
     views = group.spawn(fused_roles)
     owned: list[Any] = [group, pool]
     rollout_group = views.get("rollout")
     if rollout is not None and not hybrid:
         rollout_group = make_worker_group(
-            rollout_pool, rollout, name_prefix=f"{prefix}_rollout", backend=trainer.backend
+            rollout_pool,
+            rollout,
+            name_prefix=f"{prefix}_rollout",
+            backend=trainer.backend,
+            call_timeout_s=trainer.call_timeout_s,
         )
         owned += [rollout_group, rollout_pool]
     return RoleGroups(
