@@ -60,6 +60,13 @@ def exit_cause(exitcode: int | None) -> str:
         except ValueError:
             return f"killed by signal {-exitcode}"
         return _CAUSES.get(number, f"killed by {number.name}")
+    if exitcode == 1:
+        # What a worker does when the driver's script fails to import in it (multiprocessing
+        # re-imports ``__main__``): the script's own traceback is above in the log.
+        return (
+            "exited with code 1 (an uncaught exception; if it happened at start-up, the "
+            "driver script probably runs code outside `if __name__ == '__main__':`)"
+        )
     return f"exited with code {exitcode}"
 
 
