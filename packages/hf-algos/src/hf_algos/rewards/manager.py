@@ -183,19 +183,18 @@ class RewardManager:
 
         ``rows`` needs ``data_source`` and ``reward_model``; its failures are only logged
         (an empty response may fairly make a parser raise)."""
-        first = rows[:1]
-        sources = [str(s) for s in _column(first, fields.DATA_SOURCE)]
-        truth = _ground_truth(_column(first, fields.REWARD_MODEL)[0], 0)
-        extra = first.non_tensor_batch.get(fields.EXTRA_INFO, [None])[0]
-        calls = {sources[0]: self._scoring_call(sources[0])}
-        prompt = self._prompts(first)[0] if calls[sources[0]][1].needs("prompt") else None
-        sample = {"solution": "", "ground_truth": truth, "data_source": sources[0]}
+        source = str(_column(rows, fields.DATA_SOURCE)[0])
+        truth = _ground_truth(_column(rows, fields.REWARD_MODEL)[0], 0)
+        extra = rows.non_tensor_batch.get(fields.EXTRA_INFO, [None])[0]
+        calls = {source: self._scoring_call(source)}
+        prompt = self._prompts(rows)[0] if calls[source][1].needs("prompt") else None
+        sample = {"solution": "", "ground_truth": truth, "data_source": source}
         sample.update({"extra_info": extra, "prompt": prompt})
         outcome = self._run(calls, [sample])[0]
         if outcome.status != "ok":
             logger.warning(
                 "reward set-up check: data_source %r scored an empty response with %s: %s",
-                sources[0],
+                source,
                 outcome.status,
                 outcome.error,
             )

@@ -75,7 +75,9 @@ class DPOTrainer(Trainer):
         self.roles = build_role_groups(config.trainer, roles, rollout)
         self.roles.init_models()
         self.reward = (
-            builders.reward_manager(config.reward, self.tokenizer) if self.online else None
+            builders.reward_manager(config.reward, self.tokenizer, self.loader.dataset)
+            if self.online
+            else None
         )
         if self.online:
             self.roles.sync_weights()

@@ -35,6 +35,7 @@ from hf_algos.advantages.registry import AdvantageEstimator, get_advantage_estim
 from hf_algos.checkpoint import Checkpointable
 from hf_algos.config.loading import config_to_dict
 from hf_algos.config.trainers import RLConfig
+from hf_algos.data.loader import CollatingDataset
 from hf_algos.kl import AdaptiveKLController, FixedKLController, KLController, apply_kl_penalty
 from hf_algos.rewards import RewardModelScorer
 from hf_algos.tracking import (
@@ -88,6 +89,13 @@ class PPOTrainer(Trainer):
         needed = roles_needed(config, self.estimator)
         self.use_critic = "critic" in needed
         self.use_ref = "ref" in needed
+        # Rule-based scoring is built (and one row scored) before the worker groups, so a
+        # reward function that cannot be loaded or called fails set-up within seconds.
+        self._rules = (
+            None
+            if config.reward.model is not None
+            else builders.reward_manager(config.reward, self.tokenizer, self._check_rows())
+        )
         self.roles = build_role_groups(config.trainer, self._role_classes(), self._rollout_cls())
         self.roles.init_models()
         self.roles.sync_weights()
@@ -111,10 +119,15 @@ class PPOTrainer(Trainer):
         config = self.config
         return builders.rollout_class(config.rollout, config.actor, config.trainer, self.tokenizer)
 
+    def _check_rows(self) -> CollatingDataset:
+        """The rows the reward set-up check scores one of: validation, else training."""
+        return self.val_data[0] if self.val_data is not None else self.loader.dataset
+
     def _build_reward(self) -> RewardScorer:
         if self.roles.has("reward_model"):
             return RewardModelScorer(self.roles.reward_model)
-        return builders.reward_manager(self.config.reward, self.tokenizer)
+        assert self._rules is not None  # built in __init__ when there is no reward model
+        return self._rules
 
     # ------------------------------------------------------------------ one step
 
