@@ -219,10 +219,10 @@ def test_configuration_errors_are_raised_not_scored(tokenizer) -> None:  # type:
         with pytest.raises(KeyError, match="no scoring function for data_source 'nope'"):
             manager.score(make_batch(tokenizer, [("a", "nope", "a")]))
         registry["locked"] = functools.partial(locked_score, lock=threading.Lock())
-        with pytest.raises(TypeError, match="'locked'.*cannot be pickled"):
+        with pytest.raises(TypeError, match=r"'locked'.*cannot be pickled"):
             manager.score(make_batch(tokenizer, [("a", "locked", "a")]))
         registry["positional"] = lambda s, g, e: 1.0  # placed without registration
-        with pytest.raises(TypeError, match="'positional'.*required parameter 's' names no"):
+        with pytest.raises(TypeError, match=r"'positional'.*required parameter 's' names no"):
             manager.score(make_batch(tokenizer, [("a", "positional", "a")]))
         batch = make_batch(tokenizer, [("1", "sort_digits", "1")])
         batch.non_tensor_batch["reward_model"][0] = {"answer": "a"}

@@ -102,6 +102,10 @@ def scoring_call(fn: Callable[..., Any], batched: bool = False) -> ScoringCall:
         signature = inspect.signature(fn)
     except (TypeError, ValueError) as error:
         _refuse(fn, f"its signature cannot be read ({error})")
+    if not batched and "completions" in signature.parameters:
+        _refuse(
+            fn, "it takes completions, as a TRL batched function: register it with batched=True"
+        )
     names = BATCHED_FIELDS if batched else SAMPLE_FIELDS
     params: list[tuple[str, str]] = []
     var_kwargs = False
@@ -119,13 +123,8 @@ def scoring_call(fn: Callable[..., Any], batched: bool = False) -> ScoringCall:
             _refuse(fn, f"its required parameter {param.name!r} names no field")
     text_params = [p for p, f in params if f == "solution"]
     if not text_params:
-        hint = (
-            "; it looks like a TRL batched function: register it with batched=True"
-            if not batched and "completions" in signature.parameters
-            else ""
-        )
         wanted = "completions" if batched else "solution_str (or solution)"
-        _refuse(fn, f"it takes no {wanted} parameter for the response text{hint}")
+        _refuse(fn, f"it takes no {wanted} parameter for the response text")
     if len(text_params) > 1:
         _refuse(fn, f"it takes the response text twice ({text_params})")
     return ScoringCall(fn=fn, batched=batched, params=tuple(params), var_kwargs=var_kwargs)
