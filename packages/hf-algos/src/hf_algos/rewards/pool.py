@@ -180,7 +180,7 @@ def _worker_died(
     sources = sorted({s["data_source"] for f in lost for s in futures[f][1].samples})
     return RewardError(
         f"a scoring process died while scoring data_source(s) {sources}: {causes}. "
-        f"{sum(len(futures[f][0]) for f in lost)} samples were lost; the pool was replaced. "
+        f"{sum(len(futures[f][0]) for f in lost)} sample(s) were lost; the pool was replaced. "
         f"A scoring function that crashes its process (native code, os._exit, over its "
         f"CPU-time limit) must be fixed"
     )

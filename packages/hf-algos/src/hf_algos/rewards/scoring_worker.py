@@ -200,11 +200,16 @@ def _under_alarm(call: ScoringCall, kwargs: dict[str, Any], timeout_s: float) ->
         cap = f" (over reward.max_memory_mb={_memory_cap_mb})" if _memory_cap_mb else ""
         return ScoringOutcome(status="error", error=f"MemoryError{cap}: {error}")
     except (Exception, SystemExit) as error:
-        return ScoringOutcome(status="error", error=_format(error, 3))
+        return ScoringOutcome(status="error", error=_format(error, 3, skip_own_frame=True))
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
 
 
-def _format(error: BaseException, lines: int) -> str:
-    return "".join(traceback.format_exception(error)[-lines:]).strip()
+def _format(error: BaseException, lines: int, skip_own_frame: bool = False) -> str:
+    """The last ``lines`` lines of ``error``'s traceback (without this module's frame, so
+    the user's own code shows)."""
+    tb = error.__traceback__
+    if skip_own_frame and tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(error), error, tb)[-lines:]).strip()
