@@ -231,6 +231,26 @@ def test_the_set_up_check_fails_on_an_unloadable_function(
     manager.check(make_batch(tokenizer, [("", "verl", "1")]))  # a good one passes
 
 
+def test_the_trainers_reward_fails_set_up_not_the_first_step(
+    manager: RewardManager,  # keeps the forkserver up, so this pool starts fast
+    tokenizer,  # type: ignore[no-untyped-def]
+    unloadable_fn: Any,
+) -> None:
+    from hf_algos.config.sections import RewardSection
+    from hf_algos.data import RLDataset, RLDatasetConfig
+    from hf_algos.rewards import SCORING_FUNCTIONS
+    from hf_algos.trainers import builders
+
+    rows = [{"prompt": "1=", "data_source": "driver_only", "reward_model": {"ground_truth": "1"}}]
+    dataset = RLDataset(rows, tokenizer, RLDatasetConfig(max_prompt_length=8))
+    register_scoring_function("driver_only", unloadable_fn)
+    try:
+        with pytest.raises(RewardError, match=r"data_source 'driver_only'.*cannot be loaded"):
+            builders.reward_manager(RewardSection(num_workers=1), tokenizer, dataset)
+    finally:
+        SCORING_FUNCTIONS.pop("driver_only")
+
+
 def test_exit_causes_are_named() -> None:
     assert "SIGKILL" in exit_cause(-9) and "SIGXCPU" in exit_cause(-signal.SIGXCPU)
     assert exit_cause(3) == "exited with code 3"
