@@ -256,44 +256,62 @@ def test_exit_causes_are_named() -> None:
     assert exit_cause(3) == "exited with code 3"
 
 
-def test_a_script_function_under_main_guard_scores_and_leaves_no_process(tmp_path: Path) -> None:
+def test_a_script_function_under_main_guard_scores_and_a_killed_driver_leaves_nothing(
+    tmp_path: Path,
+) -> None:
     """The issue's reproduction: a reward function defined under ``if __name__ ==
-    "__main__":`` in a script, scored in real worker processes."""
+    "__main__":`` in a script scores in real worker processes; then the driver is killed
+    with SIGKILL mid-scoring and its forkserver, workers and resource tracker all exit."""
     script = tmp_path / "train.py"
     script.write_text(
         textwrap.dedent(
             """
-            import os
+            import time
             from hf_algos.data import build_char_tokenizer
             from hf_algos.rewards import RewardManager, register_scoring_function
             from hf_protocol import DataProto, right_pad
 
             if __name__ == "__main__":
                 def my_score(data_source, solution_str, ground_truth, extra_info=None):
+                    if data_source == "slow":
+                        time.sleep(120)
                     return float(solution_str == ground_truth)
 
                 registry = {}
                 register_scoring_function("mine", my_score, registry)
+                register_scoring_function("slow", my_score, registry)
                 tokenizer = build_char_tokenizer()
-                ids = [tokenizer("42", add_special_tokens=False)["input_ids"]]
+                ids = [tokenizer("42", add_special_tokens=False)["input_ids"]] * 2
                 responses, mask = right_pad(ids, tokenizer.pad_token_id, 3)
                 batch = DataProto.from_dict(
                     tensors={"responses": responses, "response_mask": mask},
-                    non_tensors={"data_source": ["mine"],
-                                 "reward_model": [{"ground_truth": "42"}]},
+                    non_tensors={"data_source": ["mine", "slow"],
+                                 "reward_model": [{"ground_truth": "42"}] * 2},
                 )
-                with RewardManager(tokenizer, registry=registry) as manager:
-                    out = manager.score(batch)
-                print("SCORE", out.batch["token_level_scores"].sum().item())
-                children = [p for p in os.listdir("/proc") if p.isdigit()
-                            and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1]
-                            == str(os.getpid())]
-                print("CHILDREN", len(children))
+                manager = RewardManager(tokenizer, registry=registry)
+                manager.config.timeout_s = 300
+                out = manager.score(batch[:1])
+                print("SCORE", out.batch["token_level_scores"].sum().item(), flush=True)
+                manager.score_async(batch)
+                time.sleep(1)
+                print("SCORING", flush=True)
+                time.sleep(300)
             """
         )
     )
-    done = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False
+    driver = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "SCORE 1.0" in done.stdout and "CHILDREN 0" in done.stdout
+    try:
+        assert driver.stdout is not None
+        assert driver.stdout.readline().strip() == "SCORE 1.0", driver.stderr.read()  # type: ignore[union-attr]
+        assert driver.stdout.readline().strip() == "SCORING"
+        left = descendants(driver.pid)
+        assert len(left) >= 4  # resource tracker, forkserver, two scoring processes
+    finally:
+        driver.kill()
+        driver.wait(30)
+    deadline = time.monotonic() + 15
+    while any(Path(f"/proc/{pid}").exists() for pid in left) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in left if Path(f"/proc/{pid}").exists()]

@@ -13,6 +13,7 @@ import concurrent.futures
 import multiprocessing
 import multiprocessing.forkserver
 import multiprocessing.resource_tracker
+import os
 import signal
 import threading
 import time
@@ -85,7 +86,7 @@ class ScoringPool:
                 num_workers,
                 mp_context=context,
                 initializer=init_scoring_process,
-                initargs=(max_memory_mb,),
+                initargs=(max_memory_mb, os.getpid()),
             )
             _open_pools += 1
             self._helpers_before = helpers_before

@@ -13,10 +13,14 @@ from __future__ import annotations
 import ctypes
 import inspect
 import math
+import os
 import pickle
 import resource
+import select
 import signal
 import sys
+import threading
+import time
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -69,13 +73,20 @@ def _on_alarm(signum: int, frame: Any) -> None:
     raise ScoringTimeoutError
 
 
-def init_scoring_process(max_memory_mb: int | None) -> None:
-    """Pool initializer: cap the address space, die with the parent, leave Ctrl-C to it."""
+def init_scoring_process(max_memory_mb: int | None, driver_pid: int | None = None) -> None:
+    """Pool initializer: cap the address space, end with the driver, leave Ctrl-C to it."""
     global _memory_cap_mb
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles it and reaps us
-    if sys.platform == "linux":  # no orphan if the driver (and so the forkserver) is killed
+    if sys.platform == "linux":  # die with our parent (the forkserver, or the driver)
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if driver_pid is not None and driver_pid != os.getppid():
+        # A forkserver outlives a killed driver as long as its children hold its "alive"
+        # pipe, so a worker must notice the driver's end itself (then the forkserver and the
+        # resource tracker see their pipes close and exit too: nothing is orphaned).
+        threading.Thread(
+            target=_exit_with, args=(driver_pid,), name="driver-watch", daemon=True
+        ).start()
     if max_memory_mb is not None:
         _, hard = resource.getrlimit(resource.RLIMIT_AS)
         limit = max_memory_mb * 1024 * 1024
@@ -83,6 +94,23 @@ def init_scoring_process(max_memory_mb: int | None) -> None:
             limit = min(limit, hard)
         resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
         _memory_cap_mb = max_memory_mb
+
+
+def _exit_with(pid: int) -> None:
+    """Block until process ``pid`` ends, then end this process."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # no pidfd (old kernel): poll
+        while True:
+            time.sleep(1.0)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except PermissionError:
+                continue
+    select.select([fd], [], [])
+    os._exit(1)
 
 
 def parse_score(result: Any) -> tuple[float, dict[str, float]]:
