@@ -7,6 +7,7 @@ asserts what the error names, and checks that no process is left behind afterwar
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import signal
@@ -48,10 +49,9 @@ def hog_score(solution: str, ground_truth: Any) -> float:
 
 
 def spin_score(solution: str, ground_truth: Any) -> float:
-    """Burns CPU with the alarm blocked, as a regex stuck in C code does."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
-    while True:
-        pass
+    """Burns CPU inside C code, where the alarm cannot interrupt it (as a stuck native
+    parser does): a key derivation of two billion rounds."""
+    return float(len(hashlib.pbkdf2_hmac("sha256", b"x", b"salt", 2**31 - 1)))
 
 
 def raising_score(solution: str, ground_truth: Any) -> float:

@@ -3,6 +3,7 @@ the error-fraction stop, and no processes left behind (real worker processes thr
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import signal
@@ -87,10 +88,9 @@ def hog_score(solution: str, ground_truth: Any, extra_info: Mapping[str, Any] | 
 
 
 def spinning_score(solution: str, ground_truth: Any, extra_info: Any = None) -> float:
-    """Burns CPU where the alarm cannot interrupt it (the signal is blocked)."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
-    while True:
-        pass
+    """Burns CPU inside C code, where the alarm cannot interrupt it (as a stuck native
+    parser does): a key derivation of two billion rounds."""
+    return float(len(hashlib.pbkdf2_hmac("sha256", b"x", b"salt", 2**31 - 1)))
 
 
 def killing_score(solution: str, ground_truth: Any) -> float:
