@@ -102,14 +102,18 @@ class ScoringPool:
         return future
 
     def dead_processes(self, wait_s: float = 2.0) -> list[str]:
-        """``"pid N <cause>"`` for each worker that died on its own (the executor terminates
-        the others with SIGTERM once it is broken, so those are listed only if nothing else)."""
+        """``"pid N <cause>"`` for each worker that died on its own (not those the broken
+        executor ended afterwards, unless nothing else is known)."""
         self._remember_processes()
         for process in self._processes.values():
             process.join(wait_s)
         ended = [(p.pid, p.exitcode) for p in self._processes.values() if p.exitcode]
-        own = [(pid, code) for pid, code in ended if code != -signal.SIGTERM]
-        return [f"pid {pid} {exit_cause(code)}" for pid, code in own or ended]
+        # Once the executor is broken, the others are terminated (SIGTERM) or exit with 255
+        # when their queue closes: list the cause that broke it (a signal, then an exit code).
+        signalled = [(pid, code) for pid, code in ended if code < 0 and code != -signal.SIGTERM]
+        exited = [(pid, code) for pid, code in ended if code > 0 and code != 255]
+        chosen = signalled or exited or ended
+        return [f"pid {pid} {exit_cause(code)}" for pid, code in chosen]
 
     def close(self, kill: bool = False) -> None:
         """Stop the workers (``kill``: at once, even mid-task) and, with the last pool, the
