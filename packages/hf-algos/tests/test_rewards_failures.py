@@ -190,7 +190,8 @@ def test_a_killed_scoring_process_is_a_named_error_at_once(
     tokenizer,  # type: ignore[no-untyped-def]
 ) -> None:
     start = time.monotonic()
-    with pytest.raises(RewardError, match=r"data_source\(s\) \[[^]]*'kill'[^]]*\]: pid \d+ killed by SIGKILL"):
+    died = r"data_source\(s\) \[[^]]*'kill'[^]]*\]: pid \d+ killed by SIGKILL"
+    with pytest.raises(RewardError, match=died):
         manager.score(make_batch(tokenizer, [("1", "kill", "1"), ("2", "verl", "2")]))
     assert time.monotonic() - start < 10
     assert_nothing_left()
