@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -13,7 +15,12 @@ import pytest
 import torch
 
 from hf_algos.data import build_char_tokenizer
-from hf_algos.rewards import RewardManager, RewardManagerConfig, register_scoring_function
+from hf_algos.rewards import (
+    RewardError,
+    RewardManager,
+    RewardManagerConfig,
+    register_scoring_function,
+)
 from hf_protocol import DataProto, right_pad
 
 from .toy_task import SORT_DIGITS_SOURCE, score_sorted_digits
@@ -54,6 +61,11 @@ def length_score(
     return {"score": 0.25, "length": float(len(solution))}
 
 
+def locked_score(solution: str, ground_truth: Any, lock: Any = None) -> float:
+    """Holds a lock (through a partial), which cannot travel to a worker process."""
+    return 1.0
+
+
 def _registry() -> dict[str, Any]:
     registry: dict[str, Any] = {}
     for name, fn in (
@@ -75,7 +87,9 @@ def tokenizer():  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def manager(tokenizer) -> Iterator[RewardManager]:  # type: ignore[no-untyped-def]
-    config = RewardManagerConfig(num_workers=2, timeout_s=1.0, hard_timeout_grace_s=60.0)
+    config = RewardManagerConfig(
+        num_workers=2, timeout_s=1.0, hard_timeout_grace_s=60.0, max_error_fraction=1.0
+    )
     with RewardManager(tokenizer, config, registry=_registry()) as reward_manager:
         yield reward_manager
 
@@ -152,24 +166,34 @@ def test_raising_and_hanging_functions_score_zero_and_are_reported(
     assert [i["status"] for i in info] == ["ok", "error", "timeout", "ok"]
 
 
-def test_stuck_or_dead_workers_are_replaced(manager: RewardManager, tokenizer) -> None:  # type: ignore[no-untyped-def]
+def test_stuck_workers_are_replaced(manager: RewardManager, tokenizer) -> None:  # type: ignore[no-untyped-def]
     manager.score(make_batch(tokenizer, [("1", "sort_digits", "1")]))  # pool is up
     manager.config.hard_timeout_grace_s = 3.0
     try:
-        batch = make_batch(
-            tokenizer,
-            [("123", "sort_digits", "123"), ("x", "block", "x"), ("y", "exit", "y")],
-        )
+        batch = make_batch(tokenizer, [("123", "sort_digits", "123"), ("x", "block", "x")])
         start = time.monotonic()
         out = manager.score(batch)
         assert time.monotonic() - start < 30
         statuses = [i["status"] for i in out.non_tensor_batch["reward_extra_info"]]
-        assert statuses == ["ok", "timeout", "timeout"]
-        assert out.meta_info["metrics"]["reward/errors"] == 2
+        assert statuses == ["ok", "timeout"]
+        assert out.meta_info["metrics"]["reward/errors"] == 1
         assert all("hard deadline" in r["error"] for r in out.meta_info["reward_errors"])
     finally:
         manager.config.hard_timeout_grace_s = 60.0
     # The pool was replaced: the next batch is scored normally.
+    again = manager.score(make_batch(tokenizer, [("12", "sort_digits", "12")]))
+    assert again.batch["token_level_scores"].sum().item() == 1.0
+
+
+def test_a_dead_worker_is_an_error_at_once_with_its_exit_code(
+    manager: RewardManager,
+    tokenizer,  # type: ignore[no-untyped-def]
+) -> None:
+    batch = make_batch(tokenizer, [("123", "sort_digits", "123"), ("y", "exit", "y")])
+    start = time.monotonic()
+    with pytest.raises(RewardError, match=r"died while scoring data_source\(s\) .*'exit'.*code 3"):
+        manager.score(batch)
+    assert time.monotonic() - start < 15  # not the 60 s hard deadline
     again = manager.score(make_batch(tokenizer, [("12", "sort_digits", "12")]))
     assert again.batch["token_level_scores"].sum().item() == 1.0
 
@@ -194,9 +218,12 @@ def test_configuration_errors_are_raised_not_scored(tokenizer) -> None:  # type:
     with RewardManager(tokenizer, RewardManagerConfig(num_workers=1), registry) as manager:
         with pytest.raises(KeyError, match="no scoring function for data_source 'nope'"):
             manager.score(make_batch(tokenizer, [("a", "nope", "a")]))
-        registry["lambda"] = lambda s, g, e: 1.0
-        with pytest.raises(TypeError, match="cannot be pickled"):
-            manager.score(make_batch(tokenizer, [("a", "lambda", "a")]))
+        registry["locked"] = functools.partial(locked_score, lock=threading.Lock())
+        with pytest.raises(TypeError, match=r"'locked'.*cannot be pickled"):
+            manager.score(make_batch(tokenizer, [("a", "locked", "a")]))
+        registry["positional"] = lambda s, g, e: 1.0  # placed without registration
+        with pytest.raises(TypeError, match=r"'positional'.*required parameter 's' names no"):
+            manager.score(make_batch(tokenizer, [("a", "positional", "a")]))
         batch = make_batch(tokenizer, [("1", "sort_digits", "1")])
         batch.non_tensor_batch["reward_model"][0] = {"answer": "a"}
         with pytest.raises(KeyError, match="'ground_truth'"):

@@ -245,12 +245,28 @@ class RewardSection:
     """Processes that run the rule-based scoring functions (by each row's ``data_source``)."""
     timeout_s: float = 10.0
     """Seconds one sample's scoring may take before it scores 0 and is reported."""
+    max_error_fraction: float = 0.1
+    """Share of a batch's samples (train step or validation batch) that may fail (raise or
+    time out) and score 0; above it the run stops, showing the first failures. 1.0: never."""
+    max_memory_mb: int | None = 4096
+    """Address-space cap (MiB) of each scoring process: a runaway allocation becomes that
+    sample's ``MemoryError``. ``null`` disables it."""
+    cpu_time_limit_s: float | None = None
+    """CPU seconds one sample may use before its scoring process is killed (``SIGXCPU``,
+    reported as a dead process with its cause). ``null``: ``2 x timeout_s + 5``; 0: none."""
     model: EngineConfig | None = None
     """A reward model (value head) scored by a ``RewardModelWorker`` instead of the rules."""
 
     def __post_init__(self) -> None:
         _positive("reward.num_workers", self.num_workers)
         _positive("reward.timeout_s", self.timeout_s)
+        if not 0.0 <= self.max_error_fraction <= 1.0:
+            raise ValueError(
+                f"reward.max_error_fraction={self.max_error_fraction} must be in [0, 1] "
+                f"(1.0 never stops the run for failed samples)"
+            )
+        if self.max_memory_mb is not None:
+            _positive("reward.max_memory_mb", self.max_memory_mb)
 
 
 @dataclass(frozen=True)

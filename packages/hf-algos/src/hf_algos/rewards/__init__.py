@@ -9,20 +9,27 @@ from hf_algos.rewards.math_boxed import (
     normalize_math_answer,
 )
 from hf_algos.rewards.placement import last_token_index, place_on_last_token
+from hf_algos.rewards.pool import RewardError
 from hf_algos.rewards.registry import (
     SCORING_FUNCTIONS,
+    BatchedScoringFunction,
     ScoreFn,
     get_scoring_function,
     register_scoring_function,
 )
 from hf_algos.rewards.reward_model import RewardModelScorer
+from hf_algos.rewards.signature import ACCEPTED_FORMS, ScoringCall, scoring_call
 
 __all__ = [
+    "ACCEPTED_FORMS",
     "SCORING_FUNCTIONS",
+    "BatchedScoringFunction",
+    "RewardError",
     "RewardManager",
     "RewardManagerConfig",
     "RewardModelScorer",
     "ScoreFn",
+    "ScoringCall",
     "compute_gsm8k_score",
     "compute_math_score",
     "extract_gsm8k_answer",
@@ -33,4 +40,5 @@ __all__ = [
     "normalize_math_answer",
     "place_on_last_token",
     "register_scoring_function",
+    "scoring_call",
 ]

@@ -2,25 +2,31 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import multiprocessing
-import multiprocessing.pool
-import pickle
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import cloudpickle
 import numpy as np
 import torch
 
 from hf_algos.rewards.placement import place_on_last_token, response_mask_of
-from hf_algos.rewards.registry import SCORING_FUNCTIONS, ScoreFn, get_scoring_function
-from hf_algos.rewards.scoring_worker import ScoringOutcome, run_scoring_chunk
+from hf_algos.rewards.pool import RewardError, ScoringPool, gather_outcomes
+from hf_algos.rewards.registry import (
+    SCORING_FUNCTIONS,
+    ScoreFn,
+    get_scoring_function,
+    scoring_call_of,
+)
+from hf_algos.rewards.scoring_worker import ScoringOutcome, ScoringTask
+from hf_algos.rewards.signature import ScoringCall
 from hf_protocol import DataProto, fields
 
 if TYPE_CHECKING:
@@ -43,7 +49,18 @@ class RewardManagerConfig:
     """Seconds one sample may take; past it the sample scores 0 and is reported."""
     hard_timeout_grace_s: float = 60.0
     """Extra seconds per batch (process start-up included) before a pool whose worker ignores
-    the alarm, or died, is replaced; its unfinished samples score 0 and are reported."""
+    the alarm (stuck in C code) is replaced; its unfinished samples score 0 and are reported.
+    A worker that dies is reported at once, not at this deadline."""
+    max_error_fraction: float = 0.1
+    """Share of a batch's samples that may fail (raise, time out) and score 0; above it
+    :meth:`RewardManager.score` raises :class:`RewardError` showing the first failures."""
+    max_memory_mb: int | None = 4096
+    """Address-space cap of each scoring process (``RLIMIT_AS``, MiB): an allocation past it
+    is a ``MemoryError`` of that sample. ``None`` disables it."""
+    cpu_time_limit_s: float | None = None
+    """CPU seconds one sample may use (``RLIMIT_CPU``) before the kernel kills the process
+    (``SIGXCPU``: reported as a dead process). ``None``: ``2 x timeout_s + 5``; ``0``
+    disables it. It stops code that burns CPU where the alarm cannot interrupt it."""
     start_method: str | None = None
     """multiprocessing start method; ``None`` picks ``forkserver`` where available (workers
     fork from a clean server that has imported the scoring code once, so a replaced worker
@@ -51,7 +68,7 @@ class RewardManagerConfig:
     skip_special_tokens: bool = True
     """Drop special tokens (EOS, chat markers) from the decoded response text."""
     max_logged_errors: int = 5
-    """Failures logged one by one per batch; the rest are counted in one line."""
+    """Failures logged one by one per batch (and shown in a :class:`RewardError`)."""
 
     def __post_init__(self) -> None:
         if self.num_workers < 1:
@@ -60,6 +77,16 @@ class RewardManagerConfig:
             raise ValueError(
                 f"timeout_s must be > 0 and hard_timeout_grace_s >= 0, got {self.timeout_s} "
                 f"and {self.hard_timeout_grace_s}"
+            )
+        if not 0.0 <= self.max_error_fraction <= 1.0:
+            raise ValueError(
+                f"max_error_fraction must be in [0, 1], got {self.max_error_fraction}; "
+                f"1.0 never stops a run for failed samples"
+            )
+        if self.max_memory_mb is not None and self.max_memory_mb < 64:
+            raise ValueError(
+                f"max_memory_mb={self.max_memory_mb} is too small for a Python process; "
+                f"give at least 64 (MiB) or None to disable the cap"
             )
         if self.start_method is None:
             available = multiprocessing.get_all_start_methods()
@@ -70,16 +97,24 @@ class RewardManagerConfig:
                 f"{multiprocessing.get_all_start_methods()}"
             )
 
+    @property
+    def cpu_limit_per_sample_s(self) -> float | None:
+        """The CPU-time limit per sample in force (``None``: none)."""
+        if self.cpu_time_limit_s is None:
+            return 2 * self.timeout_s + 5
+        return self.cpu_time_limit_s or None
+
 
 class RewardManager:
     """Scores a rollout batch with rule-based functions chosen by each row's ``data_source``.
 
     The batch needs ``responses`` and ``response_mask`` (``(B, R)``) and the non-tensors
     ``data_source`` and ``reward_model`` (``{"ground_truth": ...}``; ``extra_info`` is
-    optional). Only response tokens under the mask are decoded. Each sample is scored in a
-    pool of worker processes with a per-sample timeout; a function that raises or runs out
-    of time gives that sample 0, is logged with the sample's text and data_source, and is
-    counted. The result is a new DataProto to ``union`` into the batch:
+    optional). Only response tokens under the mask are decoded. Functions are called by
+    keyword with the fields they name (see :mod:`hf_algos.rewards.signature`) in a pool of
+    worker processes with a per-sample timeout; a function that raises or runs out of time
+    gives that sample 0, is logged with the sample's text and data_source, and is counted.
+    The result is a new DataProto to ``union`` into the batch:
 
     * ``token_level_scores`` ``(B, R)`` float32: the score on the last response token;
     * non-tensor ``reward_extra_info``: per sample ``{"score", "status", "error", **extras}``;
@@ -88,7 +123,12 @@ class RewardManager:
     * ``meta_info["reward_errors"]``: one dict per failed sample (index, data_source,
       status, error, response, ground_truth).
 
-    Call :meth:`close` (or use it as a context manager) to stop the worker processes.
+    It raises :class:`RewardError` (never scores 0) when a function cannot be loaded or
+    called with the batch's fields, when a scoring process dies (naming its exit cause), and
+    when more than ``max_error_fraction`` of the batch failed.
+
+    Call :meth:`close` (or use it as a context manager) to stop the worker processes; a
+    manager dropped or left open at exit is closed by a finalizer.
     """
 
     def __init__(
@@ -100,10 +140,12 @@ class RewardManager:
         self.tokenizer = tokenizer
         self.config = config or RewardManagerConfig()
         self.registry = SCORING_FUNCTIONS if registry is None else registry
-        self._pool: multiprocessing.pool.Pool | None = None
+        # The pool lives in a holder the finalizer can reach without keeping ``self`` alive.
+        self._pools: list[ScoringPool] = []
         self._pool_lock = threading.Lock()
         self._dispatcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reward")
-        self._checked_picklable: set[int] = set()
+        self._calls: dict[int, tuple[ScoreFn, ScoringCall, bytes]] = {}
+        self._finalizer = weakref.finalize(self, _close_pools, self._pools, self._dispatcher)
 
     # ------------------------------------------------------------------ public API
 
@@ -115,9 +157,18 @@ class RewardManager:
             _ground_truth(row, i) for i, row in enumerate(_column(batch, fields.REWARD_MODEL))
         ]
         extras = list(batch.non_tensor_batch.get(fields.EXTRA_INFO, [None] * len(batch)))
-        fns = [self._scoring_function(source) for source in sources]
-        outcomes = self._run(fns, texts, truths, extras)
-        return self._build_output(batch, outcomes, texts, sources, truths)
+        calls = {source: self._scoring_call(source) for source in dict.fromkeys(sources)}
+        samples = [
+            {"solution": text, "ground_truth": truth, "data_source": source, "extra_info": extra}
+            for text, truth, source, extra in zip(texts, truths, sources, extras, strict=True)
+        ]
+        if any(call.needs("prompt") for _, call, _ in calls.values()):
+            for sample, prompt in zip(samples, self._prompts(batch), strict=True):
+                sample["prompt"] = prompt
+        outcomes = self._run(calls, samples)
+        output = self._build_output(batch, outcomes, texts, sources, truths)
+        self._check_error_fraction(output.meta_info[fields.REWARD_ERRORS], len(batch))
+        return output
 
     def score_async(self, batch: DataProto) -> Future[DataProto]:
         """Start scoring ``batch`` in the background; the future gives :meth:`score`'s result.
@@ -125,6 +176,28 @@ class RewardManager:
         Batches submitted one after another are scored in order, one at a time.
         """
         return self._dispatcher.submit(self.score, batch)
+
+    def check(self, rows: DataProto) -> None:
+        """Score the first row of a data-loader batch (no response yet: an empty one) so a
+        function that cannot be loaded or called fails set-up, not the first step.
+
+        ``rows`` needs ``data_source`` and ``reward_model``; its failures are only logged
+        (an empty response may fairly make a parser raise)."""
+        source = str(_column(rows, fields.DATA_SOURCE)[0])
+        truth = _ground_truth(_column(rows, fields.REWARD_MODEL)[0], 0)
+        extra = rows.non_tensor_batch.get(fields.EXTRA_INFO, [None])[0]
+        calls = {source: self._scoring_call(source)}
+        prompt = self._prompts(rows)[0] if calls[source][1].needs("prompt") else None
+        sample = {"solution": "", "ground_truth": truth, "data_source": source}
+        sample.update({"extra_info": extra, "prompt": prompt})
+        outcome = self._run(calls, [sample])[0]
+        if outcome.status != "ok":
+            logger.warning(
+                "reward set-up check: data_source %r scored an empty response with %s: %s",
+                source,
+                outcome.status,
+                outcome.error,
+            )
 
     def decode_responses(self, batch: DataProto) -> list[str]:
         """The text of each row's response tokens (those where ``response_mask`` is 1)."""
@@ -138,13 +211,9 @@ class RewardManager:
         )
 
     def close(self) -> None:
-        """Stop the scoring processes and the background thread."""
-        self._dispatcher.shutdown(wait=True)
-        with self._pool_lock:
-            if self._pool is not None:
-                self._pool.terminate()
-                self._pool.join()
-                self._pool = None
+        """Stop the scoring processes (and the helper processes they needed) and the
+        background thread."""
+        self._finalizer()
 
     def __enter__(self) -> RewardManager:
         return self
@@ -154,50 +223,123 @@ class RewardManager:
 
     # ------------------------------------------------------------------ internals
 
-    def _scoring_function(self, data_source: str) -> ScoreFn:
+    def _scoring_call(self, data_source: str) -> tuple[ScoreFn, ScoringCall, bytes]:
+        """The function of ``data_source``, how it is called, and its pickled form (by value
+        for a script's or notebook's function, as Ray sends them)."""
         fn = get_scoring_function(data_source, self.registry)
-        if id(fn) not in self._checked_picklable:
-            try:
-                pickle.dumps(fn)
-            except Exception as error:
-                raise TypeError(
-                    f"the scoring function for data_source {data_source!r} ({fn!r}) cannot be "
-                    f"pickled into a worker process ({error}); define it at module level"
-                ) from error
-            self._checked_picklable.add(id(fn))
-        return fn
+        cached = self._calls.get(id(fn))
+        if cached is not None and cached[0] is fn:
+            return cached
+        try:
+            call = scoring_call_of(fn)
+        except TypeError as error:
+            raise TypeError(f"data_source {data_source!r}: {error}") from error
+        try:
+            blob = cloudpickle.dumps(call)
+        except Exception as error:
+            raise TypeError(
+                f"the scoring function for data_source {data_source!r} ({call.name}) cannot "
+                f"be pickled into a worker process ({type(error).__name__}: {error}); it must "
+                f"not hold locks, open files or other unpicklable state"
+            ) from error
+        self._calls[id(fn)] = (fn, call, blob)
+        return fn, call, blob
+
+    def _prompts(self, batch: DataProto) -> list[Any]:
+        if fields.RAW_PROMPT in batch.non_tensor_batch:
+            return list(batch.non_tensor_batch[fields.RAW_PROMPT])
+        if batch.batch is None or fields.PROMPTS not in batch.batch:
+            return [None] * len(batch)
+        prompts = batch.batch[fields.PROMPTS]
+        mask = batch.batch.get(fields.ATTENTION_MASK)
+        keep = mask[:, : prompts.shape[1]] if mask is not None else torch.ones_like(prompts)
+        tokens = [row[m.bool()].tolist() for row, m in zip(prompts, keep, strict=True)]
+        return list(self.tokenizer.batch_decode(tokens, skip_special_tokens=True))
+
+    def _tasks(
+        self, calls: Mapping[str, tuple[ScoreFn, ScoringCall, bytes]], samples: list[dict]
+    ) -> list[tuple[list[int], ScoringTask]]:
+        """Samples grouped by data_source, in chunks (about four per worker): a round trip
+        to a worker costs more than a cheap rule-based score (128 samples, 1 worker: 9.0 ->
+        3.4 ms). Each sample keeps its own alarm inside the worker."""
+        size = max(1, len(samples) // (self.config.num_workers * _CHUNKS_PER_WORKER))
+        by_source: dict[str, list[int]] = {}
+        for index, sample in enumerate(samples):
+            by_source.setdefault(sample["data_source"], []).append(index)
+        tasks = []
+        for source, indices in by_source.items():
+            blob = calls[source][2]
+            for start in range(0, len(indices), size):
+                chunk = indices[start : start + size]
+                task = ScoringTask(
+                    function=blob,
+                    samples=[samples[i] for i in chunk],
+                    timeout_s=self.config.timeout_s,
+                    cpu_limit_s=self.config.cpu_limit_per_sample_s,
+                )
+                tasks.append((chunk, task))
+        return tasks
 
     def _run(
-        self, fns: list[ScoreFn], texts: list[str], truths: list[Any], extras: list[Any]
+        self, calls: Mapping[str, tuple[ScoreFn, ScoringCall, bytes]], samples: list[dict]
     ) -> list[ScoringOutcome]:
-        timeout = self.config.timeout_s
+        tasks = self._tasks(calls, samples)
+        outcomes: list[ScoringOutcome] = [ScoringOutcome() for _ in samples]
         with self._pool_lock:
-            if self._pool is None:
-                self._pool = _new_pool(self.config.start_method, self.config.num_workers)
-            pool = self._pool
-            jobs = [
-                (fn, text, truth, extra, timeout)
-                for fn, text, truth, extra in zip(fns, texts, truths, extras, strict=True)
-            ]
-            rounds = math.ceil(len(jobs) / self.config.num_workers)
-            deadline = _now() + timeout * rounds + self.config.hard_timeout_grace_s
-            # Samples travel in chunks (about four per worker), not one by one: a round trip
-            # to a worker costs more than a cheap rule-based score (128 samples, 1 worker:
-            # 9.0 -> 3.4 ms). Each sample keeps its own alarm inside the worker.
-            size = max(1, len(jobs) // (self.config.num_workers * _CHUNKS_PER_WORKER))
-            chunks = [jobs[i : i + size] for i in range(0, len(jobs), size)]
-            handles = [pool.apply_async(run_scoring_chunk, (chunk,)) for chunk in chunks]
-            outcomes = [
-                outcome
-                for handle, chunk in zip(handles, chunks, strict=True)
-                for outcome in _collect(handle, len(chunk), deadline)
-            ]
+            if not self._pools:
+                self._pools.append(
+                    ScoringPool(
+                        self.config.start_method,
+                        self.config.num_workers,
+                        self.config.max_memory_mb,
+                    )
+                )
+            pool = self._pools[0]
+            rounds = math.ceil(len(samples) / self.config.num_workers)
+            deadline = _now() + self.config.timeout_s * rounds + self.config.hard_timeout_grace_s
+            futures = {pool.submit(task): (chunk, task) for chunk, task in tasks}
+            try:
+                gather_outcomes(pool, futures, deadline, outcomes)
+            except BaseException:
+                # A dead worker broke the pool (or the caller was interrupted): replace it.
+                self._pools.pop().close(kill=True)
+                raise
             if any(o.status == "timeout" and o.error.startswith("hard") for o in outcomes):
-                # A worker is stuck (or gone): replace the pool so the next batch is not held.
-                pool.terminate()
-                pool.join()
-                self._pool = None
+                # A worker is stuck: replace the pool so the next batch is not held.
+                self._pools.pop().close(kill=True)
+        self._raise_on_fatal(calls, samples, outcomes)
         return outcomes
+
+    def _raise_on_fatal(
+        self,
+        calls: Mapping[str, tuple[ScoreFn, ScoringCall, bytes]],
+        samples: list[dict],
+        outcomes: list[ScoringOutcome],
+    ) -> None:
+        for sample, outcome in zip(samples, outcomes, strict=True):
+            if outcome.status == "fatal":
+                source = sample["data_source"]
+                raise RewardError(
+                    f"the scoring function for data_source {source!r} "
+                    f"({calls[source][1].name}) {outcome.error}. It must be importable in a "
+                    f"fresh process (define it at module level of an importable module, or in "
+                    f"your script) and accept the fields it names"
+                )
+
+    def _check_error_fraction(self, reports: list[dict[str, Any]], size: int) -> None:
+        limit = self.config.max_error_fraction
+        if size == 0 or len(reports) / size <= limit:
+            return
+        shown = "\n".join(
+            f"  sample {r['index']} (data_source {r['data_source']!r}, {r['status']}): "
+            f"{r['error'].splitlines()[-1] if r['error'] else ''} | response {r['response'][:80]!r}"
+            for r in reports[: self.config.max_logged_errors]
+        )
+        raise RewardError(
+            f"{len(reports)} of {size} samples failed to score ({len(reports) / size:.0%}, over "
+            f"reward.max_error_fraction={limit:g}); the first failures:\n{shown}\nFix the "
+            f"scoring function, or raise reward.max_error_fraction (1.0 never stops)"
+        )
 
     def _build_output(
         self,
@@ -258,32 +400,15 @@ class RewardManager:
             )
 
 
-def _new_pool(start_method: str | None, num_workers: int) -> multiprocessing.pool.Pool:
-    context = multiprocessing.get_context(start_method)
-    if start_method == "forkserver":
-        # Import the scoring code once in the server, not in every worker.
-        context.set_forkserver_preload(["hf_algos.rewards.scoring_worker"])
-    return context.Pool(num_workers)
+def _close_pools(pools: list[ScoringPool], dispatcher: ThreadPoolExecutor) -> None:
+    """The finalizer of a :class:`RewardManager` (also run at interpreter exit)."""
+    dispatcher.shutdown(wait=True)
+    while pools:
+        pools.pop().close(kill=True)
 
 
 def _now() -> float:
     return time.monotonic()
-
-
-def _collect(
-    handle: multiprocessing.pool.AsyncResult[list[ScoringOutcome]], size: int, deadline: float
-) -> list[ScoringOutcome]:
-    """The outcomes of a chunk of ``size`` samples, or ``size`` failures past ``deadline``."""
-    try:
-        return handle.get(timeout=max(0.0, deadline - _now()))
-    except multiprocessing.TimeoutError:
-        failed = ScoringOutcome(
-            status="timeout",
-            error="hard deadline passed: the worker ignored the alarm, hung in C code or died",
-        )
-    except Exception as error:  # raised while returning the result (e.g. unpicklable extras)
-        failed = ScoringOutcome(status="error", error=f"{type(error).__name__}: {error}")
-    return [dataclasses.replace(failed) for _ in range(size)]
 
 
 def _tensor(batch: DataProto, key: str) -> torch.Tensor:

@@ -3,36 +3,64 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from hf_algos.rewards.gsm8k import compute_gsm8k_score
 from hf_algos.rewards.math_boxed import compute_math_score
+from hf_algos.rewards.signature import ScoringCall, scoring_call
 
 ScoreResult = float | Mapping[str, Any]
 """A score, or a dict with a ``"score"`` entry plus extra numbers reported as metrics."""
 
-ScoreFn = Callable[[str, Any, Mapping[str, Any] | None], ScoreResult]
-"""``score_fn(solution_text, ground_truth, extra_info) -> score or {"score": ..., ...}``.
+ScoreFn = Callable[..., Any]
+"""A scoring function, called by KEYWORD with the fields its parameters name (see
+:mod:`hf_algos.rewards.signature`): verl's ``compute_score(data_source, solution_str,
+ground_truth, extra_info=None)``, HybridFlow's ``score(solution, ground_truth,
+extra_info=None)`` (both ``-> score or {"score": ..., **extras}``), or a batched TRL-style
+``fn(completions, **kwargs) -> list[float]`` registered with ``batched=True``.
 
-It runs in a worker process, so it must be picklable: a module-level function (or a
-``functools.partial`` of one).
+It runs in a worker process: a module-level function, a ``functools.partial`` of one, or a
+function of a script / notebook (``__main__``, sent by value with cloudpickle).
 """
+
+
+@dataclass(frozen=True)
+class BatchedScoringFunction:
+    """A registry entry for a batched (TRL-style) function: one call scores many samples."""
+
+    fn: Callable[..., Any]
+    """``fn(completions, **kwargs) -> list[float]``."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the wrapped function."""
+        return self.fn(*args, **kwargs)
+
 
 SCORING_FUNCTIONS: dict[str, ScoreFn] = {}
 """``data_source`` -> scoring function. Add entries with :func:`register_scoring_function`."""
 
 
 def register_scoring_function(
-    data_source: str, fn: ScoreFn, registry: dict[str, ScoreFn] | None = None
+    data_source: str,
+    fn: ScoreFn,
+    registry: dict[str, ScoreFn] | None = None,
+    batched: bool = False,
 ) -> None:
-    """Add ``fn`` under ``data_source``; a name already taken raises."""
+    """Add ``fn`` under ``data_source``; a name already taken raises.
+
+    ``fn``'s signature is checked here: a function whose parameters do not name the fields
+    they want raises ``TypeError`` listing the accepted forms. ``batched=True`` registers a
+    TRL-style ``fn(completions, **kwargs) -> list[float]``.
+    """
     target = SCORING_FUNCTIONS if registry is None else registry
     if data_source in target:
         raise ValueError(
             f"a scoring function for data_source {data_source!r} is already registered "
             f"({target[data_source]!r}); pick another name or pass your own registry"
         )
-    target[data_source] = fn
+    scoring_call(fn, batched=batched)  # refuses a function that cannot be called by keyword
+    target[data_source] = BatchedScoringFunction(fn) if batched else fn
 
 
 def get_scoring_function(
@@ -46,6 +74,13 @@ def get_scoring_function(
             f"{sorted(source)}. Register one with register_scoring_function()."
         )
     return source[data_source]
+
+
+def scoring_call_of(entry: ScoreFn) -> ScoringCall:
+    """How a registry entry is called (a :class:`BatchedScoringFunction` is batched)."""
+    if isinstance(entry, BatchedScoringFunction):
+        return scoring_call(entry.fn, batched=True)
+    return scoring_call(entry)
 
 
 for _name, _fn in (

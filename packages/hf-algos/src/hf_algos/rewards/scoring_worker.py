@@ -1,21 +1,38 @@
-"""What runs inside a scoring process: one call of a scoring function, under an alarm.
+"""What runs inside a scoring process: calls of a scoring function, each under an alarm.
 
 The alarm (``SIGALRM``) interrupts a function that sleeps or loops in Python, so a slow
 sample costs its own timeout and the worker stays usable. A function stuck where signals
 are not handled (inside C code, or one that blocks the alarm) is caught by the manager's
-hard deadline instead, which replaces the whole pool.
+hard deadline instead, which replaces the whole pool; one that burns CPU there is killed by
+the CPU-time limit (``SIGXCPU``) and reported as a dead process. The address-space cap makes
+a runaway allocation a ``MemoryError`` of that sample.
 """
 
 from __future__ import annotations
 
+import ctypes
+import inspect
 import math
+import os
+import pickle
+import resource
+import select
 import signal
+import sys
+import threading
+import time
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hf_algos.rewards.registry import ScoreFn, ScoreResult
+from hf_algos.rewards.signature import ScoringCall
+
+_PR_SET_PDEATHSIG = 1
+_MAX_CACHED_FUNCTIONS = 64
+_loaded: dict[bytes, ScoringCall] = {}
+"""Functions already unpickled in this process, by their pickled bytes."""
+_memory_cap_mb: int | None = None
 
 
 @dataclass
@@ -27,9 +44,25 @@ class ScoringOutcome:
     extras: dict[str, float] = field(default_factory=dict)
     """Extra numbers the function returned beside ``"score"``."""
     status: str = "ok"
-    """``"ok"``, ``"error"`` (it raised or returned something unusable) or ``"timeout"``."""
+    """``"ok"``, ``"error"`` (it raised or returned something unusable), ``"timeout"``, or
+    ``"fatal"`` (the function cannot be loaded or called with the batch's fields: the
+    manager raises instead of scoring)."""
     error: str = ""
     """What went wrong: the exception and the end of its traceback."""
+
+
+@dataclass
+class ScoringTask:
+    """One round trip to a scoring process: samples of one scoring function."""
+
+    function: bytes
+    """The :class:`~hf_algos.rewards.signature.ScoringCall`, cloudpickled in the driver."""
+    samples: list[dict[str, Any]]
+    """Per sample, field -> value (``solution``, ``ground_truth``, ``data_source``, ...)."""
+    timeout_s: float
+    """Seconds per sample (a batched call gets ``timeout_s x len(samples)``)."""
+    cpu_limit_s: float | None
+    """CPU seconds per sample before the kernel kills the process (``None``: no limit)."""
 
 
 class ScoringTimeoutError(Exception):
@@ -40,13 +73,55 @@ def _on_alarm(signum: int, frame: Any) -> None:
     raise ScoringTimeoutError
 
 
-def parse_score(result: ScoreResult) -> tuple[float, dict[str, float]]:
+def init_scoring_process(max_memory_mb: int | None, driver_pid: int | None = None) -> None:
+    """Pool initializer: cap the address space, end with the driver, leave Ctrl-C to it."""
+    global _memory_cap_mb
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles it and reaps us
+    if sys.platform == "linux":  # die with our parent (the forkserver, or the driver)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if driver_pid is not None and driver_pid != os.getppid():
+        # A forkserver outlives a killed driver as long as its children hold its "alive"
+        # pipe, so a worker must notice the driver's end itself (then the forkserver and the
+        # resource tracker see their pipes close and exit too: nothing is orphaned).
+        threading.Thread(
+            target=_exit_with, args=(driver_pid,), name="driver-watch", daemon=True
+        ).start()
+    if max_memory_mb is not None:
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        limit = max_memory_mb * 1024 * 1024
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+        _memory_cap_mb = max_memory_mb
+
+
+def _exit_with(pid: int) -> None:
+    """Block until process ``pid`` ends, then end this process."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # no pidfd (old kernel): poll
+        while True:
+            time.sleep(1.0)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except PermissionError:
+                continue
+    select.select([fd], [], [])
+    os._exit(1)
+
+
+def parse_score(result: Any) -> tuple[float, dict[str, float]]:
     """``(score, extras)`` from a number or a ``{"score": ..., **extras}`` mapping."""
     if isinstance(result, Mapping):
         if "score" not in result:
             raise ValueError(f"scoring function returned {result!r:.120} without a 'score' key")
         extras = {str(k): float(v) for k, v in result.items() if k != "score"}
         score = float(result["score"])
+    elif result is None or isinstance(result, str):
+        raise TypeError(f"scoring function returned {result!r:.80}, not a number")
     else:
         score, extras = float(result), {}
     if not math.isfinite(score):
@@ -54,35 +129,115 @@ def parse_score(result: ScoreResult) -> tuple[float, dict[str, float]]:
     return score, extras
 
 
-def run_scoring(
-    fn: ScoreFn,
-    solution: str,
-    ground_truth: Any,
-    extra_info: Mapping[str, Any] | None,
-    timeout_s: float,
-) -> ScoringOutcome:
-    """Call ``fn`` with an alarm of ``timeout_s`` seconds; never raises for ``fn``'s faults."""
+def run_scoring_task(task: ScoringTask) -> list[ScoringOutcome]:
+    """Score ``task``'s samples; never raises for the function's faults (a function that
+    cannot be loaded or called gives ``"fatal"`` outcomes naming the cause)."""
+    try:
+        call = _load(task.function)
+    except BaseException as error:
+        fatal = f"cannot be loaded in the scoring process: {_format(error, 1)}"
+        return [ScoringOutcome(status="fatal", error=fatal) for _ in task.samples]
+    _limit_cpu(task.cpu_limit_s, len(task.samples))
+    if call.batched:
+        return _run_batched(call, task)
+    return [_run_one(call, sample, task.timeout_s) for sample in task.samples]
+
+
+def _load(blob: bytes) -> ScoringCall:
+    call = _loaded.get(blob)
+    if call is None:
+        call = pickle.loads(blob)
+        if len(_loaded) >= _MAX_CACHED_FUNCTIONS:
+            _loaded.clear()
+        _loaded[blob] = call
+    return call
+
+
+def _limit_cpu(per_sample_s: float | None, count: int) -> None:
+    """Let this task use ``per_sample_s x count`` more CPU seconds (the limit is per process
+    lifetime, so it is moved on before each task)."""
+    if per_sample_s is None:
+        return
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    soft = math.ceil(usage.ru_utime + usage.ru_stime + per_sample_s * count) + 1
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def _run_one(call: ScoringCall, sample: Mapping[str, Any], timeout_s: float) -> ScoringOutcome:
+    kwargs = call.kwargs(sample)
+    unbound = _check_binding(call, kwargs)
+    if unbound is not None:
+        return unbound
+    result = _under_alarm(call, kwargs, timeout_s)
+    if isinstance(result, ScoringOutcome):
+        return result
+    try:
+        score, extras = parse_score(result)
+    except Exception as error:
+        return ScoringOutcome(status="error", error=_format(error, 1))
+    return ScoringOutcome(score=score, extras=extras)
+
+
+def _run_batched(call: ScoringCall, task: ScoringTask) -> list[ScoringOutcome]:
+    count = len(task.samples)
+    columns = {name: [s.get(name) for s in task.samples] for name in task.samples[0]}
+    kwargs = call.kwargs(columns)
+    unbound = _check_binding(call, kwargs)
+    result = unbound or _under_alarm(call, kwargs, task.timeout_s * count)
+    if isinstance(result, ScoringOutcome):
+        return [ScoringOutcome(status=result.status, error=result.error) for _ in range(count)]
+    if isinstance(result, str | bytes | Mapping) or not hasattr(result, "__len__"):
+        error = f"batched scoring function returned {result!r:.80}, not a list of {count} scores"
+        return [ScoringOutcome(status="error", error=error) for _ in range(count)]
+    if len(result) != count:
+        error = f"batched scoring function returned {len(result)} scores for {count} samples"
+        return [ScoringOutcome(status="error", error=error) for _ in range(count)]
+    outcomes = []
+    for value in result:
+        try:
+            score, extras = parse_score(value)
+            outcomes.append(ScoringOutcome(score=score, extras=extras))
+        except Exception as error:
+            outcomes.append(ScoringOutcome(status="error", error=_format(error, 1)))
+    return outcomes
+
+
+def _check_binding(call: ScoringCall, kwargs: dict[str, Any]) -> ScoringOutcome | None:
+    try:
+        inspect.signature(call.fn).bind(**kwargs)
+    except TypeError as error:
+        fields = sorted(kwargs)
+        return ScoringOutcome(
+            status="fatal", error=f"cannot be called with the fields {fields}: {error}"
+        )
+    return None
+
+
+def _under_alarm(call: ScoringCall, kwargs: dict[str, Any], timeout_s: float) -> Any:
+    """``call.fn(**kwargs)``, or a failed :class:`ScoringOutcome`."""
     previous = signal.signal(signal.SIGALRM, _on_alarm)
     signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:
-        score, extras = parse_score(fn(solution, ground_truth, extra_info))
-        outcome = ScoringOutcome(score=score, extras=extras)
+        return call.fn(**kwargs)
     except ScoringTimeoutError:
-        outcome = ScoringOutcome(status="timeout", error=f"no result within {timeout_s:g} s")
+        return ScoringOutcome(status="timeout", error=f"no result within {timeout_s:g} s")
+    except MemoryError as error:
+        cap = f" (over reward.max_memory_mb={_memory_cap_mb})" if _memory_cap_mb else ""
+        return ScoringOutcome(status="error", error=f"MemoryError{cap}: {error}")
     except (Exception, SystemExit) as error:
-        lines = traceback.format_exception(error)
-        outcome = ScoringOutcome(status="error", error="".join(lines[-3:]).strip())
+        return ScoringOutcome(status="error", error=_format(error, 3, skip_own_frame=True))
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-    return outcome
 
 
-ScoringJob = tuple[ScoreFn, str, Any, "Mapping[str, Any] | None", float]
-"""One sample's ``(fn, solution, ground_truth, extra_info, timeout_s)``."""
-
-
-def run_scoring_chunk(jobs: list[ScoringJob]) -> list[ScoringOutcome]:
-    """:func:`run_scoring` on each job in turn (one round trip for many samples), each
-    under its own alarm."""
-    return [run_scoring(*job) for job in jobs]
+def _format(error: BaseException, lines: int, skip_own_frame: bool = False) -> str:
+    """The last ``lines`` lines of ``error``'s traceback (without this module's frame, so
+    the user's own code shows)."""
+    tb = error.__traceback__
+    if skip_own_frame and tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(error), error, tb)[-lines:]).strip()

@@ -202,7 +202,25 @@ def sampling_config(
     )
 
 
-def reward_manager(reward: RewardSection, tokenizer: PreTrainedTokenizerBase) -> RewardManager:
-    """Rule-based scoring by ``data_source`` in a pool of processes."""
-    config = RewardManagerConfig(num_workers=reward.num_workers, timeout_s=reward.timeout_s)
-    return RewardManager(tokenizer, config)
+def reward_manager(
+    reward: RewardSection,
+    tokenizer: PreTrainedTokenizerBase,
+    check_on: CollatingDataset | None = None,
+) -> RewardManager:
+    """Rule-based scoring by ``data_source`` in a pool of processes; with ``check_on``, its
+    first row is scored now, so a function that cannot be loaded or called fails set-up."""
+    config = RewardManagerConfig(
+        num_workers=reward.num_workers,
+        timeout_s=reward.timeout_s,
+        max_error_fraction=reward.max_error_fraction,
+        max_memory_mb=reward.max_memory_mb,
+        cpu_time_limit_s=reward.cpu_time_limit_s,
+    )
+    manager = RewardManager(tokenizer, config)
+    if check_on is not None and len(check_on) > 0:
+        try:
+            manager.check(check_on.collate([check_on[0]]))
+        except BaseException:
+            manager.close()
+            raise
+    return manager

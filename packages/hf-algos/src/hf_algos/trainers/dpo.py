@@ -74,7 +74,9 @@ class DPOTrainer(Trainer):
         self._worker_classes: WorkerClasses = (roles, rollout)
         self.build_workers()
         self.reward = (
-            builders.reward_manager(config.reward, self.tokenizer) if self.online else None
+            builders.reward_manager(config.reward, self.tokenizer, self.loader.dataset)
+            if self.online
+            else None
         )
 
     def worker_classes(self) -> WorkerClasses:

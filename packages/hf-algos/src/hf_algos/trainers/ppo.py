@@ -35,6 +35,7 @@ from hf_algos.advantages.registry import AdvantageEstimator, get_advantage_estim
 from hf_algos.checkpoint import Checkpointable
 from hf_algos.config.loading import config_to_dict
 from hf_algos.config.trainers import RLConfig
+from hf_algos.data.loader import CollatingDataset
 from hf_algos.kl import AdaptiveKLController, FixedKLController, KLController, apply_kl_penalty
 from hf_algos.rewards import RewardModelScorer
 from hf_algos.tracking import (
@@ -91,9 +92,11 @@ class PPOTrainer(Trainer):
         self.use_critic = "critic" in needed
         self.use_ref = "ref" in needed
         self.reward: RewardScorer
+        # Rule-based scoring is built (and one row scored) before the worker groups, so a
+        # reward function that cannot be loaded or called fails set-up within seconds.
+        if config.reward.model is None:
+            self.reward = builders.reward_manager(config.reward, self.tokenizer, self._check_rows())
         self.build_workers()
-        if not self.roles.has("reward_model"):
-            self.reward = builders.reward_manager(config.reward, self.tokenizer)
 
     def worker_classes(self) -> WorkerClasses:
         """Actor (+ reference, critic, reward model as needed) and the rollout."""
@@ -123,6 +126,10 @@ class PPOTrainer(Trainer):
     def _rollout_cls(self) -> RayClassWithInitArgs:
         config = self.config
         return builders.rollout_class(config.rollout, config.actor, config.trainer, self.tokenizer)
+
+    def _check_rows(self) -> CollatingDataset:
+        """The rows the reward set-up check scores one of: validation, else training."""
+        return self.val_data[0] if self.val_data is not None else self.loader.dataset
 
     # ------------------------------------------------------------------ one step
 

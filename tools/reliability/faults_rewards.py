@@ -1,0 +1,220 @@
+"""Reward faults: a function the workers cannot load, a scoring process killed mid-batch,
+a scorer over its memory cap or CPU-time limit, and a batch with too many failed samples.
+
+Each case scores a real batch in real scoring processes (hf_algos.rewards.RewardManager),
+asserts what the error names, and checks that no process is left behind afterwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from faults import FaultCase, FaultResult, first_line, stopwatch
+
+from hf_algos.data import build_char_tokenizer
+from hf_algos.rewards import (
+    RewardError,
+    RewardManager,
+    RewardManagerConfig,
+    register_scoring_function,
+)
+from hf_protocol import DataProto, right_pad
+
+# Scoring functions: module level, so the scoring processes import them by name.
+
+
+def exact_score(solution: str, ground_truth: Any) -> float:
+    """1.0 for the exact answer."""
+    return float(solution == ground_truth)
+
+
+def pid_then_sleep_score(solution: str, ground_truth: Any, extra_info: Mapping[str, Any]) -> float:
+    """Writes its process id where the case can read it, then works for a long time."""
+    Path(extra_info["pid_file"]).write_text(str(os.getpid()))
+    time.sleep(30)
+    return 1.0
+
+
+def hog_score(solution: str, ground_truth: Any) -> float:
+    """Allocates 2 GiB, past the case's 512 MiB cap."""
+    return float(len(bytearray(2 * 1024**3)))
+
+
+def spin_score(solution: str, ground_truth: Any) -> float:
+    """Burns CPU inside C code, where the alarm cannot interrupt it (as a stuck native
+    parser does): a key derivation of two billion rounds."""
+    return float(len(hashlib.pbkdf2_hmac("sha256", b"x", b"salt", 2**31 - 1)))
+
+
+def raising_score(solution: str, ground_truth: Any) -> float:
+    """A parser that fails on every answer."""
+    raise ValueError(f"cannot parse {solution!r}")
+
+
+def _descendants() -> set[int]:
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found: set[int] = set()
+    frontier = {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _batch(rows: list[tuple[str, str, str]], extra: dict[str, Any] | None = None) -> DataProto:
+    tokenizer = build_char_tokenizer()
+    ids = [tokenizer(text, add_special_tokens=False)["input_ids"] + [3] for text, _, _ in rows]
+    responses, mask = right_pad(ids, tokenizer.pad_token_id, max(map(len, ids)) + 1)
+    return DataProto.from_dict(
+        tensors={"responses": responses, "response_mask": mask},
+        non_tensors={
+            "data_source": [source for _, source, _ in rows],
+            "reward_model": [{"ground_truth": truth} for _, _, truth in rows],
+            "extra_info": [dict(extra or {}) for _ in rows],
+        },
+    )
+
+
+def _scored(
+    functions: dict[str, Callable[..., Any]],
+    act: Callable[[RewardManager], FaultResult],
+    **config: Any,
+) -> FaultResult:
+    """Run ``act`` on a fresh manager; afterwards no scoring process may be left."""
+    before = _descendants()
+    registry: dict[str, Any] = {}
+    for name, fn in functions.items():
+        register_scoring_function(name, fn, registry)
+    options = {"num_workers": 2, "timeout_s": 2.0, **config}
+    with RewardManager(build_char_tokenizer(), RewardManagerConfig(**options), registry) as m:
+        m.score(_batch([("1", "exact", "1")]))  # the pool is up: time only the fault
+        result = act(m)
+    deadline = time.monotonic() + 5
+    while _descendants() - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = _descendants() - before
+    assert not left, f"processes left behind: {sorted(left)}"
+    return result
+
+
+def _error_of(manager: RewardManager, batch: DataProto) -> tuple[str, float]:
+    with stopwatch() as elapsed:
+        try:
+            manager.score(batch)
+        except RewardError as error:
+            return str(error), elapsed()
+    raise AssertionError("the batch was scored; a RewardError was expected")
+
+
+def unloadable(scratch: Path) -> FaultResult:
+    """A function from a module the driver loaded from a file the workers cannot import."""
+    path = scratch / "driver_only_reward.py"
+    path.write_text("def score(solution, ground_truth):\n    return 1.0\n")
+    spec = importlib.util.spec_from_file_location("driver_only_reward", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["driver_only_reward"] = module
+    try:
+        spec.loader.exec_module(module)
+
+        def act(manager: RewardManager) -> FaultResult:
+            message, seconds = _error_of(manager, _batch([("1", "mine", "1")]))
+            assert "data_source 'mine'" in message and "driver_only_reward.score" in message
+            assert "No module named 'driver_only_reward'" in message, message
+            return FaultResult("named error", seconds, "nothing", first_line(message))
+
+        return _scored({"exact": exact_score, "mine": module.score}, act)
+    finally:
+        del sys.modules["driver_only_reward"]
+
+
+def killed(scratch: Path) -> FaultResult:
+    """SIGKILL a scoring process while it scores."""
+    pid_file = scratch / "scorer.pid"
+
+    def act(manager: RewardManager) -> FaultResult:
+        batch = _batch([("1", "slow", "1"), ("1", "exact", "1")], {"pid_file": str(pid_file)})
+        future = manager.score_async(batch)
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline, "the scorer never started"
+            time.sleep(0.05)
+        with stopwatch() as elapsed:
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+            try:
+                future.result(timeout=60)
+            except RewardError as error:
+                message, seconds = str(error), elapsed()
+            else:
+                raise AssertionError("the batch was scored; a RewardError was expected")
+        assert "died while scoring data_source(s) [" in message and "'slow'" in message, message
+        assert "killed by SIGKILL" in message, message
+        return FaultResult("named error", seconds, "that batch's scores", first_line(message))
+
+    return _scored({"exact": exact_score, "slow": pid_then_sleep_score}, act, timeout_s=60.0)
+
+
+def over_memory(scratch: Path) -> FaultResult:
+    """A scorer that allocates past ``max_memory_mb``: that sample's MemoryError."""
+
+    def act(manager: RewardManager) -> FaultResult:
+        with stopwatch() as elapsed:
+            out = manager.score(_batch([("1", "hog", "1")] + [("1", "exact", "1")] * 9))
+        report = out.meta_info["reward_errors"][0]
+        assert report["data_source"] == "hog", report
+        assert "MemoryError (over reward.max_memory_mb=512)" in report["error"], report
+        assert out.meta_info["metrics"]["reward/errors"] == 1
+        detail = f"sample 0 (data_source 'hog') scored 0 after error: {report['error']}"
+        return FaultResult(
+            "named error", elapsed(), "that sample's score (0, counted)", first_line(detail)
+        )
+
+    return _scored({"exact": exact_score, "hog": hog_score}, act, max_memory_mb=512)
+
+
+def over_cpu(scratch: Path) -> FaultResult:
+    """A scorer burning CPU where the alarm cannot reach: killed by its CPU-time limit."""
+
+    def act(manager: RewardManager) -> FaultResult:
+        message, seconds = _error_of(manager, _batch([("1", "spin", "1")]))
+        assert "['spin']" in message and "SIGXCPU" in message, message
+        return FaultResult("named error", seconds, "that batch's scores", first_line(message))
+
+    return _scored({"exact": exact_score, "spin": spin_score}, act, cpu_time_limit_s=1.0)
+
+
+def error_fraction(scratch: Path) -> FaultResult:
+    """3 of 4 samples raise, over the default ``max_error_fraction`` of 0.1."""
+
+    def act(manager: RewardManager) -> FaultResult:
+        rows = [("a", "raise", "1"), ("b", "raise", "1"), ("c", "raise", "1"), ("1", "exact", "1")]
+        message, seconds = _error_of(manager, _batch(rows))
+        assert "3 of 4 samples failed" in message and "max_error_fraction=0.1" in message
+        assert "data_source 'raise'" in message and "ValueError: cannot parse 'a'" in message
+        return FaultResult("named error", seconds, "nothing (the step stops)", first_line(message))
+
+    return _scored({"exact": exact_score, "raise": raising_score}, act)
+
+
+FAULTS = [
+    FaultCase("reward function cannot be loaded", unloadable),
+    FaultCase("reward process killed (SIGKILL mid-batch)", killed),
+    FaultCase("reward over memory cap", over_memory),
+    FaultCase("reward over CPU-time limit (stuck in C code)", over_cpu),
+    FaultCase("reward errors above max_error_fraction", error_fraction),
+]
