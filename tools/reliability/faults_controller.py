@@ -95,7 +95,8 @@ def local_ray() -> Iterator[Any]:
         ray.shutdown()
 
 
-def group_of(cls: type, name: str, **kwargs: Any) -> RayWorkerGroup:
+def group_of(cls: type, name: str, **kwargs: Any) -> Any:
+    """A 2-worker group of ``cls`` (typed ``Any``: its worker methods are bound at runtime)."""
     pool = RayResourcePool([2], use_gpu=False)
     return RayWorkerGroup(pool, RayClassWithInitArgs(cls), name_prefix=name, **kwargs)
 
