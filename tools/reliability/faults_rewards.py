@@ -26,6 +26,7 @@ from hf_algos.rewards import (
     RewardManagerConfig,
     register_scoring_function,
 )
+from hf_controller.testing import descendant_pids
 from hf_protocol import DataProto, right_pad
 
 # Scoring functions: module level, so the scoring processes import them by name.
@@ -59,23 +60,6 @@ def raising_score(solution: str, ground_truth: Any) -> float:
     raise ValueError(f"cannot parse {solution!r}")
 
 
-def _descendants() -> set[int]:
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found: set[int] = set()
-    frontier = {os.getpid()}
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
 def _batch(rows: list[tuple[str, str, str]], extra: dict[str, Any] | None = None) -> DataProto:
     tokenizer = build_char_tokenizer()
     ids = [tokenizer(text, add_special_tokens=False)["input_ids"] + [3] for text, _, _ in rows]
@@ -96,7 +80,7 @@ def _scored(
     **config: Any,
 ) -> FaultResult:
     """Run ``act`` on a fresh manager; afterwards no scoring process may be left."""
-    before = _descendants()
+    before = descendant_pids()
     registry: dict[str, Any] = {}
     for name, fn in functions.items():
         register_scoring_function(name, fn, registry)
@@ -105,9 +89,9 @@ def _scored(
         m.score(_batch([("1", "exact", "1")]))  # the pool is up: time only the fault
         result = act(m)
     deadline = time.monotonic() + 5
-    while _descendants() - before and time.monotonic() < deadline:
+    while descendant_pids() - before and time.monotonic() < deadline:
         time.sleep(0.1)
-    left = _descendants() - before
+    left = descendant_pids() - before
     assert not left, f"processes left behind: {sorted(left)}"
     return result
 

@@ -28,27 +28,9 @@ from hf_algos.rewards import (
     scoring_call,
 )
 from hf_algos.rewards.pool import exit_cause
+from hf_controller.testing import descendant_pids
 
 from .test_rewards_manager import make_batch
-
-
-def descendants(root: int | None = None) -> set[int]:
-    """Every process below ``root`` (this one by default), read from /proc."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found: set[int] = set()
-    frontier = {root or os.getpid()}
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
 
 BASELINE: set[int] = set()
 """The test process's descendants before any scoring pool (pytest's own, if any)."""
@@ -57,10 +39,10 @@ BASELINE: set[int] = set()
 def assert_nothing_left() -> None:
     """A failure replaced the (only) pool: its workers, forkserver and tracker are gone."""
     deadline = time.monotonic() + 5
-    while descendants() - BASELINE and time.monotonic() < deadline:
+    while descendant_pids() - BASELINE and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not descendants() - BASELINE, [
-        Path(f"/proc/{pid}/cmdline").read_text() for pid in descendants() - BASELINE
+    assert not descendant_pids() - BASELINE, [
+        Path(f"/proc/{pid}/cmdline").read_text() for pid in descendant_pids() - BASELINE
     ]
 
 
@@ -138,7 +120,7 @@ def manager(tokenizer, unloadable_fn) -> Iterator[RewardManager]:  # type: ignor
     config = RewardManagerConfig(
         num_workers=2, timeout_s=1.0, max_memory_mb=1024, cpu_time_limit_s=1.0
     )
-    BASELINE.update(descendants())
+    BASELINE.update(descendant_pids())
     with RewardManager(tokenizer, config, registry=registry) as reward_manager:
         yield reward_manager
     # Nothing is left behind: pool workers, forkserver and resource tracker are all gone.
@@ -182,7 +164,7 @@ def test_an_unloadable_function_is_a_named_error_within_seconds(
     message = str(raised.value)
     assert "data_source 'unloadable'" in message and "driver_only_scorer.score" in message
     assert "No module named 'driver_only_scorer'" in message
-    assert descendants() - BASELINE  # a load failure keeps the (healthy) pool
+    assert descendant_pids() - BASELINE  # a load failure keeps the (healthy) pool
 
 
 def test_a_killed_scoring_process_is_a_named_error_at_once(
@@ -307,7 +289,7 @@ def test_a_script_function_under_main_guard_scores_and_a_killed_driver_leaves_no
         assert driver.stdout is not None
         assert driver.stdout.readline().strip() == "SCORE 1.0", driver.stderr.read()  # type: ignore[union-attr]
         assert driver.stdout.readline().strip() == "SCORING"
-        left = descendants(driver.pid)
+        left = descendant_pids(driver.pid)
         assert len(left) >= 4  # resource tracker, forkserver, two scoring processes
     finally:
         driver.kill()
