@@ -159,7 +159,12 @@ def test_dpo_on_3_workers_with_an_uneven_pair_count(
     ],
 )
 def test_a_layout_the_cluster_cannot_hold_is_refused_before_any_worker_starts(
-    layout: list[str], expected: str, ray_session: Any, tiny_model_dir: Path, tmp_path: Path
+    layout: list[str],
+    expected: str,
+    ray_session: Any,
+    toy_task_scored: str,
+    tiny_model_dir: Path,
+    tmp_path: Path,
 ) -> None:
     from ray.util import placement_group_table
 
