@@ -20,6 +20,7 @@ import pytest
 
 from hf_algos.data import build_char_tokenizer
 from hf_algos.rewards import (
+    BatchedScoringFunction,
     RewardError,
     RewardManager,
     RewardManagerConfig,
@@ -145,8 +146,11 @@ def test_every_accepted_signature_is_called_by_keyword(manager: RewardManager, t
 def test_other_signatures_are_refused_at_registration() -> None:
     with pytest.raises(TypeError, match=r"(?s)'text' names no field.*solution_str, ground_truth"):
         register_scoring_function("x", lambda text, answer: 1.0, {})
-    with pytest.raises(TypeError, match="register it with batched=True"):
-        register_scoring_function("x", trl_score, {})
+    with pytest.raises(TypeError, match="but batched=False was given"):
+        register_scoring_function("x", trl_score, {}, batched=False)
+    detected: dict = {}  # a `completions` parameter says TRL's batched form by itself
+    register_scoring_function("x", trl_score, detected)
+    assert isinstance(detected["x"], BatchedScoringFunction)
     with pytest.raises(TypeError, match=r"parameter 'solution_str' names no field"):
         register_scoring_function("x", verl_score, {}, batched=True)
     with pytest.raises(TypeError, match="positional-only"):

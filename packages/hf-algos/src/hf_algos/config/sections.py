@@ -29,8 +29,8 @@ def _existing_files(name: str, paths: tuple[str, ...]) -> None:
     missing = [p for p in paths if not Path(p).exists()]
     if missing:
         raise ConfigurationError(
-            f"{name} lists files that do not exist: {missing}; give paths to local .jsonl or "
-            ".parquet files (relative paths are taken from the working directory "
+            f"{name} lists files that do not exist: {missing}; give paths to local .jsonl, "
+            ".json, .parquet or .arrow files or saved dataset directories (relative paths are taken from the working directory "
             f"{str(Path.cwd())!r})"
         )
 
@@ -40,7 +40,8 @@ class DataSection:
     """Where prompts come from and how many a step uses."""
 
     train_files: tuple[str, ...] = ()
-    """Training prompt files (.jsonl / .parquet), rows as in :mod:`hf_algos.data`."""
+    """Training files (.jsonl / .json / .parquet / .arrow, or a directory written by
+    ``datasets.Dataset.save_to_disk``), rows as in docs/data.md."""
     val_files: tuple[str, ...] = ()
     """Held-out prompt files for validation (greedy decoding); empty disables validation."""
     tokenizer_path: str | None = None
@@ -62,8 +63,20 @@ class DataSection:
     """Shuffle the training prompts every epoch (reproducibly, from ``seed``)."""
     seed: int = 0
     """Seed of the shuffling order."""
+    apply_chat_template: bool = True
+    """Prompts go through the tokenizer's chat template (with a generation prompt), as verl
+    does; a tokenizer without a template gets the raw text (logged). ``false``: raw text
+    always (chat messages' contents joined by newlines)."""
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments of ``apply_chat_template`` (e.g. ``enable_thinking: false``)."""
+    system_prompt: str | None = None
+    """Prepended to every prompt as a system message (a row that starts with its own system
+    message keeps that one)."""
+    num_proc: int = 1
+    """Processes that tokenize the dataset (``datasets.Dataset.map(num_proc=...)``)."""
 
     def __post_init__(self) -> None:
+        _positive("data.num_proc", self.num_proc)
         _existing_files("data.train_files", self.train_files)
         _existing_files("data.val_files", self.val_files)
         if self.tokenizer_path is not None and not Path(self.tokenizer_path).is_dir():
@@ -255,9 +268,30 @@ class RewardSection:
     """CPU seconds one sample may use before its scoring process is killed (``SIGXCPU``,
     reported as a dead process with its cause). ``null``: ``2 x timeout_s + 5``; 0: none."""
     model: EngineConfig | None = None
-    """A reward model (value head) scored by a ``RewardModelWorker`` instead of the rules."""
+    """A reward model (value head) scored by a ``RewardModelWorker`` instead of the rules;
+    its checkpoint is ``reward.model.model.path``."""
+    function_path: str | None = None
+    """A Python file (by path; it need not be importable) defining the scoring function
+    ``function_name`` (verl: ``custom_reward_function.path``). It scores every row whose
+    data_source has no function registered by your code, and replaces the built-in gsm8k /
+    math functions; see docs/rewards.md."""
+    function_name: str = "compute_score"
+    """The function of ``function_path`` (verl: ``custom_reward_function.name``); verl's,
+    HybridFlow's and TRL's batched signatures are accepted."""
 
     def __post_init__(self) -> None:
+        if self.function_path is not None and self.model is not None:
+            raise ConfigurationError(
+                f"reward.function_path={self.function_path!r} and reward.model are both set; "
+                f"a run scores with one of them: drop reward.model to score with the file, "
+                f"or reward.function_path to score with the reward model"
+            )
+        if self.function_path is not None and not Path(self.function_path).is_file():
+            raise ConfigurationError(
+                f"reward.function_path={self.function_path!r} is not a file; give the path of "
+                f"a Python file defining {self.function_name!r} (relative paths are taken "
+                f"from the working directory {str(Path.cwd())!r})"
+            )
         _positive("reward.num_workers", self.num_workers)
         _positive("reward.timeout_s", self.timeout_s)
         if not 0.0 <= self.max_error_fraction <= 1.0:

@@ -46,6 +46,12 @@ class DataError(ValueError):
         super().__init__(f"{where}: {what}{problem}; {fix}")
         self.source = source
         self.field = field
+        self.problem = problem
+        self.fix = fix
+
+    def __reduce__(self) -> tuple[type[DataError], tuple[Any, ...]]:
+        # Rebuilt from its parts (the default would call __init__ with the message alone).
+        return DataError, (self.source, self.field, self.problem, self.fix)
 
 
 LocatedRow = tuple[RowSource, dict[str, Any]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from transformers import PreTrainedTokenizerBase
@@ -32,6 +33,27 @@ def as_raw_text(prompt: str | Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(message["content"] for message in as_messages(prompt))
 
 
+@dataclass(frozen=True)
+class PromptFormat:
+    """How a prompt becomes the text the model sees (``data.apply_chat_template``, ...)."""
+
+    use_chat_template: bool = True
+    """Render chat messages with the tokenizer's chat template (resolved: the tokenizer has
+    one), with a generation prompt; ``False``: raw text."""
+    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments of ``apply_chat_template`` (e.g. ``enable_thinking``)."""
+    system_prompt: str | None = None
+    """Prepended as a system message unless the prompt starts with one."""
+
+
+def with_system_prompt(messages: Messages, system_prompt: str | None) -> Messages:
+    """``messages`` with ``system_prompt`` as a leading system message (kept as they are
+    when there is none, or when they start with their own system message)."""
+    if system_prompt is None or (messages and messages[0]["role"] == "system"):
+        return messages
+    return [{"role": "system", "content": system_prompt}, *messages]
+
+
 def resolve_chat_template(
     tokenizer: PreTrainedTokenizerBase, use_chat_template: bool | None
 ) -> bool:
@@ -50,23 +72,29 @@ def resolve_chat_template(
 def prompt_text(
     tokenizer: PreTrainedTokenizerBase,
     prompt: str | Sequence[Mapping[str, Any]],
-    use_chat_template: bool,
+    use_chat_template: bool | PromptFormat,
 ) -> str:
     """The text the model sees for ``prompt``, ending with the generation prompt if templated."""
-    if use_chat_template:
+    fmt = (
+        use_chat_template
+        if isinstance(use_chat_template, PromptFormat)
+        else PromptFormat(use_chat_template)
+    )
+    messages = with_system_prompt(as_messages(prompt), fmt.system_prompt)
+    if fmt.use_chat_template:
         text = tokenizer.apply_chat_template(
-            as_messages(prompt), tokenize=False, add_generation_prompt=True
+            messages, tokenize=False, add_generation_prompt=True, **fmt.chat_template_kwargs
         )
         if not isinstance(text, str):
             raise TypeError(f"apply_chat_template returned {type(text).__name__}, not text")
         return text
-    return as_raw_text(prompt)
+    return as_raw_text(prompt if fmt.system_prompt is None else messages)
 
 
 def encode_prompt(
     tokenizer: PreTrainedTokenizerBase,
     prompt: str | Sequence[Mapping[str, Any]],
-    use_chat_template: bool,
+    use_chat_template: bool | PromptFormat,
 ) -> list[int]:
     """Token ids of :func:`prompt_text`.
 
@@ -74,5 +102,10 @@ def encode_prompt(
     text gets the tokenizer's usual ones (e.g. a BOS).
     """
     text = prompt_text(tokenizer, prompt, use_chat_template)
-    ids = tokenizer(text, add_special_tokens=not use_chat_template)["input_ids"]
+    templated = (
+        use_chat_template.use_chat_template
+        if isinstance(use_chat_template, PromptFormat)
+        else use_chat_template
+    )
+    ids = tokenizer(text, add_special_tokens=not templated)["input_ids"]
     return [int(token) for token in ids]

@@ -1,18 +1,22 @@
-"""The RL prompt dataset: local jsonl/parquet rows, tokenized and length-filtered."""
+"""The RL prompt dataset: rows through ``datasets``, tokenized and length-filtered."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import datasets
+import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from hf_algos.data.checks import check_prompt, check_reward_fields, require_field
 from hf_algos.data.collate import collate_to_dataproto
-from hf_algos.data.files import DataError, PathsLike, RowSource, load_located_rows
-from hf_algos.data.prompts import encode_prompt, resolve_chat_template
+from hf_algos.data.encoding import UNLOCATED, encode_parts, list_lengths
+from hf_algos.data.files import DataError, PathsLike, RowSource
+from hf_algos.data.prompts import PromptFormat, prompt_text, resolve_chat_template
+from hf_algos.data.sources import load_parts, row_count
 from hf_protocol import DataProto, fields
 
 logger = logging.getLogger(__name__)
@@ -38,6 +42,12 @@ class RLDatasetConfig:
     require_reward_fields: bool = True
     """Rows must carry ``data_source`` and ``reward_model.ground_truth`` (rule-based
     scoring reads them); ``False`` for a reward-model run, which checks them only if given."""
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments of ``apply_chat_template`` (e.g. ``enable_thinking``)."""
+    system_prompt: str | None = None
+    """Prepended to each prompt as a system message (unless it starts with its own)."""
+    num_proc: int = 1
+    """Processes tokenizing the rows (``datasets.Dataset.map``)."""
 
     def __post_init__(self) -> None:
         if self.max_prompt_length < 1:
@@ -73,69 +83,98 @@ def all_dropped_error(what: str, lengths: Sequence[int], limit: int) -> ValueErr
     )
 
 
-class RLDataset:
-    """Prompts for RL: rows from local ``.jsonl`` / ``.parquet`` files, tokenized up front.
+@dataclass
+class _PromptEncoder:
+    """Checks an RL row and names its prompt text (a :class:`RowEncoder`)."""
 
-    Each row holds ``prompt`` (string or chat messages), ``data_source``, ``reward_model``
-    (``{"ground_truth": ...}``) and optionally ``extra_info``. ``dataset[i]`` is a dict with
-    ``input_ids`` (unpadded token list), ``raw_prompt`` (the row's prompt) and the row's
-    other fields; :meth:`collate` turns a list of them into a DataProto.
+    tokenizer: PreTrainedTokenizerBase
+    prompt_key: str
+    prompt_format: PromptFormat
+    require_reward_fields: bool
+
+    def prepare(self, row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, tuple[str, bool]]]:
+        """Check ``row``; its prompt text goes to ``input_ids``."""
+        key = self.prompt_key
+        fix = f"give every row a {key!r} (data.prompt_key)"
+        prompt = require_field(UNLOCATED, row, key, fix)
+        check_prompt(UNLOCATED, key, prompt)
+        if self.require_reward_fields or row.get(fields.REWARD_MODEL) is not None:
+            check_reward_fields(UNLOCATED, row)
+        text = prompt_text(self.tokenizer, prompt, self.prompt_format)
+        return {}, {fields.INPUT_IDS: (text, not self.prompt_format.use_chat_template)}
+
+    def finish(self, item: dict[str, Any]) -> dict[str, Any]:
+        """Nothing to add to the token ids."""
+        return item
+
+
+class RLDataset:
+    """Prompts for RL: rows from local files or a saved dataset, tokenized up front.
+
+    ``data`` is one or more ``.jsonl`` / ``.json`` / ``.parquet`` / ``.arrow`` files or
+    ``save_to_disk`` directories, a ``datasets.Dataset``, or a list of row dicts. Each row
+    holds ``prompt`` (string or chat messages), ``data_source``, ``reward_model``
+    (``{"ground_truth": ...}``) and optionally ``extra_info`` (verl's parquet schema).
+    Tokenizing runs in ``datasets.Dataset.map`` (``config.num_proc`` processes, cached for
+    files). ``dataset[i]`` is a dict with ``input_ids`` (unpadded token list),
+    ``raw_prompt`` (the row's prompt) and the row's other fields; :meth:`collate` turns a
+    list of them into a DataProto.
     """
 
     def __init__(
         self,
-        data: PathsLike | list[dict[str, Any]],
+        data: PathsLike | list[dict[str, Any]] | datasets.Dataset,
         tokenizer: PreTrainedTokenizerBase,
         config: RLDatasetConfig | None = None,
     ) -> None:
-        self.config = config or RLDatasetConfig()
+        self.config = config = config or RLDatasetConfig()
         self.tokenizer = tokenizer
         if tokenizer.pad_token_id is None:
             raise ValueError(
                 "the tokenizer has no pad token; set tokenizer.pad_token (e.g. to its eos token)"
             )
         self.pad_token_id = int(tokenizer.pad_token_id)
-        self.use_chat_template = resolve_chat_template(tokenizer, self.config.use_chat_template)
-        rows = load_located_rows(data)
-        self.rows: list[dict[str, Any]] = []
-        self.num_filtered = 0
-        limit, lengths = self.config.max_prompt_length, []
-        for source, row in rows:
-            item = self._encode(source, row)
-            lengths.append(len(item[fields.INPUT_IDS]))
-            if lengths[-1] <= limit:
-                self.rows.append(item)
-            elif self.config.overlong == "error":
-                raise overlong_error(source, lengths[-1], limit, self.config.prompt_key)
-            else:
-                self.num_filtered += 1
-        if rows and not self.rows:
-            raise all_dropped_error("prompts", lengths, limit)
+        self.use_chat_template = resolve_chat_template(tokenizer, config.use_chat_template)
+        prompt_format = PromptFormat(
+            self.use_chat_template, dict(config.chat_template_kwargs), config.system_prompt
+        )
+        encoder = _PromptEncoder(
+            tokenizer, config.prompt_key, prompt_format, config.require_reward_fields
+        )
+        self.parts = encode_parts(load_parts(data), encoder, config.num_proc)
+        limit, total = config.max_prompt_length, row_count([p.part for p in self.parts])
+        self._index: list[tuple[int, int]] = []
+        all_lengths = []
+        for number, encoded in enumerate(self.parts):
+            lengths = list_lengths(encoded.rows, fields.INPUT_IDS)
+            all_lengths.append(lengths)
+            over = np.flatnonzero(lengths > limit)
+            if len(over) and config.overlong == "error":
+                source = encoded.part.source(int(over[0]))
+                raise overlong_error(source, int(lengths[over[0]]), limit, config.prompt_key)
+            keep = np.flatnonzero(lengths <= limit)
+            self._index.extend((number, int(row)) for row in keep)
+        self.num_filtered = total - len(self._index)
+        if total and not self._index:
+            raise all_dropped_error("prompts", np.concatenate(all_lengths).tolist(), limit)
         if self.num_filtered:
             logger.warning(
                 "RLDataset: dropped %d of %d prompts longer than max_prompt_length=%d tokens",
                 self.num_filtered,
-                len(rows),
+                total,
                 limit,
             )
 
-    def _encode(self, source: RowSource, row: dict[str, Any]) -> dict[str, Any]:
-        key = self.config.prompt_key
-        prompt = require_field(source, row, key, f"give every row a {key!r} (data.prompt_key)")
-        check_prompt(source, key, prompt)
-        if self.config.require_reward_fields or fields.REWARD_MODEL in row:
-            check_reward_fields(source, row)
-        item = {k: v for k, v in row.items() if k != key}
-        item[fields.RAW_PROMPT] = prompt
-        item[fields.INPUT_IDS] = encode_prompt(self.tokenizer, prompt, self.use_chat_template)
-        item.setdefault(fields.EXTRA_INFO, {})
-        return item
-
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self._index)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        return self.rows[index]
+        part, row = self._index[index]
+        item = dict(self.parts[part].rows[row])
+        item[fields.RAW_PROMPT] = item.pop(self.config.prompt_key)
+        if item.get(fields.EXTRA_INFO) is None:
+            item[fields.EXTRA_INFO] = {}
+        return item
 
     def collate(self, rows: Sequence[dict[str, Any]]) -> DataProto:
         """A left-padded prompt DataProto of ``rows`` (see :func:`collate_to_dataproto`)."""

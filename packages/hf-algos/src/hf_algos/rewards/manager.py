@@ -22,7 +22,7 @@ from hf_algos.rewards.pool import RewardError, ScoringPool, gather_outcomes
 from hf_algos.rewards.registry import (
     SCORING_FUNCTIONS,
     ScoreFn,
-    get_scoring_function,
+    resolve_scoring_function,
     scoring_call_of,
 )
 from hf_algos.rewards.scoring_worker import ScoringOutcome, ScoringTask
@@ -110,7 +110,10 @@ class RewardManager:
 
     The batch needs ``responses`` and ``response_mask`` (``(B, R)``) and the non-tensors
     ``data_source`` and ``reward_model`` (``{"ground_truth": ...}``; ``extra_info`` is
-    optional). Only response tokens under the mask are decoded. Functions are called by
+    optional); ``default_function`` (``reward.function_path``) scores the data_sources that
+    have no function registered by the user (see
+    :func:`~hf_algos.rewards.registry.resolve_scoring_function`). Only response tokens under
+    the mask are decoded. Functions are called by
     keyword with the fields they name (see :mod:`hf_algos.rewards.signature`) in a pool of
     worker processes with a per-sample timeout; a function that raises or runs out of time
     gives that sample 0, is logged with the sample's text and data_source, and is counted.
@@ -136,10 +139,12 @@ class RewardManager:
         tokenizer: PreTrainedTokenizerBase,
         config: RewardManagerConfig | None = None,
         registry: Mapping[str, ScoreFn] | None = None,
+        default_function: ScoreFn | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.config = config or RewardManagerConfig()
         self.registry = SCORING_FUNCTIONS if registry is None else registry
+        self.default_function = default_function
         # The pool lives in a holder the finalizer can reach without keeping ``self`` alive.
         self._pools: list[ScoringPool] = []
         self._pool_lock = threading.Lock()
@@ -226,7 +231,7 @@ class RewardManager:
     def _scoring_call(self, data_source: str) -> tuple[ScoreFn, ScoringCall, bytes]:
         """The function of ``data_source``, how it is called, and its pickled form (by value
         for a script's or notebook's function, as Ray sends them)."""
-        fn = get_scoring_function(data_source, self.registry)
+        fn = resolve_scoring_function(data_source, self.registry, self.default_function)
         cached = self._calls.get(id(fn))
         if cached is not None and cached[0] is fn:
             return cached

@@ -9,6 +9,7 @@ from typing import Any
 from hf_algos.rewards.gsm8k import compute_gsm8k_score
 from hf_algos.rewards.math_boxed import compute_math_score
 from hf_algos.rewards.signature import ScoringCall, scoring_call
+from hf_algos.rewards.user_file import FileScoringFunction, is_batched
 
 ScoreResult = float | Mapping[str, Any]
 """A score, or a dict with a ``"score"`` entry plus extra numbers reported as metrics."""
@@ -45,14 +46,18 @@ def register_scoring_function(
     data_source: str,
     fn: ScoreFn,
     registry: dict[str, ScoreFn] | None = None,
-    batched: bool = False,
+    batched: bool | None = None,
 ) -> None:
     """Add ``fn`` under ``data_source``; a name already taken raises.
 
     ``fn``'s signature is checked here: a function whose parameters do not name the fields
     they want raises ``TypeError`` listing the accepted forms. ``batched=True`` registers a
-    TRL-style ``fn(completions, **kwargs) -> list[float]``.
+    TRL-style ``fn(completions, **kwargs) -> list[float]``; ``None`` (the default) decides
+    by :func:`~hf_algos.rewards.user_file.is_batched` (a ``batched`` attribute on ``fn``,
+    else whether it takes ``completions``).
     """
+    if batched is None:
+        batched = is_batched(fn)
     target = SCORING_FUNCTIONS if registry is None else registry
     if data_source in target:
         raise ValueError(
@@ -76,18 +81,43 @@ def get_scoring_function(
     return source[data_source]
 
 
+def resolve_scoring_function(
+    data_source: str, registry: Mapping[str, ScoreFn] | None = None, default: ScoreFn | None = None
+) -> ScoreFn:
+    """The function that scores rows of ``data_source``.
+
+    Precedence: a function registered for ``data_source`` by the user's code, then
+    ``default`` (``reward.function_path``: it serves every other data_source, and replaces
+    the built-in gsm8k / math functions, as verl's custom reward function replaces its
+    default scoring), then a built-in one. Without ``default`` an unknown name raises.
+    """
+    source = SCORING_FUNCTIONS if registry is None else registry
+    if default is None:
+        return get_scoring_function(data_source, source)
+    entry = source.get(data_source)
+    if entry is None or BUILTIN_SCORING_FUNCTIONS.get(data_source) is entry:
+        return default
+    return entry
+
+
 def scoring_call_of(entry: ScoreFn) -> ScoringCall:
-    """How a registry entry is called (a :class:`BatchedScoringFunction` is batched)."""
+    """How a registry entry is called (a :class:`BatchedScoringFunction` is batched; a
+    :class:`~hf_algos.rewards.user_file.FileScoringFunction` as its function says)."""
     if isinstance(entry, BatchedScoringFunction):
         return scoring_call(entry.fn, batched=True)
+    if isinstance(entry, FileScoringFunction):
+        return scoring_call(entry, batched=entry.batched)
     return scoring_call(entry)
 
 
-for _name, _fn in (
-    ("openai/gsm8k", compute_gsm8k_score),
-    ("gsm8k", compute_gsm8k_score),
-    ("math", compute_math_score),
-    ("lighteval/MATH", compute_math_score),
-    ("DigitalLearningGmbH/MATH-lighteval", compute_math_score),
-):
+BUILTIN_SCORING_FUNCTIONS: Mapping[str, ScoreFn] = {
+    "openai/gsm8k": compute_gsm8k_score,
+    "gsm8k": compute_gsm8k_score,
+    "math": compute_math_score,
+    "lighteval/MATH": compute_math_score,
+    "DigitalLearningGmbH/MATH-lighteval": compute_math_score,
+}
+"""The functions HybridFlow registers itself; ``reward.function_path`` takes precedence."""
+
+for _name, _fn in BUILTIN_SCORING_FUNCTIONS.items():
     register_scoring_function(_name, _fn)

@@ -8,8 +8,9 @@ wrong arguments. Accepted forms:
 * HybridFlow's ``score(solution, ground_truth, extra_info=None)``;
 * any subset of those names (the response text is required) plus parameters with
   defaults, and ``**kwargs`` (it receives the named fields it does not list);
-* batched, TRL's ``fn(completions, **kwargs) -> list[float]`` (registered with
-  ``batched=True``): ``completions``, ``prompts``, ``ground_truth``, ``data_source`` and
+* batched, TRL's ``fn(completions, **kwargs) -> list[float]`` (recognised by its
+  ``completions`` parameter, or said with ``batched=True`` at registration or a
+  ``fn.batched = True`` attribute): ``completions``, ``prompts``, ``ground_truth``, ``data_source`` and
   ``extra_info`` are lists with one entry per sample.
 """
 
@@ -23,7 +24,7 @@ from typing import Any, NoReturn
 ACCEPTED_FORMS = (
     "compute_score(data_source, solution_str, ground_truth, extra_info=None)  # verl",
     "score(solution, ground_truth, extra_info=None)  # HybridFlow",
-    "fn(completions, **kwargs) -> list[float]  # TRL, register with batched=True",
+    "fn(completions, **kwargs) -> list[float]  # TRL, batched (fn.batched = True)",
 )
 """The call forms a scoring function may take (shown in every refusal)."""
 
@@ -104,7 +105,9 @@ def scoring_call(fn: Callable[..., Any], batched: bool = False) -> ScoringCall:
         _refuse(fn, f"its signature cannot be read ({error})")
     if not batched and "completions" in signature.parameters:
         _refuse(
-            fn, "it takes completions, as a TRL batched function: register it with batched=True"
+            fn,
+            "it takes completions, as a TRL batched function, but batched=False was given: "
+            "drop batched=False (or set fn.batched = True)",
         )
     names = BATCHED_FIELDS if batched else SAMPLE_FIELDS
     params: list[tuple[str, str]] = []

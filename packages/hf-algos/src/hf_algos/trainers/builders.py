@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Iterator
+from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
@@ -20,6 +21,8 @@ from hf_algos.data import RLDataset, RLDatasetConfig, StatefulDataLoader
 from hf_algos.data.loader import CollatingDataset
 from hf_algos.losses import critic_loss, ppo_actor_loss
 from hf_algos.rewards import RewardManager, RewardManagerConfig
+from hf_algos.rewards.registry import scoring_call_of
+from hf_algos.rewards.user_file import FileScoringFunction
 from hf_algos.trainers.roles import SyncActorWorker
 from hf_controller import RayClassWithInitArgs
 from hf_engines import EngineConfig, LossFn
@@ -62,8 +65,19 @@ def rl_dataset(
         prompt_key=data.prompt_key,
         overlong=data.overlong_prompts,
         require_reward_fields=require_reward_fields,
+        **prompt_options(data),
     )
     return RLDataset(list(files), tokenizer, config)
+
+
+def prompt_options(data: DataSection) -> dict[str, Any]:
+    """The prompt-formatting options of ``data`` as the datasets' config fields."""
+    return {
+        "use_chat_template": None if data.apply_chat_template else False,
+        "chat_template_kwargs": dict(data.chat_template_kwargs),
+        "system_prompt": data.system_prompt,
+        "num_proc": data.num_proc,
+    }
 
 
 def rl_loader(
@@ -207,8 +221,10 @@ def reward_manager(
     tokenizer: PreTrainedTokenizerBase,
     check_on: CollatingDataset | None = None,
 ) -> RewardManager:
-    """Rule-based scoring by ``data_source`` in a pool of processes; with ``check_on``, its
-    first row is scored now, so a function that cannot be loaded or called fails set-up."""
+    """Rule-based scoring by ``data_source`` in a pool of processes, with the function of
+    ``reward.function_path`` (when set) for the data_sources your code registered none for;
+    with ``check_on``, its first row is scored now, so a function that cannot be loaded or
+    called fails set-up."""
     config = RewardManagerConfig(
         num_workers=reward.num_workers,
         timeout_s=reward.timeout_s,
@@ -216,7 +232,13 @@ def reward_manager(
         max_memory_mb=reward.max_memory_mb,
         cpu_time_limit_s=reward.cpu_time_limit_s,
     )
-    manager = RewardManager(tokenizer, config)
+    default = None
+    if reward.function_path is not None:
+        # Loaded here, in the driver, so a missing file, an import error or a missing name
+        # fails set-up within seconds (the scoring processes load it again by path).
+        default = FileScoringFunction(reward.function_path, reward.function_name)
+        scoring_call_of(default)  # refuses a signature that names no field, now
+    manager = RewardManager(tokenizer, config, default_function=default)
     if check_on is not None and len(check_on) > 0:
         try:
             manager.check(check_on.collate([check_on[0]]))
