@@ -30,7 +30,8 @@ def _existing_files(name: str, paths: tuple[str, ...]) -> None:
     if missing:
         raise ConfigurationError(
             f"{name} lists files that do not exist: {missing}; give paths to local .jsonl, "
-            ".json, .parquet or .arrow files or saved dataset directories (relative paths are taken from the working directory "
+            ".json, .parquet or .arrow files or saved dataset directories (relative paths "
+            "are taken from the working directory "
             f"{str(Path.cwd())!r})"
         )
 

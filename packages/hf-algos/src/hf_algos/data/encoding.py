@@ -12,14 +12,15 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import datasets
 import numpy as np
-import pyarrow.compute as pc
 
 from hf_algos.data.files import DataError, RowSource
 from hf_algos.data.sources import TablePart
+
+if TYPE_CHECKING:
+    import datasets
 
 ERROR_COLUMN = "__hf_row_error"
 """Map output column: ``""``, or the row's problem as JSON ``[field, problem, fix]``."""
@@ -69,9 +70,9 @@ def encode_rows(
     for (_, special), entries in texts.items():
         ids = encoder.tokenizer([text for _, _, text in entries], add_special_tokens=special)
         for (index, column, _), token_ids in zip(entries, ids["input_ids"], strict=True):
-            item = prepared[index]
-            assert item is not None
-            item[column] = [int(token) for token in token_ids]
+            target = prepared[index]
+            assert target is not None
+            target[column] = [int(token) for token in token_ids]
     finished = [encoder.finish(item) if item is not None else None for item in prepared]
     return finished, errors
 
@@ -108,10 +109,14 @@ def encode_parts(
 
 
 def _encode_part(part: TablePart, encoder: RowEncoder, num_proc: int) -> EncodedPart:
+    import pyarrow.compute as pc
+
     if isinstance(part.rows, list):
         items, errors = encode_rows(part.rows, encoder)
         _raise_first(part, errors, encoder)
-        merged = [{**row, **(item or {})} for row, item in zip(part.rows, items, strict=True)]
+        merged: list[dict[str, Any]] = [
+            {**row, **(item or {})} for row, item in zip(part.rows, items, strict=True)
+        ]
         return EncodedPart(part, merged)
     procs = max(1, min(num_proc, len(part.rows) // _MAP_BATCH_SIZE or 1))
     mapped = part.rows.map(
@@ -150,6 +155,8 @@ def _raise_first(
 
 def list_lengths(rows: datasets.Dataset | list[dict[str, Any]], column: str) -> np.ndarray:
     """Length of the token list in ``column`` of every row, shape ``(N,)``."""
+    import pyarrow.compute as pc
+
     if isinstance(rows, list):
         return np.array([len(row[column]) for row in rows], dtype=np.int64)
     return pc.list_value_length(rows.data.column(column)).to_numpy(zero_copy_only=False)

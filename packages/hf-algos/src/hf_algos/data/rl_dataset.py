@@ -5,9 +5,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import datasets
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
@@ -18,6 +17,9 @@ from hf_algos.data.files import DataError, PathsLike, RowSource
 from hf_algos.data.prompts import PromptFormat, prompt_text, resolve_chat_template
 from hf_algos.data.sources import load_parts, row_count
 from hf_protocol import DataProto, fields
+
+if TYPE_CHECKING:
+    import datasets
 
 logger = logging.getLogger(__name__)
 

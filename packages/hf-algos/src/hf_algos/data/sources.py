@@ -16,9 +16,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import datasets
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from hf_algos.data.files import DataError, PathsLike, RowSource, _read_jsonl, _read_parquet
 
@@ -27,7 +25,10 @@ logger = logging.getLogger(__name__)
 _BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".arrow": "arrow"}
 """File suffix -> the ``datasets`` packaged builder that reads it."""
 
-Rows = datasets.Dataset | list[dict[str, Any]]
+if TYPE_CHECKING:  # imported when a dataset is built: a scoring process never pays for it
+    import datasets
+
+Rows: TypeAlias = "datasets.Dataset | list[dict[str, Any]]"
 """A table's rows: Arrow-backed, or Python dicts where Arrow cannot hold them."""
 
 
@@ -67,20 +68,25 @@ def load_parts(data: PathsLike | list[dict[str, Any]] | datasets.Dataset) -> lis
     """The tables of ``data``: files / saved dataset directories, a ``datasets.Dataset``,
     or a list of row dicts. A file that cannot be read, or that has no rows, raises
     :class:`DataError` naming it (and, for jsonl, the line)."""
+    import datasets
+
     if isinstance(data, datasets.Dataset):
         return [TablePart(None, data)]
     if isinstance(data, list) and all(isinstance(row, dict) for row in data):
         given = [dict(row) for row in data]
         return [TablePart(None, _arrow_or_python(given, None), given)]
-    paths = [data] if isinstance(data, (str, os.PathLike)) else list(data)  # type: ignore[arg-type]
+    paths = [data] if isinstance(data, (str, os.PathLike)) else list(data)
     parts = [TablePart(str(path), _load_path(Path(path))) for path in paths]
     for part in parts:
         if len(part.rows) == 0:
-            raise DataError(str(part.file), None, "the file has no rows", "add rows or leave the file out")
+            fix = "add rows or leave the file out"
+            raise DataError(str(part.file), None, "the file has no rows", fix)
     return parts
 
 
 def _load_path(path: Path) -> Rows:
+    import datasets
+
     if path.is_dir():
         return _load_saved(path)
     suffix = path.suffix.lower()
@@ -94,7 +100,7 @@ def _load_path(path: Path) -> Rows:
         raise FileNotFoundError(f"dataset file {str(path)!r} does not exist")
     try:
         loaded = datasets.load_dataset(_BUILDERS[suffix], data_files=str(path), split="train")
-    except Exception as error:  # noqa: BLE001 - re-read below, which names the row at fault
+    except Exception as error:
         return _reread(path, suffix, error)
     assert isinstance(loaded, datasets.Dataset)
     return loaded
@@ -121,9 +127,11 @@ def _reread(path: Path, suffix: str, error: Exception) -> Rows:
 
 
 def _arrow_or_python(rows: list[dict[str, Any]], file: str | None) -> Rows:
+    import datasets
+
     try:
         return datasets.Dataset.from_list(rows)
-    except Exception as error:  # noqa: BLE001 - Arrow refuses mixed types in many ways
+    except Exception as error:
         logger.info(
             "%s: the rows mix types within a column (%s: %.200s), so they are tokenized in "
             "the driver without the datasets cache; give each column one type to use it",
@@ -135,9 +143,11 @@ def _arrow_or_python(rows: list[dict[str, Any]], file: str | None) -> Rows:
 
 
 def _load_saved(path: Path) -> Rows:
+    import datasets
+
     try:
         loaded = datasets.load_from_disk(str(path))
-    except Exception as error:  # noqa: BLE001 - any failure means "not a saved dataset"
+    except Exception as error:
         raise DataError(
             str(path),
             None,

@@ -10,8 +10,8 @@ wrong arguments. Accepted forms:
   defaults, and ``**kwargs`` (it receives the named fields it does not list);
 * batched, TRL's ``fn(completions, **kwargs) -> list[float]`` (recognised by its
   ``completions`` parameter, or said with ``batched=True`` at registration or a
-  ``fn.batched = True`` attribute): ``completions``, ``prompts``, ``ground_truth``, ``data_source`` and
-  ``extra_info`` are lists with one entry per sample.
+  ``fn.batched = True`` attribute): ``completions``, ``prompts``, ``ground_truth``,
+  ``data_source`` and ``extra_info`` are lists with one entry per sample.
 """
 
 from __future__ import annotations

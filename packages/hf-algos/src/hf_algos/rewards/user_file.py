@@ -86,7 +86,7 @@ def load_function(path: str, name: str) -> Callable[..., Any]:
             f"reward.function_path={path!r} {problem} {name!r}; its functions are {found}. "
             f"Set reward.function_name to one of them (verl: custom_reward_function.name)"
         )
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 def is_batched(fn: Callable[..., Any]) -> bool:

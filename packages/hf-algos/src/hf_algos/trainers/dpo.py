@@ -94,6 +94,7 @@ class DPOTrainer(Trainer):
             max_prompt_length=data.max_prompt_length,
             max_response_length=self.config.max_response_length,
             overlong=data.overlong_prompts,
+            **builders.prompt_options(data),
         )
         return PreferenceDataset(list(files), self.tokenizer, options)
 
