@@ -22,7 +22,7 @@ from transformers import GenerationConfig, PretrainedConfig, PreTrainedModel
 
 from hf_engines.config import EngineConfig, ModelConfig, config_from_dict
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.*")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 """Files of which any one means a directory holds a tokenizer (exported next to the model)."""
 
 
@@ -212,7 +212,7 @@ def save_tokenizer(source_dir: str | Path, directory: Path, trust_remote_code: b
     Returns ``False`` (writing nothing) when ``source_dir`` holds no tokenizer, e.g. a
     model directory saved without one.
     """
-    if not any(Path(source_dir).glob(pattern) for pattern in TOKENIZER_FILES):
+    if not any((Path(source_dir) / name).is_file() for name in TOKENIZER_FILES):
         return False
     from transformers import AutoTokenizer
 
