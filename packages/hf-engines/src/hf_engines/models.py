@@ -20,9 +20,10 @@ from hf_engines.config import ModelConfig
 
 def load_hf_config(config: ModelConfig) -> PretrainedConfig:
     """The transformers config named by ``config``: read from ``path`` or built from a dict."""
-    if config.path is not None:
+    directory = config.local_path()
+    if directory is not None:
         hf_config = AutoConfig.from_pretrained(
-            config.local_path(),
+            directory,
             local_files_only=True,
             trust_remote_code=config.trust_remote_code,
         )
@@ -52,9 +53,10 @@ def build_hf_model(config: ModelConfig) -> PreTrainedModel:
     dtype = getattr(torch, config.dtype)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
-        if config.path is not None:
+        directory = config.local_path()
+        if directory is not None:
             model = auto_class.from_pretrained(
-                config.local_path(),
+                directory,
                 config=hf_config,
                 dtype=dtype,
                 attn_implementation=config.attn_implementation,
