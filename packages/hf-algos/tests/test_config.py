@@ -105,7 +105,7 @@ def test_optional_section_and_comma_lists() -> None:
         (["trainer.resume_mode=path"], "resume_from"),
         (["trainer.backend=local", "trainer.n_workers=2"], "n_workers=1"),
         (["data.tokenizer_path=null"], "set data.tokenizer_path"),
-        (["data.tokenizer_path=/nowhere"], "is not a directory"),
+        (["data.tokenizer_path=/nowhere"], "does not exist"),
     ],
 )
 def test_errors_name_value_and_fix(overrides: list[str], expected: str) -> None:

@@ -67,6 +67,7 @@ def run_train(model_dir: str, out: Path, tp: int, pp: int) -> dict[str, Any]:
     losses += train_losses(engine, range(CHECKPOINT_AFTER, TRAIN_STEPS))
     after, _ = engine.compute_log_prob(shard(probe))
     engine.export_hf(out / "hf")
+    engine.save_checkpoint(out / "final")  # exported offline by test_export_checkpoint
     params = {name: tensor.clone() for name, tensor in engine.iter_full_params()}
     resumed = MegatronEngine(config)
     resumed.load_checkpoint(out / "ckpt")

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoConfig
 
 from hf_engines.checkpointing import (
     UnsafeCheckpointError,
@@ -17,7 +16,6 @@ from hf_engines.checkpointing import (
     move_optimizer_state,
     rng_state,
     set_rng_state,
-    write_hf_directory,
 )
 from hf_engines.distributed import resolve_compute_device
 
@@ -38,26 +36,6 @@ def test_move_optimizer_state_moves_every_tensor() -> None:
     move_optimizer_state(optimizer, torch.device("meta"))
     tensors = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
     assert tensors and all(t.device.type == "meta" for t in tensors)
-
-
-def test_write_hf_directory_records_the_class_and_copies_tokenizer_files(tmp_path: Path) -> None:
-    source = tmp_path / "source"
-    source.mkdir()
-    (source / "tokenizer.json").write_text("{}")
-    (source / "unrelated.txt").write_text("x")
-    config = AutoConfig.for_model(
-        "llama", hidden_size=8, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2
-    )
-    out = tmp_path / "out"
-    write_hf_directory(out, {"w": torch.zeros(2)}, config, "LlamaForCausalLM", str(source))
-    saved = AutoConfig.from_pretrained(out)
-    assert saved.architectures == ["LlamaForCausalLM"]
-    assert config.architectures != ["LlamaForCausalLM"]  # the caller's config is untouched
-    assert sorted(p.name for p in out.iterdir()) == [
-        "config.json",
-        "model.safetensors",
-        "tokenizer.json",
-    ]
 
 
 def test_resolve_compute_device_names_the_section_without_cuda() -> None:

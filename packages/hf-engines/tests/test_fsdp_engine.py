@@ -168,3 +168,16 @@ def test_critic_export_loads_as_token_classification(runs: dict[str, Any]) -> No
     )
     assert type(model).__name__ == "LlamaForTokenClassification"
     assert model.config.num_labels == 1
+
+
+def test_export_engine_checkpoint_rebuilds_the_model_offline(
+    runs: dict[str, Any], tmp_path: Path
+) -> None:
+    from hf_engines.export import export_engine_checkpoint
+
+    # a 2-rank DCP checkpoint, exported by one process from its own files only
+    out = export_engine_checkpoint(runs["root"] / "two" / "final", tmp_path / "hf", "bfloat16")
+    model = AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
+    assert model.dtype == torch.bfloat16
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, runs["two"][0]["params"][name].to(torch.bfloat16)), name

@@ -165,3 +165,16 @@ def test_trained_critic_exports_as_token_classification(runs: dict[str, Any]) ->
     model = AutoModelForTokenClassification.from_pretrained(runs["root"] / "critic" / "hf")
     assert type(model).__name__ == "Qwen3ForTokenClassification"
     _close(_gathered(runs["critic"], "values_after"), _logits(model)[..., 0])
+
+
+def test_export_engine_checkpoint_rebuilds_the_model_offline(
+    runs: dict[str, Any], tmp_path: Path
+) -> None:
+    from hf_engines.export import export_engine_checkpoint
+
+    # a tensor-parallel checkpoint: exported by as many local processes as it was saved on
+    out = export_engine_checkpoint(runs["root"] / "tp2" / "final", tmp_path / "hf")
+    model = AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
+    assert model.dtype == torch.float32  # the training dtype, by default
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, runs["tp2"][0]["params"][name]), name

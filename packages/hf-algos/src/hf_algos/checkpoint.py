@@ -52,7 +52,17 @@ the save of ``step`` (points: :data:`KILL_POINTS`)."""
 KILL_POINTS = ("start", "role:<name>", "state", "renamed", "latest")
 """Where :data:`KILL_AT_ENV` can kill a save: before anything, after a role's workers wrote
 their part, after ``trainer_state.pt``, after the rename, after the ``latest`` pointer."""
+TOKENIZER_DIR = "tokenizer"
+"""The run's tokenizer inside a checkpoint directory (``save_pretrained``)."""
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
+
+
+class SavesPretrained(Protocol):
+    """A tokenizer (or anything) with transformers' ``save_pretrained(directory)``."""
+
+    def save_pretrained(self, save_directory: str) -> Any:
+        """Write the object's files into ``save_directory``."""
+        ...
 
 
 class Checkpointable(Protocol):
@@ -104,12 +114,14 @@ class CheckpointManager:
         step: int,
         trainer_state: Mapping[str, Any],
         workers: Mapping[str, Checkpointable] | None = None,
+        tokenizer: SavesPretrained | None = None,
     ) -> Path:
         """Write workers' checkpoints and the trainer state for ``step``; return the directory.
 
         ``workers`` maps a role name (``actor``, ``critic``) to its group; each saves into
         ``<tmp>/<role>`` of the temporary directory, which becomes ``global_step_<step>`` by
-        one rename once complete. The ``latest`` pointer is replaced last.
+        one rename once complete. The ``latest`` pointer is replaced last. ``tokenizer`` is
+        saved into :data:`TOKENIZER_DIR` (what an export writes next to the model).
         """
         self.root.mkdir(parents=True, exist_ok=True)
         self.remove_stale()
@@ -119,6 +131,8 @@ class CheckpointManager:
         for role, worker in (workers or {}).items():
             worker.save_checkpoint(str(tmp / role))
             _kill_point(f"role:{role}", step)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(tmp / TOKENIZER_DIR))
         state = {"global_step": step, **trainer_state}
         torch.save(state, tmp / STATE_FILE)
         summary = {k: v for k, v in state.items() if isinstance(v, int | float | str | bool)}

@@ -1,5 +1,5 @@
 """What every engine's checkpoint and export code shares: RNG state, optimizer-state moves,
-and writing a Hugging Face model directory.
+and writing a Hugging Face model directory (``save_pretrained``).
 
 Backend-neutral: the FSDP and Megatron engines each gather their full weights their own way
 and hand them here to be written.
@@ -8,25 +8,22 @@ and hand them here to be written.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
 import os
 import pickle
 import random
-import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import torch
-from safetensors.torch import save_file
-from transformers import GenerationConfig, PretrainedConfig
+from transformers import GenerationConfig, PretrainedConfig, PreTrainedModel
 
-TOKENIZER_FILES = (
-    "tokenizer*",
-    "special_tokens_map.json",
-    "vocab*",
-    "merges.txt",
-    "chat_template*",
-)
-"""Tokenizer and chat-template files copied from the source model directory on export."""
+from hf_engines.config import EngineConfig, ModelConfig, config_from_dict
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+"""Files of which any one means a directory holds a tokenizer (exported next to the model)."""
 
 
 def rng_state() -> dict[str, Any]:
@@ -83,27 +80,144 @@ def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device)
                 state[key] = value.to(device, non_blocking=True)
 
 
+ENGINE_CONFIG_FILE = "engine_config.json"
+"""The :class:`EngineConfig` a checkpoint was written with (JSON), inside its directory."""
+HF_CONFIG_DIR = "hf_config"
+"""Sub-directory of a checkpoint with the model's ``config.json`` (and generation config):
+what rebuilds the model for an export without the original model directory."""
+
+
+def save_model_metadata(
+    directory: Path,
+    config: EngineConfig,
+    hf_config: PretrainedConfig,
+    generation_config: GenerationConfig | None = None,
+) -> None:
+    """Write :data:`ENGINE_CONFIG_FILE` and :data:`HF_CONFIG_DIR` into a checkpoint directory.
+
+    Small files (no weights), written by one rank; with them a checkpoint is exported to a
+    Hugging Face directory without the run's config file or its model directory.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(dataclasses.asdict(config), indent=2, default=str)
+    (directory / ENGINE_CONFIG_FILE).write_text(text + "\n")
+    hf_config.save_pretrained(directory / HF_CONFIG_DIR)
+    if generation_config is not None:
+        generation_config.save_pretrained(directory / HF_CONFIG_DIR)
+
+
+def load_engine_config(directory: Path) -> EngineConfig:
+    """The :class:`EngineConfig` that :func:`save_model_metadata` wrote into ``directory``."""
+    path = directory / ENGINE_CONFIG_FILE
+    if not path.is_file():
+        present = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+        raise FileNotFoundError(
+            f"{str(directory)!r} has no {ENGINE_CONFIG_FILE} (present: {present}); it is not "
+            "an engine checkpoint, or one written before engines saved their config. Pass a "
+            "role directory of a checkpoint (e.g. global_step_<k>/actor)"
+        )
+    return config_from_dict(EngineConfig, json.loads(path.read_text()))
+
+
+DEFAULT_MAX_SHARD_SIZE = "5GB"
+"""Largest safetensors shard an export writes (``save_pretrained``'s ``max_shard_size``)."""
+
+
+def export_dtype(dtype: str | torch.dtype | None, training_dtype: torch.dtype) -> torch.dtype:
+    """The dtype an export writes: ``dtype`` when given (``"bfloat16"`` or a torch dtype),
+    else ``training_dtype`` (the dtype the parameters are trained in: lossless)."""
+    if dtype is None:
+        return training_dtype
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    value = getattr(torch, str(dtype).removeprefix("torch."), None)
+    if not isinstance(value, torch.dtype) or not value.is_floating_point:
+        raise ValueError(
+            f"dtype={dtype!r} is not a floating-point torch dtype; use float32, bfloat16 or "
+            "float16 (or leave it unset to keep the training dtype)"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class HFExport:
+    """How an engine's weights are written as a Hugging Face directory."""
+
+    model_class: type[PreTrainedModel]
+    """The transformers class recorded in ``architectures`` (and whose ``save_pretrained``
+    writes the files)."""
+    dtype: torch.dtype
+    """Dtype of the floating-point weights written (see :func:`export_dtype`)."""
+    source_dir: str | None = None
+    """The model directory trained from; its tokenizer is saved next to the export."""
+    max_shard_size: str | int = DEFAULT_MAX_SHARD_SIZE
+    """Largest safetensors file; a bigger model is split with an index file."""
+    trust_remote_code: bool = False
+    """Whether the source tokenizer may run its own code when loaded for saving."""
+
+
+def hf_export(
+    model: ModelConfig,
+    model_class: type[PreTrainedModel],
+    dtype: str | torch.dtype | None = None,
+    max_shard_size: str | int = DEFAULT_MAX_SHARD_SIZE,
+) -> HFExport:
+    """The :class:`HFExport` of an engine training ``model`` (an instance of ``model_class``):
+    ``dtype`` defaults to ``model.dtype``, the tokenizer comes from the model's directory."""
+    return HFExport(
+        model_class=model_class,
+        dtype=export_dtype(dtype, getattr(torch, model.dtype)),
+        source_dir=model.local_path(),
+        max_shard_size=max_shard_size,
+        trust_remote_code=model.trust_remote_code,
+    )
+
+
 def write_hf_directory(
     directory: Path,
     weights: dict[str, torch.Tensor],
     hf_config: PretrainedConfig,
-    class_name: str,
-    source_dir: str | None,
+    export: HFExport,
     generation_config: GenerationConfig | None = None,
 ) -> None:
-    """Write ``config.json`` (``architectures = [class_name]``), ``model.safetensors`` and,
-    when given, ``generation_config.json``; copy the tokenizer files of ``source_dir``.
+    """Write ``weights`` as a Hugging Face directory with ``save_pretrained``.
 
-    Not collective: the caller runs it on the one rank that holds the full ``weights``.
+    Sharded safetensors of at most ``export.max_shard_size`` (with an index when more than
+    one), floating-point weights cast to ``export.dtype`` and ``config.json`` recording it,
+    ``architectures = [model_class.__name__]``, ``generation_config.json`` when given, the
+    model's own code files for a remote-code model, and the tokenizer of
+    ``export.source_dir`` (when it has one) saved by the tokenizer's own ``save_pretrained``.
+
+    Not collective: the caller runs it on the one rank that holds the full ``weights``. The
+    model is instantiated on the meta device (no memory) only to drive ``save_pretrained``.
     """
     directory.mkdir(parents=True, exist_ok=True)
     config = copy.deepcopy(hf_config)
-    config.architectures = [class_name]
-    config.save_pretrained(directory)
+    config.architectures = [export.model_class.__name__]
+    config.dtype = export.dtype
+    dtype = export.dtype
+    state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in weights.items()}
+    with torch.device("meta"):
+        model = export.model_class._from_config(config)
     if generation_config is not None:
-        generation_config.save_pretrained(directory)
-    save_file(weights, str(directory / "model.safetensors"), metadata={"format": "pt"})
-    if source_dir is not None:
-        for pattern in TOKENIZER_FILES:
-            for path in Path(source_dir).glob(pattern):
-                shutil.copy2(path, directory / path.name)
+        model.generation_config = generation_config
+    model.save_pretrained(directory, state_dict=state, max_shard_size=export.max_shard_size)
+    if export.source_dir is not None:
+        save_tokenizer(export.source_dir, directory, export.trust_remote_code)
+
+
+def save_tokenizer(source_dir: str | Path, directory: Path, trust_remote_code: bool) -> bool:
+    """Load the tokenizer of ``source_dir`` and ``save_pretrained`` it into ``directory``.
+
+    Returns ``False`` (writing nothing) when ``source_dir`` holds no tokenizer, e.g. a
+    model directory saved without one.
+    """
+    if not any((Path(source_dir) / name).is_file() for name in TOKENIZER_FILES):
+        return False
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(
+        str(source_dir), local_files_only=True, trust_remote_code=trust_remote_code
+    )
+    tokenizer.save_pretrained(directory)
+    return True

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from hf_controller import ConfigurationError
+from hf_engines.hub import resolve_model_path
 
 DType = Literal["float32", "bfloat16", "float16"]
 _DTYPES = typing.get_args(DType)
@@ -40,7 +41,9 @@ class ModelConfig:
     """Which model to train and how to materialise it."""
 
     path: str | None = None
-    """Local Hugging Face model directory (with ``config.json``); no hub is reachable."""
+    """A local Hugging Face model directory (with ``config.json``), or a model id
+    (``org/name``) already in the local Hugging Face cache (``HF_HOME`` / ``HF_HUB_CACHE``);
+    nothing is downloaded at run time."""
     hf_config: dict[str, Any] | None = None
     """A Hugging Face config dict (with ``model_type``) for a randomly initialised model."""
     dtype: DType = "float32"
@@ -51,6 +54,11 @@ class ModelConfig:
     """``causal_lm`` for actor / reference log-probs; ``value`` adds a 1-output critic head."""
     attn_implementation: str = "sdpa"
     """Attention kernel passed to transformers (``sdpa``, ``eager``, ...)."""
+    trust_remote_code: bool = False
+    """Run the Python code a model directory ships (``auto_map`` in its ``config.json``);
+    passed to transformers' ``AutoConfig`` / ``AutoModel*`` / ``AutoTokenizer``."""
+    revision: str | None = None
+    """Branch, tag or commit of a model id in the cache (default ``main``); ids only."""
     remove_padding: Literal["auto", "pack", "trim", "off"] = "auto"
     """Skip padding tokens: ``pack`` all real tokens into one row (varlen), ``trim`` the
     columns that are padding in every row of a micro-batch, or ``off``. ``auto`` packs with
@@ -63,12 +71,12 @@ class ModelConfig:
                 "or model.hf_config (a config dict for random initialisation); "
                 f"got path={self.path!r} and hf_config={'set' if self.hf_config else None}"
             )
-        if self.path is not None and not (Path(self.path) / "config.json").is_file():
-            problem = "does not exist" if not Path(self.path).exists() else "has no config.json"
+        if self.path is not None:
+            _check_model_directory(self.local_path(), self.path, self.trust_remote_code)
+        elif self.revision is not None:
             raise ConfigurationError(
-                f"model.path={self.path!r} {problem}. Set model.path to a local Hugging Face "
-                "model directory (save one with model.save_pretrained(dir)); no model hub is "
-                "reachable at run time. For a randomly initialised model give model.hf_config."
+                f"model.revision={self.revision!r} needs model.path to be a model id; "
+                "model.hf_config builds a random model, which has no revisions"
             )
         if self.hf_config is not None and "model_type" not in self.hf_config:
             raise ConfigurationError(
@@ -78,6 +86,36 @@ class ModelConfig:
         _check_choice("model.dtype", self.dtype, _DTYPES)
         _check_choice("model.head", self.head, ("causal_lm", "value"))
         _check_choice("model.remove_padding", self.remove_padding, ("auto", "pack", "trim", "off"))
+
+    def local_path(self) -> str | None:
+        """The local directory of :attr:`path` (a model id resolved offline through the
+        Hugging Face cache at :attr:`revision`); ``None`` for an ``hf_config`` model."""
+        if self.path is None:
+            return None
+        return str(resolve_model_path(self.path, self.revision))
+
+
+def _check_model_directory(directory: str | None, path: str, trust_remote_code: bool) -> None:
+    """Raise naming the fix unless ``directory`` holds a ``config.json`` transformers can use.
+
+    A config whose ``auto_map`` names the directory's own Python code needs
+    ``trust_remote_code``; checked here so the refusal is ours, before a worker starts.
+    """
+    assert directory is not None
+    config_file = Path(directory) / "config.json"
+    if not config_file.is_file():
+        raise ConfigurationError(
+            f"model.path={path!r} ({directory}) has no config.json. Set model.path to a Hugging "
+            "Face model directory (save one with model.save_pretrained(dir)) or a cached model "
+            "id; for a randomly initialised model give model.hf_config"
+        )
+    auto_map = json.loads(config_file.read_text()).get("auto_map")
+    if auto_map and not trust_remote_code:
+        raise ConfigurationError(
+            f"model.path={path!r} ships its own model code (config.json auto_map: "
+            f"{sorted(auto_map)}), which runs only with model.trust_remote_code=true; set it "
+            "if you trust that code, or use a model whose architecture transformers includes"
+        )
 
 
 @dataclass(frozen=True)
@@ -269,8 +307,9 @@ def _hf_config_dict(model: ModelConfig) -> dict[str, Any]:
     """The model's Hugging Face config as a plain dict (``config.json`` or ``hf_config``)."""
     if model.hf_config is not None:
         return dict(model.hf_config)
-    assert model.path is not None  # guaranteed by ModelConfig
-    loaded: dict[str, Any] = json.loads((Path(model.path) / "config.json").read_text())
+    directory = model.local_path()
+    assert directory is not None  # guaranteed by ModelConfig
+    loaded: dict[str, Any] = json.loads((Path(directory) / "config.json").read_text())
     return loaded
 
 

@@ -110,8 +110,15 @@ class TrainingEngine(Protocol):
         """Restore everything :meth:`save_checkpoint` wrote."""
         ...
 
-    def export_hf(self, directory: str | PathLike[str]) -> None:
-        """Write a Hugging Face model directory that ``from_pretrained`` loads."""
+    def export_hf(
+        self,
+        directory: str | PathLike[str],
+        dtype: str | torch.dtype | None = None,
+        max_shard_size: str | int = "5GB",
+    ) -> None:
+        """Write a Hugging Face model directory that ``from_pretrained`` loads (collective):
+        safetensors shards of at most ``max_shard_size``, weights in ``dtype`` (default: the
+        dtype trained in), the source model's tokenizer alongside."""
         ...
 
     def iter_full_params(self) -> Iterator[tuple[str, torch.Tensor]]:

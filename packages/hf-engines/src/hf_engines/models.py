@@ -1,4 +1,8 @@
-"""Building Hugging Face models from a :class:`ModelConfig` (local files only)."""
+"""Building Hugging Face models from a :class:`ModelConfig` (local files only).
+
+A model path is a local directory or a model id, resolved by
+:func:`hf_engines.hub.resolve_model_path`.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +20,13 @@ from hf_engines.config import ModelConfig
 
 def load_hf_config(config: ModelConfig) -> PretrainedConfig:
     """The transformers config named by ``config``: read from ``path`` or built from a dict."""
-    if config.path is not None:
-        hf_config = AutoConfig.from_pretrained(config.path, local_files_only=True)
+    directory = config.local_path()
+    if directory is not None:
+        hf_config = AutoConfig.from_pretrained(
+            directory,
+            local_files_only=True,
+            trust_remote_code=config.trust_remote_code,
+        )
     else:
         assert config.hf_config is not None  # guaranteed by ModelConfig
         options = dict(config.hf_config)
@@ -44,13 +53,15 @@ def build_hf_model(config: ModelConfig) -> PreTrainedModel:
     dtype = getattr(torch, config.dtype)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
-        if config.path is not None:
+        directory = config.local_path()
+        if directory is not None:
             model = auto_class.from_pretrained(
-                config.path,
+                directory,
                 config=hf_config,
                 dtype=dtype,
                 attn_implementation=config.attn_implementation,
                 local_files_only=True,
+                trust_remote_code=config.trust_remote_code,
             )
         else:
             model = auto_class.from_config(

@@ -104,7 +104,10 @@ class RolloutConfig:
     backend: str = "native"
     """Engine name, a key of ``hf_rollout.ROLLOUT_BACKENDS`` (native, vllm, sglang)."""
     model_path: str | None = None
-    """Local Hugging Face model directory (``from_pretrained``)."""
+    """Local Hugging Face model directory (``from_pretrained``); the trainer resolves a
+    model id to its directory in the local Hugging Face cache before building this."""
+    trust_remote_code: bool = False
+    """Let a model directory run its own code (``auto_map`` in its ``config.json``)."""
     model_config: dict[str, Any] | None = None
     """A transformers config dict (with ``model_type``) for a randomly initialised model;
     weights usually arrive later through ``update_weights``."""

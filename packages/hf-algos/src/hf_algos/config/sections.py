@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from hf_controller import ConfigurationError
 from hf_engines.config import EngineConfig
+from hf_engines.hub import resolve_model_path
 
 
 def _positive(name: str, value: float, allow_zero: bool = False) -> None:
@@ -46,7 +47,8 @@ class DataSection:
     val_files: tuple[str, ...] = ()
     """Held-out prompt files for validation (greedy decoding); empty disables validation."""
     tokenizer_path: str | None = None
-    """Local Hugging Face tokenizer directory; ``None`` uses the actor model's directory."""
+    """A local Hugging Face tokenizer directory or a model id in the local Hugging Face
+    cache; ``None`` uses the actor model's."""
     prompt_key: str = "prompt"
     """Column holding the prompt text (or chat messages)."""
     max_prompt_length: int = 64
@@ -80,12 +82,8 @@ class DataSection:
         _positive("data.num_proc", self.num_proc)
         _existing_files("data.train_files", self.train_files)
         _existing_files("data.val_files", self.val_files)
-        if self.tokenizer_path is not None and not Path(self.tokenizer_path).is_dir():
-            raise ConfigurationError(
-                f"data.tokenizer_path={self.tokenizer_path!r} is not a directory; give a local "
-                "tokenizer directory (tokenizer.save_pretrained(dir)) or leave it unset to "
-                "use the actor model's directory"
-            )
+        if self.tokenizer_path is not None:  # a directory, or an id in the HF cache
+            resolve_model_path(self.tokenizer_path, option="data.tokenizer_path")
         _positive("data.max_prompt_length", self.max_prompt_length)
         _positive("data.train_batch_size", self.train_batch_size)
         if self.val_batch_size is not None:

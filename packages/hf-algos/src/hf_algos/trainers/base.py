@@ -62,6 +62,9 @@ class Trainer:
 
     roles: RoleGroups
     loader: StatefulDataLoader
+    tokenizer: Any = None
+    """The run's tokenizer (subclasses set it); saved with every checkpoint, so
+    :func:`hf_algos.export.export_checkpoint` writes it next to the exported model."""
 
     def __init__(self, trainer: TrainerSection, config_dict: dict[str, Any]) -> None:
         self.trainer_config = trainer
@@ -254,7 +257,7 @@ class Trainer:
     def save_checkpoint(self) -> Path:
         """Save workers and driver state at the current step."""
         directory = self.checkpoints.save(
-            self.global_step, self._driver_state(), self.checkpoint_roles()
+            self.global_step, self._driver_state(), self.checkpoint_roles(), self.tokenizer
         )
         self._resume_point = directory
         return directory

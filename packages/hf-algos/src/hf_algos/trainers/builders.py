@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from transformers import PreTrainedTokenizerBase
@@ -42,8 +43,16 @@ def load_tokenizer(data: DataSection, actor: ActorSection) -> PreTrainedTokenize
     """The tokenizer from ``data.tokenizer_path``, else from the actor's model directory."""
     from transformers import AutoTokenizer
 
-    path = data.tokenizer_path or actor.engine.model.path
-    tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(path)
+    from hf_engines.hub import resolve_model_path
+
+    model = actor.engine.model
+    if data.tokenizer_path is not None:
+        path = resolve_model_path(data.tokenizer_path, option="data.tokenizer_path")
+    else:
+        path = Path(model.local_path() or "")
+    tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(
+        str(path), local_files_only=True, trust_remote_code=model.trust_remote_code
+    )
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -184,8 +193,9 @@ def rollout_class(
     model = actor.engine.model
     config = RolloutConfig(
         backend=rollout.backend,
-        model_path=model.path,
+        model_path=model.local_path(),  # a model id resolved here, in the driver
         model_config=model.hf_config,
+        trust_remote_code=model.trust_remote_code,
         dtype=model.dtype,
         max_model_len=rollout.max_model_len,
         pad_token_id=tokenizer.pad_token_id,

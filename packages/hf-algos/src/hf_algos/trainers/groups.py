@@ -66,7 +66,9 @@ class TrainableGroup(EngineGroup, Checkpointable, Protocol):
         """Restore ``path`` on every rank; one global step per rank."""
         ...
 
-    def export_hf(self, path: str) -> list[None]:
+    def export_hf(
+        self, path: str, dtype: str | None = None, max_shard_size: str | int = "5GB"
+    ) -> list[None]:
         """Write a Hugging Face model directory that ``from_pretrained`` loads."""
         ...
 

@@ -26,7 +26,7 @@ class SFTTrainer(Trainer):
     def __init__(self, config: SFTConfig) -> None:
         super().__init__(config.trainer, config_to_dict(config))
         self.config = config
-        tokenizer = builders.load_tokenizer(config.data, config.actor)
+        self.tokenizer = tokenizer = builders.load_tokenizer(config.data, config.actor)
         data = config.data
         dataset = SFTDataset(data.train_files, tokenizer, config)
         self.loader = StatefulDataLoader(dataset, data.train_batch_size, data.shuffle, data.seed)

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
+from hf_engines.checkpointing import DEFAULT_MAX_SHARD_SIZE, hf_export, save_model_metadata
 from hf_engines.config import EngineConfig
 from hf_engines.engine import LossFn, ModelOutputs
 from hf_engines.fsdp import state
@@ -54,7 +55,7 @@ class FSDPEngine:
         self.device = resolve_device(config.fsdp)
         self.mesh = build_mesh(config.fsdp, self.device.type)
         model = build_hf_model(config.model)
-        self._class_name = type(model).__name__  # before fully_shard renames the class
+        self._model_class = type(model)  # before fully_shard renames the class
         shard_model(model, self.mesh, config.fsdp)
         self.model = model
         optim = config.optim
@@ -219,6 +220,9 @@ class FSDPEngine:
         state.save_checkpoint(
             Path(directory), self.model, self.optimizer, self.scheduler, self._global_step
         )
+        if dist.get_rank() == 0:
+            generation = getattr(self.model, "generation_config", None)
+            save_model_metadata(Path(directory), self.config, self.model.config, generation)
 
     def load_checkpoint(self, directory: str | PathLike[str]) -> None:
         """Restore a checkpoint, possibly saved on a different number of ranks."""
@@ -226,9 +230,20 @@ class FSDPEngine:
             Path(directory), self.model, self.optimizer, self.scheduler
         )
 
-    def export_hf(self, directory: str | PathLike[str]) -> None:
-        """Write a Hugging Face directory (config + safetensors) that ``from_pretrained`` loads."""
-        state.export_hf(Path(directory), self.model, self._class_name, self.config.model.path)
+    def export_hf(
+        self,
+        directory: str | PathLike[str],
+        dtype: str | torch.dtype | None = None,
+        max_shard_size: str | int = DEFAULT_MAX_SHARD_SIZE,
+    ) -> None:
+        """Write a Hugging Face directory that ``from_pretrained`` loads (collective).
+
+        ``save_pretrained``: safetensors shards of at most ``max_shard_size``, weights in
+        ``dtype`` (default: ``model.dtype``, the dtype trained in), the source model's
+        tokenizer alongside. Gathered and written on rank 0.
+        """
+        export = hf_export(self.config.model, self._model_class, dtype, max_shard_size)
+        state.export_hf(Path(directory), self.model, export)
 
     def iter_full_params(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Yield ``(name, full tensor)`` one at a time, with HF ``state_dict()`` names."""

@@ -15,6 +15,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from transformers import PreTrainedModel
 
 from hf_engines.checkpointing import (
+    HFExport,
     load_state_file,
     rng_state,
     set_rng_state,
@@ -110,13 +111,10 @@ def _tied_names(model: PreTrainedModel) -> set[str]:
     return set()
 
 
-def export_hf(
-    directory: Path, model: PreTrainedModel, class_name: str, source_dir: str | None
-) -> None:
-    """Write ``config.json`` and ``model.safetensors`` (collective; rank 0 writes).
+def export_hf(directory: Path, model: PreTrainedModel, export: HFExport) -> None:
+    """Write a Hugging Face directory of ``model`` (collective; rank 0 gathers and writes).
 
-    ``class_name`` is the transformers class to record in ``architectures`` (FSDP2 renames
-    the module's class). Tokenizer files from ``source_dir`` are copied alongside.
+    ``export.model_class`` is the transformers class (FSDP2 renames the module's class).
     """
     rank = dist.get_rank()
     skip = _tied_names(model)
@@ -126,7 +124,5 @@ def export_hf(
             weights[name] = full.detach().to("cpu", copy=True).contiguous()
     if rank == 0:
         generation_config = getattr(model, "generation_config", None)
-        write_hf_directory(
-            directory, weights, model.config, class_name, source_dir, generation_config
-        )
+        write_hf_directory(directory, weights, model.config, export, generation_config)
     dist.barrier()

@@ -21,6 +21,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from transformers import PretrainedConfig
 
 from hf_engines.checkpointing import (
+    HFExport,
     load_state_file,
     rng_state,
     set_rng_state,
@@ -166,13 +167,11 @@ def export_hf(
     directory: Path,
     params: Iterable[tuple[str, torch.Tensor]],
     hf_config: PretrainedConfig,
-    class_name: str,
-    source_dir: str | None,
+    export: HFExport,
 ) -> None:
-    """Write ``config.json`` and ``model.safetensors`` (collective; global rank 0 writes).
+    """Write a Hugging Face directory of ``params`` (collective; global rank 0 writes).
 
-    Tied ``lm_head.weight`` is left out, as transformers re-ties it on load. Tokenizer files
-    of ``source_dir`` are copied alongside.
+    Tied ``lm_head.weight`` is left out, as transformers re-ties it on load.
     """
     rank = dist.get_rank()
     tied = bool(getattr(hf_config, "tie_word_embeddings", False))
@@ -181,5 +180,5 @@ def export_hf(
         if rank == 0 and not (tied and name == "lm_head.weight"):
             weights[name] = tensor.detach().to("cpu", copy=True).contiguous()
     if rank == 0:
-        write_hf_directory(directory, weights, hf_config, class_name, source_dir)
+        write_hf_directory(directory, weights, hf_config, export)
     dist.barrier()

@@ -18,7 +18,12 @@ import torch.distributed as dist
 from megatron.core import parallel_state
 
 from hf_controller import ConfigurationError
-from hf_engines.checkpointing import move_optimizer_state
+from hf_engines.checkpointing import (
+    DEFAULT_MAX_SHARD_SIZE,
+    hf_export,
+    move_optimizer_state,
+    save_model_metadata,
+)
 from hf_engines.config import EngineConfig
 from hf_engines.engine import LossFn, ModelOutputs
 from hf_engines.logprob import response_log_probs
@@ -61,7 +66,7 @@ class MegatronEngine:
         seed_model_parallel_rng(config.model.seed)
         hf_model = build_hf_model(config.model)
         self.hf_config = hf_model.config
-        self._hf_class = type(hf_model).__name__
+        self._hf_class = type(hf_model)
         self._hf_names = list(hf_model.state_dict())
         self._value = config.model.head == "value"
         self._groups = self.hf_config.num_key_value_heads or self.hf_config.num_attention_heads
@@ -227,6 +232,8 @@ class MegatronEngine:
             self._global_step,
             self.config.megatron,
         )
+        if dist.get_rank() == 0:
+            save_model_metadata(Path(directory), self.config, self.hf_config)
 
     def load_checkpoint(self, directory: str | PathLike[str]) -> None:
         """Restore a checkpoint saved with the same world size and parallel layout."""
@@ -248,14 +255,23 @@ class MegatronEngine:
             self._value,
         )
 
-    def export_hf(self, directory: str | PathLike[str]) -> None:
-        """Write a Hugging Face directory (config + safetensors) that ``from_pretrained`` loads."""
+    def export_hf(
+        self,
+        directory: str | PathLike[str],
+        dtype: str | torch.dtype | None = None,
+        max_shard_size: str | int = DEFAULT_MAX_SHARD_SIZE,
+    ) -> None:
+        """Write a Hugging Face directory that ``from_pretrained`` loads (collective).
+
+        ``save_pretrained``: safetensors shards of at most ``max_shard_size``, weights in
+        ``dtype`` (default: ``model.dtype``, the dtype trained in), the source model's
+        tokenizer alongside. Gathered one layer at a time and written on global rank 0.
+        """
         checkpoint.export_hf(
             Path(directory),
             self.iter_full_params(),
             self.hf_config,
-            self._hf_class,
-            self.config.model.path,
+            hf_export(self.config.model, self._hf_class, dtype, max_shard_size),
         )
 
     def offload(self) -> None:

@@ -151,9 +151,12 @@ class TrainableEngineWorker(EngineWorker):
         return self.engine.global_step
 
     @register(Dispatch.ONE_TO_ALL)
-    def export_hf(self, path: str) -> None:
-        """Write a Hugging Face model directory that ``from_pretrained`` loads."""
-        self.engine.export_hf(path)
+    def export_hf(
+        self, path: str, dtype: str | None = None, max_shard_size: str | int = "5GB"
+    ) -> None:
+        """Write a Hugging Face model directory that ``from_pretrained`` loads: sharded
+        safetensors in ``dtype`` (default: the dtype trained in), tokenizer alongside."""
+        self.engine.export_hf(path, dtype, max_shard_size)
 
     @register(Dispatch.ONE_TO_ALL)
     def global_step(self) -> int:

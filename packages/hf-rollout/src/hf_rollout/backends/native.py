@@ -46,7 +46,10 @@ def load_causal_lm(config: RolloutConfig) -> PreTrainedModel:
     attn = config.engine_kwargs.get("attn_implementation", "sdpa")
     if config.model_path is not None:
         model = AutoModelForCausalLM.from_pretrained(
-            config.model_path, dtype=config.torch_dtype, attn_implementation=attn
+            config.model_path,
+            dtype=config.torch_dtype,
+            attn_implementation=attn,
+            trust_remote_code=config.trust_remote_code,
         )
     else:
         options = dict(config.model_config or {})

@@ -69,7 +69,7 @@ from hf_rollout.config import RolloutConfig, SamplingConfig
 logger = logging.getLogger(__name__)
 
 _OWN_KWARGS = {"weight_sync_dir", "weight_shard_bytes", "sleep_level", "kv_cache_space_gib"}
-_RESERVED = {"model", "skip_tokenizer_init", "dtype", "max_model_len", "seed"}
+_RESERVED = {"model", "skip_tokenizer_init", "dtype", "max_model_len", "seed", "trust_remote_code"}
 
 
 def model_eos_ids_from_dir(path: str | os.PathLike[str]) -> list[int]:
@@ -257,6 +257,7 @@ class VLLMRollout:
             dtype=self.config.dtype,
             max_model_len=self.config.max_model_len,
             seed=self.config.seed,
+            trust_remote_code=self.config.trust_remote_code,
         )
         return LLM(**options)
 
