@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import secrets
 from collections.abc import Mapping
 from os import PathLike
 from pathlib import Path
@@ -27,14 +26,13 @@ CONFIG_FILE = "config.yaml"
 
 
 def new_run_id() -> str:
-    """A fresh run id: local time to the second plus 4 random hex digits.
+    """A fresh run id: the local start time to the microsecond.
 
-    ``20250131-142501-3fa2``: sorts by start time (as TensorBoard and W&B list runs), and two
-    runs started in the same second still differ. Letters, digits and ``-`` only, so it is a
-    valid W&B run id too.
+    ``20250131-142501-048213``: sorts by start time (as TensorBoard and W&B list runs, and
+    as :func:`latest_run_dir` relies on), even for runs started in the same second. Letters,
+    digits and ``-`` only, so it is a valid W&B run id too.
     """
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}-{secrets.token_hex(2)}"
+    return datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
 
 
 def run_dir(log_dir: str | PathLike[str], project: str, experiment: str, run_id: str) -> Path:
