@@ -137,7 +137,7 @@ def test_each_run_has_its_own_files_and_a_resumed_run_appends(tmp_path: Path) ->
     with Tracking("proj", "exp", ["jsonl"], tmp_path, run_id=first.run_id) as resumed:
         resumed.log({"x": 3.0}, step=2)
     assert [json.loads(x)["x"] for x in first.metrics_path.open()] == [1.0, 3.0]
-    with pytest.raises(FileNotFoundError, match="trainer.experiment_name"):
+    with pytest.raises(FileNotFoundError, match=r"trainer\.experiment_name"):
         metrics_path(tmp_path, "proj", "other")
 
 
@@ -171,7 +171,7 @@ def test_wandb_mode_decision(tmp_path: Path) -> None:
     assert resolve_wandb_mode("auto", {**with_login, "WANDB_MODE": "offline"})[0] == "offline"
     for explicit in ("online", "offline", "disabled"):  # an explicit choice wins
         assert resolve_wandb_mode(explicit, {**no_netrc, "WANDB_MODE": "online"})[0] == explicit
-    with pytest.raises(ValueError, match="trainer.wandb_mode='on' is not one of"):
+    with pytest.raises(ValueError, match=r"trainer\.wandb_mode='on' is not one of"):
         resolve_wandb_mode("on", no_netrc)
 
 

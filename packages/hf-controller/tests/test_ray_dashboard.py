@@ -53,7 +53,9 @@ def test_dashboard_without_its_packages_names_the_extra() -> None:
     assert "pip install 'hf-controller[dashboard]'" in error and "ray[default]" in error
 
 
-@pytest.mark.skipif(not _dashboard_installed(), reason="needs ray[default] (hf-controller[dashboard])")
+@pytest.mark.skipif(
+    not _dashboard_installed(), reason="needs ray[default] (hf-controller[dashboard])"
+)
 def test_local_dashboard_opt_in_serves_its_url() -> None:
     result = _run()
     assert str(result["url"]).startswith("http://127.0.0.1:"), result
