@@ -269,7 +269,7 @@ def run(overrides: Sequence[str] = (), config_path: Path = CONFIG_PATH) -> list[
         reward.close()
         roles.group.kill()
         roles.pool.release()
-    print(f"{len(history)} steps; model: {model_dir}; metrics: {log_dir}")
+    print(f"{len(history)} steps; model: {model_dir}; metrics: {tracking.run_dir}")
     return history
 
 

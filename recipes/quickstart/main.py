@@ -20,7 +20,6 @@ Run from the repository root (about 2 minutes on 2 idle CPU cores, 3-5 under loa
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_algos.config import RLConfig, SFTConfig, apply_overrides, build_config, read_yaml
+from hf_algos.tracking import metrics_path
 from hf_algos.trainers import PPOTrainer, SFTTrainer
 from recipes.cli import parse_recipe_args
 from recipes.quickstart.plots import plot_curves
@@ -92,6 +92,12 @@ def grpo_config(raw: dict[str, Any], workdir: Path, model_dir: Path, files: dict
     return stage_config(RLConfig, raw["grpo"], fill, "grpo")
 
 
+def run_metrics_path(config: RLConfig | SFTConfig) -> Path:
+    """The ``metrics.jsonl`` of the latest run of ``config``'s project and experiment."""
+    trainer = config.trainer
+    return metrics_path(trainer.log_dir, trainer.project_name, trainer.experiment_name)
+
+
 def run_sft(config: SFTConfig, export_dir: Path) -> Path:
     """The supervised warm-up; exports the warmed-up model to ``export_dir``."""
     with SFTTrainer(config) as trainer:
@@ -119,9 +125,6 @@ def run_quickstart(
     task = build_config(TaskConfig, raw.get("task", {}), "task")
     shape = build_config(ModelShape, raw.get("model", {}), "model")
     print(f"quickstart: writing model, tokenizer and task data to {workdir}")
-    # Each run starts from scratch (resume is off), so the logs of an earlier run in the
-    # same directory would only be mixed into this run's curves.
-    shutil.rmtree(workdir / "logs", ignore_errors=True)
     model_dir = build_model_dir(workdir / "model_init", shape, task.seed)
     files = write_task_files(workdir / "data", task)
     # Both stages are checked before anything trains, so a bad key fails in seconds (the
@@ -133,9 +136,11 @@ def run_quickstart(
     sft_dir = run_sft(warmup, workdir / "model_sft")
     print("stage 2/2: GRPO")
     final_dir = workdir / "model_grpo"
-    run_grpo(grpo_config(raw, workdir, sft_dir, files), final_dir)
+    grpo = grpo_config(raw, workdir, sft_dir, files)
+    run_grpo(grpo, final_dir)
 
-    records = read_metrics(workdir / "logs" / "grpo.jsonl")
+    # this run's own metrics file (each run logs into a new run directory)
+    records = read_metrics(run_metrics_path(grpo))
     accuracy = [r["val/accuracy"] for r in records if "val/accuracy" in r]
     plot = plot_curves(records, workdir / "curves.png", "quickstart: GRPO on reverse-6-letters")
     result = QuickstartResult(

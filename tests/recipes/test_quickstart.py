@@ -17,11 +17,17 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from hf_algos.tracking import metrics_path
 from hf_controller import ConfigurationError
 from recipes.quickstart.main import run_quickstart
 from recipes.quickstart.plots import series
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def grpo_metrics(workdir: Path) -> Path:
+    """The metrics file of the quickstart's latest GRPO run under ``workdir``."""
+    return metrics_path(workdir / "logs", "hybridflow", "grpo")
 
 
 def test_quickstart_smoke_writes_every_output(ray_session: object, tmp_path: Path) -> None:
@@ -39,7 +45,7 @@ def test_quickstart_smoke_writes_every_output(ray_session: object, tmp_path: Pat
     assert 0.0 <= result.accuracy_after_sft <= 1.0
     assert 0.0 <= result.accuracy_after_grpo <= 1.0
 
-    records = [json.loads(line) for line in (tmp_path / "logs" / "grpo.jsonl").open()]
+    records = [json.loads(line) for line in grpo_metrics(tmp_path).open()]
     steps, losses = series(records, "actor/pg_loss")
     assert steps == [1.0, 2.0, 3.0]
     assert all(torch.isfinite(torch.tensor(losses)))
@@ -73,7 +79,7 @@ def test_quickstart_as_shipped_learns_the_task(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     accuracy = [
         record["val/accuracy"]
-        for record in map(json.loads, (tmp_path / "logs" / "grpo.jsonl").open())
+        for record in map(json.loads, grpo_metrics(tmp_path).open())
         if "val/accuracy" in record
     ]
     assert accuracy[0] < 0.5, f"the warm-up alone already solves the task: {accuracy}"

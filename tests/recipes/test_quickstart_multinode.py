@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from hf_algos.tracking import metrics_path
+
 from .conftest import REPO_ROOT, python_path_with_repo_root
 
 
@@ -60,7 +62,8 @@ def test_grpo_with_two_nodes_trains_and_learns(two_node_cluster: str, tmp_path: 
         command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=850
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    records = [json.loads(line) for line in (tmp_path / "logs" / "grpo.jsonl").open()]
+    grpo_metrics = metrics_path(tmp_path / "logs", "hybridflow", "grpo")
+    records = [json.loads(line) for line in grpo_metrics.open()]
     scores = [r["critic/score/mean"] for r in records if "critic/score/mean" in r]
     accuracy = [r["val/accuracy"] for r in records if "val/accuracy" in r]
     first, last = mean(scores[:20]), mean(scores[-20:])

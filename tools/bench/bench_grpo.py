@@ -220,7 +220,13 @@ def hybridflow_column(argv: list[str]) -> int:
     import torch
 
     from hf_algos.data import write_rows
-    from recipes.quickstart.main import CONFIG_PATH, grpo_config, load_recipe_config, run_grpo
+    from recipes.quickstart.main import (
+        CONFIG_PATH,
+        grpo_config,
+        load_recipe_config,
+        run_grpo,
+        run_metrics_path,
+    )
     from recipes.quickstart.task import make_reverse_letters_rows, read_metrics
 
     torch.set_num_threads(args.threads)
@@ -244,8 +250,9 @@ def hybridflow_column(argv: list[str]) -> int:
             f"grpo.data.max_prompt_length={task.PROMPT_LENGTH}",
         ],
     )
-    run_grpo(grpo_config(raw, args.workdir, args.init, files), args.workdir / "model_grpo")
-    records = read_metrics(args.workdir / "logs" / "grpo.jsonl")
+    config = grpo_config(raw, args.workdir, args.init, files)
+    run_grpo(config, args.workdir / "model_grpo")
+    records = read_metrics(run_metrics_path(config))
     args.result.write_text(json.dumps(asdict(record_from_metrics(records, args.threads))))
     return 0
 

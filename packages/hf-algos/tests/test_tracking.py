@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from hf_algos.tracking import (
+    GENERATION_COLUMNS,
     LOGGERS,
     ConsoleLogger,
     RunInfo,
@@ -18,9 +19,13 @@ from hf_algos.tracking import (
     compute_data_metrics,
     compute_throughput_metrics,
     compute_timing_metrics,
+    latest_run_dir,
     merge_worker_metrics,
+    metrics_path,
     register_logger,
+    resolve_wandb_mode,
     timed,
+    write_config,
 )
 from hf_protocol import DataProto
 
@@ -80,25 +85,94 @@ def test_timing_throughput_and_worker_metrics() -> None:
     assert merged == {"actor/pg_loss": pytest.approx(2.0), "actor/lr": pytest.approx(0.1)}
 
 
+GENERATIONS = [
+    {"data_source": "toy", "prompt": "sort 3 1 2", "response": "1 2 3", "ground_truth": "1 2 3",
+     "score": 1.0},
+    {"data_source": "toy", "prompt": "sort 9 | 8", "response": "8\n9", "ground_truth": "8 9",
+     "score": 0.0},
+]  # fmt: skip
+
+
 def test_console_jsonl_tensorboard(tmp_path: Path) -> None:
     tracking = Tracking("proj", "exp", ["console", "jsonl", "tensorboard"], tmp_path)
+    assert tracking.run_dir == tmp_path / "proj" / "exp" / tracking.run_id
     stream = io.StringIO()
     tracking.loggers["console"] = ConsoleLogger(RunInfo("p", "e", tmp_path), stream=stream)
     tracking.log({"critic/score/mean": 0.25, "perf/throughput": 10}, step=1)
     tracking.log({"critic/score/mean": 0.5}, step=2)
+    tracking.log_generations(GENERATIONS, step=2)
     tracking.finish()
     assert "step 2 | critic/score/mean 0.5" in stream.getvalue()
-    lines = [json.loads(x) for x in (tmp_path / "exp.jsonl").read_text().splitlines()]
+    assert "score 1 | prompt 'sort 3 1 2' | response '1 2 3'" in stream.getvalue()
+    lines = [json.loads(x) for x in tracking.metrics_path.read_text().splitlines()]
     assert lines == [
         {"step": 1, "critic/score/mean": 0.25, "perf/throughput": 10.0},
         {"step": 2, "critic/score/mean": 0.5},
     ]
+    generations = [json.loads(x) for x in (tracking.run_dir / "generations.jsonl").open()]
+    assert generations == [{"step": 2, **row} for row in GENERATIONS]
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(tmp_path / "tensorboard" / "exp"))
+    events = EventAccumulator(str(tracking.run_dir))
     events.Reload()
     scalars = events.Scalars("critic/score/mean")
     assert [(s.step, s.value) for s in scalars] == [(1, 0.25), (2, 0.5)]
+    (text,) = events.Tensors("val/generations/text_summary")
+    table = text.tensor_proto.string_val[0].decode()
+    assert text.step == 2 and "sort 9 \\| 8 | 8<br>9 | 8 9 | 0" in table, table
+
+
+def test_each_run_has_its_own_files_and_a_resumed_run_appends(tmp_path: Path) -> None:
+    first = Tracking("proj", "exp", ["jsonl"], tmp_path)
+    first.log({"x": 1.0}, step=1)
+    first.finish()
+    second = Tracking("proj", "exp", ["jsonl"], tmp_path)
+    second.log({"x": 2.0}, step=1)
+    second.finish()
+    assert first.run_dir != second.run_dir  # no silent append to the earlier run's file
+    assert [json.loads(x)["x"] for x in first.metrics_path.open()] == [1.0]
+    assert latest_run_dir(tmp_path, "proj", "exp") == second.run_dir
+    assert metrics_path(tmp_path, "proj", "exp") == second.metrics_path
+    assert metrics_path(tmp_path, "proj", "exp", first.run_id) == first.metrics_path
+    with Tracking("proj", "exp", ["jsonl"], tmp_path, run_id=first.run_id) as resumed:
+        resumed.log({"x": 3.0}, step=2)
+    assert [json.loads(x)["x"] for x in first.metrics_path.open()] == [1.0, 3.0]
+    with pytest.raises(FileNotFoundError, match=r"trainer\.experiment_name"):
+        metrics_path(tmp_path, "proj", "other")
+
+
+def test_config_yaml_round_trips(tmp_path: Path) -> None:
+    import yaml
+
+    config = {"trainer": {"loggers": ("jsonl", "wandb"), "log_dir": tmp_path, "seed": None}}
+    path = write_config(tmp_path / "run" / "config.yaml", config)
+    assert yaml.safe_load(path.read_text()) == {
+        "trainer": {"loggers": ["jsonl", "wandb"], "log_dir": str(tmp_path), "seed": None}
+    }
+
+
+def test_wandb_mode_decision(tmp_path: Path) -> None:
+    no_netrc = {"NETRC": str(tmp_path / "absent")}
+    assert resolve_wandb_mode("auto", no_netrc)[0] == "offline"
+    assert "wandb login" in resolve_wandb_mode("auto", no_netrc)[1]
+    assert resolve_wandb_mode("auto", {**no_netrc, "WANDB_API_KEY": "k" * 40})[0] == "online"
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine api.wandb.ai\n  login user\n  password " + "k" * 40 + "\n")
+    netrc.chmod(0o600)
+    with_login = {"NETRC": str(netrc)}
+    assert resolve_wandb_mode("auto", with_login) == (
+        "online",
+        f"auto: {netrc} has a key for api.wandb.ai (wandb login)",
+    )
+    # a self-hosted server: the key must be for its host
+    assert resolve_wandb_mode("auto", {**with_login, "WANDB_BASE_URL": "https://wb.corp"})[0] == (
+        "offline"
+    )
+    assert resolve_wandb_mode("auto", {**with_login, "WANDB_MODE": "offline"})[0] == "offline"
+    for explicit in ("online", "offline", "disabled"):  # an explicit choice wins
+        assert resolve_wandb_mode(explicit, {**no_netrc, "WANDB_MODE": "online"})[0] == explicit
+    with pytest.raises(ValueError, match=r"trainer\.wandb_mode='on' is not one of"):
+        resolve_wandb_mode("on", no_netrc)
 
 
 def test_registry_and_unknown_names(tmp_path: Path) -> None:
@@ -125,19 +199,41 @@ def test_missing_optional_logger_is_skipped_with_a_message(
         Tracking("p", "e", ["wandb"], tmp_path, strict=True)
 
 
-def test_wandb_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wandb_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     _optional("wandb")
     monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
     with Tracking("proj", "exp", ["wandb"], tmp_path, config={"a": 1}, strict=True) as tracking:
         tracking.log({"critic/score/mean": 0.5}, step=1)
-    assert list((tmp_path / "wandb").glob("offline-run-*"))
+        tracking.log_generations(GENERATIONS, step=1)
+    assert "wandb: mode offline (auto: no API key configured" in capsys.readouterr().out
+    (offline,) = (tracking.run_dir / "wandb").glob(f"offline-run-*-{tracking.run_id}")
+    (table,) = offline.glob("files/media/table/val/generations_1_*.table.json")
+    data = json.loads(table.read_text())
+    assert data["columns"] == list(GENERATION_COLUMNS)
+    assert [row[3] for row in data["data"]] == ["1 2 3", "8\n9"]
 
 
 def test_mlflow_file_store(tmp_path: Path) -> None:
     _optional("mlflow")
     with Tracking("proj", "exp", ["mlflow"], tmp_path, config={"a": {"b": 2}}, strict=True) as t:
         t.log({"critic/score/mean": 0.5}, step=1)
-        t.log({"critic/score/mean": 0.75}, step=2)
+        t.log_generations(GENERATIONS, step=1)
         logger = t.loggers["mlflow"]
-        history = logger.client.get_metric_history(logger.run_id, "critic/score/mean")  # type: ignore[attr-defined]
+        mlflow_run = logger.run_id  # type: ignore[attr-defined]
+    assert (tmp_path / "mlruns").is_dir()  # one store for every run under trainer.log_dir
+    with Tracking("proj", "exp", ["mlflow"], tmp_path, run_id=t.run_id, strict=True) as resumed:
+        resumed.log({"critic/score/mean": 0.75}, step=2)
+        logger = resumed.loggers["mlflow"]
+        assert logger.run_id == mlflow_run  # type: ignore[attr-defined]  # the same MLflow run
+        client = logger.client  # type: ignore[attr-defined]
+        history = client.get_metric_history(mlflow_run, "critic/score/mean")
+        table = Path(client.download_artifacts(mlflow_run, "val_generations.json", str(tmp_path)))
     assert [(m.step, m.value) for m in history] == [(1, 0.5), (2, 0.75)]
+    content = json.loads(table.read_text())
+    assert content["columns"] == list(GENERATION_COLUMNS)
+    assert [row[2] for row in content["data"]] == ["sort 3 1 2", "sort 9 | 8"]

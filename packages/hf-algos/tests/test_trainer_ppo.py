@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 
 from hf_algos.config import RLConfig, load_config
+from hf_algos.tracking import metrics_path
 from hf_algos.trainers import PPOTrainer
 from hf_protocol import DataProto, fields
 from hf_rollout import RolloutConfig, SamplingConfig, build_rollout
@@ -95,8 +97,12 @@ def test_ppo_with_critic_resumes_exactly(
         "critic",
         "trainer_state.pt",
     }
-    lines = (tmp_path / "logs" / "run.jsonl").read_text().splitlines()
+    # the resumed run continues the run id of its checkpoint: one run directory, appended to
+    (run_directory,) = (tmp_path / "logs" / "hybridflow" / "run").iterdir()
+    lines = metrics_path(tmp_path / "logs", "hybridflow", "run").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1, 2, 3, 3]
+    assert yaml.safe_load((run_directory / "config.yaml").read_text())["critic"]["engine"]
+    assert (tmp_path / "a" / "config.yaml").is_file()  # next to the checkpoints too
 
 
 def test_grpo_separate_placement_resumes_and_validates(
@@ -110,8 +116,23 @@ def test_grpo_separate_placement_resumes_and_validates(
         "trainer.placement=separate",
         f"data.val_files=[{val}]",
         "trainer.test_freq=2",
+        "trainer.log_val_generations=3",
+        "trainer.trace_file=trace.json",
     ]
     full, resumed = run_and_resume(base, tmp_path)
+    run_directory = metrics_path(tmp_path / "logs", "hybridflow", "run").parent
+    generations = [json.loads(x) for x in (run_directory / "generations.jsonl").open()]
+    # validations at steps 2 and 3, then 3 again in the resumed run: 3 samples each
+    assert [g["step"] for g in generations] == [2, 2, 2, 3, 3, 3, 3, 3, 3]
+    assert all(g["prompt"] and isinstance(g["score"], float) for g in generations)
+    assert {g["data_source"] for g in generations} == {toy_task_scored}
+    assert all(g["ground_truth"] for g in generations)
+    trace = json.loads((run_directory / "trace.json").read_text())["traceEvents"]
+    calls = {e["name"] for e in trace if e["ph"] == "X"}  # fused roles: "<role>_<method>"
+    for method in ("generate_sequences", "update_actor", "compute_ref_log_prob"):
+        assert any(name.endswith(method) for name in calls), (method, calls)
+    assert len({e["pid"] for e in trace if e["ph"] == "X"}) >= 2  # the actor's and rollout's
+    assert all(e["dur"] >= 0 and e["ts"] > 0 for e in trace if e["ph"] == "X")
     assert_finite(full, [*CORE_METRICS, "actor/kl_loss", "timing_s/ref"])
     assert "val/score/mean" in full[1] and "val/accuracy" in full[2]
     assert f"val/{toy_task_scored}/score/mean" in full[2]

@@ -22,7 +22,7 @@ from hf_controller.errors import (
 from hf_controller.factory import make_worker_group
 from hf_controller.futures import GroupFuture
 from hf_controller.local import LocalWorkerGroup
-from hf_controller.ray.cluster import NodeSummary, cluster_nodes, ensure_ray
+from hf_controller.ray.cluster import NodeSummary, cluster_nodes, dashboard_url, ensure_ray
 from hf_controller.ray.resource_pool import (
     RayResourcePool,
     merge_resource_pool,
@@ -58,6 +58,7 @@ __all__ = [
     "cluster_nodes",
     "create_colocated_worker_cls",
     "create_colocated_worker_cls_fused",
+    "dashboard_url",
     "ensure_ray",
     "export_chrome_trace",
     "make_nd_compute_dataproto_dispatch_fn",

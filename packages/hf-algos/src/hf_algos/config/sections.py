@@ -347,7 +347,22 @@ class TrainerSection:
     """Metric sinks from ``hf_algos.tracking.LOGGERS`` (console, jsonl, tensorboard, wandb,
     mlflow)."""
     log_dir: str = "outputs/logs"
-    """Directory of file-based loggers (jsonl, tensorboard, mlflow store, wandb offline)."""
+    """Root of the run directories: each run logs into its own
+    ``<log_dir>/<project_name>/<experiment_name>/<run id>`` (metrics.jsonl, TensorBoard
+    events, wandb files, config.yaml); the MLflow store is ``<log_dir>/mlruns``."""
+    wandb_mode: Literal["auto", "online", "offline", "disabled"] = "auto"
+    """``auto``: stream to W&B when an API key is configured (``WANDB_API_KEY`` or
+    ``wandb login``), offline files when not; the others are used as given."""
+    log_val_generations: int = 0
+    """Log this many sample generations (prompt, response, ground truth, score) per
+    validation to every logger (a table where it has one); 0 logs none."""
+    trace_file: str | None = None
+    """Write the worker groups' call timeline here as a Chrome trace at the end of ``fit``
+    (and when it fails); a relative path is inside the run directory. Open it in
+    https://ui.perfetto.dev."""
+    ray_dashboard: bool = False
+    """Start the Ray dashboard with the local Ray the trainer starts (needs
+    ``pip install 'ray[default]'``); a cluster started with ``ray start`` has its own."""
     progress_bar: bool = True
     """Show a tqdm progress bar over the steps."""
     test_freq: int = 0
@@ -409,6 +424,7 @@ class TrainerSection:
         _positive("trainer.test_freq", self.test_freq, allow_zero=True)
         _positive("trainer.save_freq", self.save_freq, allow_zero=True)
         _positive("trainer.max_restarts", self.max_restarts, allow_zero=True)
+        _positive("trainer.log_val_generations", self.log_val_generations, allow_zero=True)
         if self.call_timeout_s is not None:
             _positive("trainer.call_timeout_s", self.call_timeout_s)
         resume_dir = Path(self.resume_from) if self.resume_from is not None else None

@@ -6,6 +6,12 @@ the rest:
 
     resume if asked -> [validate] -> for each step: train, [validate], [save], log
 
+Each run logs into its own directory (``<log_dir>/<project>/<experiment>/<run id>``, see
+:mod:`hf_algos.tracking.run_dir`) with its resolved ``config.yaml``; the run id is saved with
+every checkpoint, so a resumed run appends to its own files. ``trainer.trace_file`` writes
+the worker groups' call timeline when ``fit`` ends, and ``trainer.log_val_generations``
+logs sample generations at each validation.
+
 With ``trainer.max_restarts=K``, a worker that dies during a step (its process killed, OOM,
 a crash) does not end the run: the trainer tears every worker group and its pools down,
 builds them again, loads the last checkpoint this run saved or resumed from (or goes back
@@ -29,9 +35,9 @@ from hf_algos.checkpoint import (
 )
 from hf_algos.config.sections import TrainerSection
 from hf_algos.data import StatefulDataLoader
-from hf_algos.tracking import Tracking
+from hf_algos.tracking import CONFIG_FILE, Generation, Tracking, write_config
 from hf_algos.trainers.roles import RoleGroups, build_role_groups
-from hf_controller import RayClassWithInitArgs
+from hf_controller import CallTiming, RayClassWithInitArgs, export_chrome_trace
 from hf_controller.errors import WorkerDiedError, WorkerGroupError
 from hf_protocol import DataProto
 
@@ -78,6 +84,13 @@ class Trainer:
         """Restarts after a dead worker so far (at most ``trainer.max_restarts``)."""
         self._resume_point: Path | None = None  # the checkpoint a restart goes back to
         self._initial_state: dict[str, Any] | None = None  # ... or the start, if none
+        self.run_id: str | None = None
+        """The run's id (its log directory's name): new, or the resumed checkpoint's."""
+        self.val_generations: list[Generation] = []
+        """Sample generations of the current validation (filled by :meth:`validate`, up to
+        ``trainer.log_val_generations``; logged and cleared by the loop)."""
+        self._past_timings: list[CallTiming] = []  # of groups torn down by a restart
+        self._config_saved = False  # config.yaml next to the checkpoints
 
     # ------------------------------------------------------------------ workers
 
@@ -100,6 +113,7 @@ class Trainer:
         trainer tears its groups down: shut-down and restarts both come here)."""
         roles = getattr(self, "roles", None)
         if roles is not None:
+            self._past_timings.extend(roles.timings())
             roles.shutdown()
 
     # ------------------------------------------------------------------ to implement
@@ -109,7 +123,11 @@ class Trainer:
         raise NotImplementedError
 
     def validate(self) -> Metrics:
-        """Metrics on the held-out set (``val/...``); empty when there is none."""
+        """Metrics on the held-out set (``val/...``); empty when there is none.
+
+        A trainer that generates may append up to ``trainer.log_val_generations`` rows
+        (``prompt``, ``response``, ``ground_truth``, ``score``) to :attr:`val_generations`.
+        """
         return {}
 
     def checkpoint_roles(self) -> dict[str, Checkpointable]:
@@ -134,21 +152,25 @@ class Trainer:
         configured = self.trainer_config.total_training_steps
         return configured or self.trainer_config.total_epochs * len(self.loader)
 
+    @property
+    def run_dir(self) -> Path | None:
+        """The run's log directory (``None`` before :meth:`fit` opened it)."""
+        return self.tracking.run_dir if self.tracking is not None else None
+
+    @property
+    def metrics_path(self) -> Path | None:
+        """The run's ``metrics.jsonl`` (``None`` before :meth:`fit` opened the run)."""
+        return self.tracking.metrics_path if self.tracking is not None else None
+
     def fit(self) -> list[Metrics]:
         """Train until :attr:`total_steps`; returns the metrics of the steps run here."""
         config = self.trainer_config
-        self.tracking = Tracking(
-            config.project_name,
-            config.experiment_name,
-            config.loggers,
-            config.log_dir,
-            self.config_dict,
-        )
+        self._initial_state = copy.deepcopy(self._driver_state())
+        self.resume()  # first: a resumed run continues the run id of its checkpoint
+        self.tracking = self._open_run()
         try:
-            self._initial_state = copy.deepcopy(self._driver_state())
-            self.resume()
             if config.val_before_train and self.global_step == 0:
-                self.tracking.log(self.validate(), step=0)
+                self.tracking.log(self._validate(), step=0)
             with self._progress() as bar:
                 while True:
                     try:
@@ -160,8 +182,53 @@ class Trainer:
                         self._restart(error)
                         bar.n = self.global_step
         finally:
+            self._write_trace()
             self.tracking.finish()
         return self.history
+
+    def _open_run(self) -> Tracking:
+        """Open the run's directory and loggers; write its resolved ``config.yaml``."""
+        config = self.trainer_config
+        tracking = Tracking(
+            config.project_name,
+            config.experiment_name,
+            config.loggers,
+            config.log_dir,
+            self.config_dict,
+            run_id=self.run_id,
+            wandb_mode=config.wandb_mode,
+        )
+        self.run_id = tracking.run_id
+        write_config(tracking.run_dir / CONFIG_FILE, self.config_dict)
+        resumed = f" (resumed at step {self.global_step})" if self.global_step else ""
+        print(f"run {self.run_id}{resumed}: logs and config.yaml in {tracking.run_dir}", flush=True)
+        return tracking
+
+    def _validate(self) -> Metrics:
+        """:meth:`validate`, then log its sample generations (``trainer.log_val_generations``)."""
+        self.val_generations = []
+        metrics = self.validate()
+        rows = self.val_generations[: self.trainer_config.log_val_generations]
+        self.val_generations = []
+        if rows and self.tracking is not None:
+            self.tracking.log_generations(rows, self.global_step)
+        return metrics
+
+    def _write_trace(self) -> None:
+        """Write every group's call timings as one Chrome trace (``trainer.trace_file``)."""
+        if self.trainer_config.trace_file is None or self.tracking is None:
+            return
+        path = Path(self.trainer_config.trace_file)
+        if not path.is_absolute():
+            path = self.tracking.run_dir / path
+        roles = getattr(self, "roles", None)
+        records = self._past_timings + (roles.timings() if roles is not None else [])
+        try:  # at the end of a failed run too: never hide the run's own error behind this
+            path.parent.mkdir(parents=True, exist_ok=True)
+            export_chrome_trace(records, path)
+            print(f"trace of {len(records)} call phases: {path} (open in ui.perfetto.dev)")
+        except OSError as error:
+            logger.warning("could not write the trace to %s: %s", path, error)
 
     def _train_steps(self, bar: Any) -> None:
         for batch in self._batches():
@@ -236,7 +303,7 @@ class Trainer:
         last = step >= self.total_steps
         metrics: Metrics = {}
         if config.test_freq and (step % config.test_freq == 0 or last):
-            metrics.update(self.validate())
+            metrics.update(self._validate())
         if config.save_freq and (step % config.save_freq == 0 or last):
             self.save_checkpoint()
         return metrics
@@ -260,6 +327,9 @@ class Trainer:
             self.global_step, self._driver_state(), self.checkpoint_roles(), self.tokenizer
         )
         self._resume_point = directory
+        if not self._config_saved:  # the config the checkpoints were trained with
+            write_config(self.checkpoints.root / CONFIG_FILE, self.config_dict)
+            self._config_saved = True
         return directory
 
     def _driver_state(self) -> dict[str, Any]:
@@ -267,12 +337,15 @@ class Trainer:
             "loader": self.loader.state_dict(),
             "rng": capture_rng_state(),
             "extra": self.extra_state(),
+            "run_id": self.run_id,
         }
 
     def _restore_driver_state(self, state: dict[str, Any]) -> None:
         self.loader.load_state_dict(state["loader"])
         restore_rng_state(state["rng"])
         self.load_extra_state(state.get("extra", {}))
+        # a checkpoint from before run ids (or the start state) keeps the current id
+        self.run_id = state.get("run_id") or self.run_id
 
     def resume(self) -> None:
         """Continue from a checkpoint as ``trainer.resume_mode`` says (no-op for ``disable``).

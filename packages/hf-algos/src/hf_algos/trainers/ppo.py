@@ -54,6 +54,7 @@ from hf_algos.trainers.steps import (
     for_worker,
     generate,
     generation_phase,
+    generation_rows,
     greedy_validation,
     keep_varied_groups,
     tensors,
@@ -292,8 +293,19 @@ class PPOTrainer(Trainer):
         if self.val_data is None:
             return {}
         sampling = builders.sampling_config(self.config.rollout, self.tokenizer, greedy=True)
+        keep, rows = self.trainer_config.log_val_generations, self.val_generations
+
+        def sample(output: DataProto, scores: torch.Tensor) -> None:
+            if len(rows) < keep:
+                rows.extend(generation_rows(output, scores, self._decode, keep - len(rows)))
+
         with generation_phase(self.roles, self.config.actor.engine.offload, {}):
-            return greedy_validation(self.roles.rollout, self.reward, self.val_data, sampling)
+            return greedy_validation(
+                self.roles.rollout, self.reward, self.val_data, sampling, sample if keep else None
+            )
+
+    def _decode(self, ids: list[int]) -> str:
+        return str(self.tokenizer.decode(ids, skip_special_tokens=True))
 
     # ------------------------------------------------------------------ state
 

@@ -32,10 +32,12 @@ from hf_algos.trainers.groups import (
     as_group,
 )
 from hf_controller import (
+    CallTiming,
     Dispatch,
     RayClassWithInitArgs,
     RayResourcePool,
     create_colocated_worker_cls_fused,
+    ensure_ray,
     make_worker_group,
     register,
 )
@@ -228,6 +230,19 @@ class RoleGroups:
             ("receive_weights", self.rollout, self.rollout.receive_weights()),
         )
 
+    def timings(self) -> list[CallTiming]:
+        """Dispatch / execute / collect timings of every call on the run's groups (each role
+        view and top-level group once), for ``hf_controller.export_chrome_trace``."""
+        seen: set[int] = set()
+        records: list[CallTiming] = []
+        for group in [self.actor, *self._optional().values(), *self.owned]:
+            timer = getattr(group, "timer", None)
+            if timer is None or id(timer) in seen:
+                continue
+            seen.add(id(timer))
+            records.extend(timer.records)
+        return sorted(records, key=lambda r: r.start)
+
     def dead_workers(self, timeout_s: float = 10.0) -> list[str]:
         """``"<group> rank <r>"`` of every worker process that has died (Ray backend).
 
@@ -290,6 +305,8 @@ def build_role_groups(
     ``roles`` must hold ``actor``; it may hold ``ref``, ``critic``, ``reward_model``.
     With ``rollout=None`` (offline DPO, SFT) only the training roles are built.
     """
+    if trainer.backend == "ray":  # before any pool: the dashboard starts with Ray or never
+        ensure_ray(include_dashboard=trainer.ray_dashboard)
     hybrid = trainer.placement == "hybrid" and rollout is not None
     fused_roles = dict(roles)
     if hybrid:

@@ -4,7 +4,8 @@ phases, dynamic-sampling group filters, greedy validation."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -12,7 +13,7 @@ from tensordict import TensorDict
 
 from hf_algos.advantages.grouping import first_groups_rows, group_ids, varied_group_rows
 from hf_algos.data import RLDataset
-from hf_algos.tracking import merge_worker_metrics, timed
+from hf_algos.tracking import Generation, merge_worker_metrics, timed
 from hf_algos.trainers import builders
 from hf_algos.trainers.groups import RewardScorer, RolloutGroup
 from hf_algos.trainers.roles import RoleGroups
@@ -134,9 +135,14 @@ def greedy_validation(
     reward: RewardScorer,
     val_data: tuple[RLDataset, int],
     sampling: SamplingConfig,
+    on_batch: Callable[[DataProto, torch.Tensor], None] | None = None,
 ) -> Metrics:
     """Greedy answers to every validation prompt, scored: ``val/score/mean``,
-    ``val/accuracy`` and ``val/<data_source>/score/mean``."""
+    ``val/accuracy`` and ``val/<data_source>/score/mean``.
+
+    ``on_batch(output, scores)`` sees each generated batch and its ``(B,)`` scores (e.g. to
+    keep sample generations, see :func:`generation_rows`).
+    """
     scores: list[torch.Tensor] = []
     sources: list[np.ndarray] = []
     for prompts in builders.all_batches(*val_data):
@@ -144,7 +150,37 @@ def greedy_validation(
         scored = reward.score(output)
         scores.append(tensors(scored)[fields.TOKEN_LEVEL_SCORES].sum(-1))
         sources.append(np.asarray(output.non_tensor_batch[fields.DATA_SOURCE]))
+        if on_batch is not None:
+            on_batch(output, scores[-1])
     return validation_metrics(torch.cat(scores), np.concatenate(sources))
+
+
+def generation_rows(
+    output: DataProto, scores: torch.Tensor, decode: Callable[[list[int]], str], limit: int
+) -> list[Generation]:
+    """The first ``limit`` rows of a generated batch as loggable generations.
+
+    ``output`` holds ``responses`` / ``response_mask`` ``(B, R)`` and the loader's
+    non-tensor columns; ``scores`` is ``(B,)``. Each row: ``data_source``, ``prompt`` (the
+    raw prompt; chat messages as JSON), ``response`` (decoded, padding dropped),
+    ``ground_truth`` and ``score``.
+    """
+    batch, extra = tensors(output), output.non_tensor_batch
+    rows: list[Generation] = []
+    for i in range(min(limit, len(output))):
+        ids = batch[fields.RESPONSES][i][batch[fields.RESPONSE_MASK][i].bool()].tolist()
+        prompt = extra[fields.RAW_PROMPT][i] if fields.RAW_PROMPT in extra else ""
+        truth = extra[fields.REWARD_MODEL][i] if fields.REWARD_MODEL in extra else None
+        rows.append(
+            {
+                "data_source": str(extra[fields.DATA_SOURCE][i]),
+                "prompt": prompt if isinstance(prompt, str) else json.dumps(prompt, default=str),
+                "response": decode(ids),
+                "ground_truth": str((truth or {}).get("ground_truth", "")),
+                "score": float(scores[i]),
+            }
+        )
+    return rows
 
 
 def validation_metrics(scores: torch.Tensor, sources: np.ndarray) -> Metrics:

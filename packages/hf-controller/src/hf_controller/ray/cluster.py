@@ -47,8 +47,13 @@ def ensure_ray(**init_kwargs: Any) -> None:
       (``RAY_AUTH_MODE=token`` unless set otherwise, see :func:`use_token_auth_by_default`):
       another local user's process cannot reach the GCS or raylets without the token.
 
-    Either way the dashboard is off unless ``include_dashboard`` is given, and the
-    namespace defaults to ``"hybridflow"``. Other keyword arguments go to ``ray.init``.
+    The Ray dashboard: a cluster joined by address keeps whatever it was started with
+    (``ray start --head`` runs one unless told otherwise; its URL is logged).
+    A local Ray starts without one unless ``include_dashboard=True``, which needs the
+    dashboard's packages (``pip install 'hf-controller[dashboard]'``, i.e. ``ray[default]``):
+    without them it is a :class:`ConfigurationError` saying so; with them the URL is
+    logged and returned by :func:`dashboard_url`. The namespace defaults to
+    ``"hybridflow"``. Other keyword arguments go to ``ray.init``.
     """
     import ray
 
@@ -58,20 +63,54 @@ def ensure_ray(**init_kwargs: Any) -> None:
     address = init_kwargs.get("address") or os.environ.get("RAY_ADDRESS") or "local"
     joining = address != "local"
     if joining:
-        for name in _START_ONLY_ARGS:
+        for name in (*_START_ONLY_ARGS, "include_dashboard"):
             init_kwargs.pop(name, None)
     else:
+        if init_kwargs.get("include_dashboard"):
+            _check_dashboard_installed()
         use_loopback_by_default()
         use_token_auth_by_default()
         # Explicit: without it ray.init would attach to any cluster it finds on this machine
         # (a `ray start` left running, a test cluster), which is joining, not starting.
         init_kwargs["address"] = "local"
-    init_kwargs.setdefault("include_dashboard", False)
+        init_kwargs.setdefault("include_dashboard", False)
     init_kwargs.setdefault("namespace", "hybridflow")
     ray.init(**init_kwargs)
     _local_gcs_address = None if joining else ray.get_runtime_context().gcs_address
     if not joining:
         _keep_token_private()
+    url = dashboard_url()
+    if url is not None:
+        logger.warning("Ray dashboard: %s", url)  # warning: shown by default logging config
+
+
+def dashboard_url() -> str | None:
+    """``http://host:port`` of the Ray dashboard of the connected cluster, or ``None`` when
+    it has none (or Ray is not initialised here)."""
+    import ray
+
+    if not ray.is_initialized():
+        return None
+    node = ray._private.worker._global_node  # the public accessor is deprecated for this
+    url = getattr(node, "webui_url", None) if node is not None else None
+    if not url:
+        return None
+    return url if "://" in url else f"http://{url}"
+
+
+def _check_dashboard_installed() -> None:
+    """Refuse ``include_dashboard=True`` early when the dashboard's packages are missing
+    (Ray would log an error and raise a bare ``Exception`` from deep inside ``ray.init``)."""
+    from ray._private.utils import get_dashboard_dependency_error
+
+    error = get_dashboard_dependency_error()
+    if error is not None:
+        raise ConfigurationError(
+            f"the Ray dashboard was asked for (include_dashboard=True, e.g. "
+            f"trainer.ray_dashboard=true) but its packages are not installed ({error}); run "
+            f"pip install 'hf-controller[dashboard]' (which installs 'ray[default]'), or turn "
+            f"the dashboard off"
+        )
 
 
 def use_token_auth_by_default() -> None:
