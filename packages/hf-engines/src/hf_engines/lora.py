@@ -152,12 +152,15 @@ def iter_merged_params(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tens
             continue
         if name in by_base:
             merged_name, layer = by_base[name]
-            yield merged_name, merged_weight(
-                _full(tensor),
-                _full(state[layer.lora_a]),
-                _full(state[layer.lora_b]),
-                layer.scale,
-                layer.fan_in_fan_out,
+            yield (
+                merged_name,
+                merged_weight(
+                    _full(tensor),
+                    _full(state[layer.lora_a]),
+                    _full(state[layer.lora_b]),
+                    layer.scale,
+                    layer.fan_in_fan_out,
+                ),
             )
         else:
             yield name.replace(".base_layer.", "."), _full(tensor)

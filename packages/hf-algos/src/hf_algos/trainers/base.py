@@ -62,6 +62,9 @@ class Trainer:
 
     roles: RoleGroups
     loader: StatefulDataLoader
+    actor_is_reference: bool = False
+    """The actor group serves ``compute_ref_log_prob`` (LoRA: the base model, adapters off)
+    instead of a reference group of its own."""
 
     def __init__(self, trainer: TrainerSection, config_dict: dict[str, Any]) -> None:
         self.trainer_config = trainer
@@ -85,7 +88,9 @@ class Trainer:
     def build_workers(self) -> None:
         """Create the worker groups and build their models (at start-up and after a restart)."""
         roles, rollout = self.worker_classes()
-        self.roles = build_role_groups(self.trainer_config, roles, rollout)
+        self.roles = build_role_groups(
+            self.trainer_config, roles, rollout, ref_from_actor=self.actor_is_reference
+        )
         self.roles.init_models()
         self.workers_ready()
 

@@ -235,9 +235,7 @@ class FSDPEngine:
             grads = [p.grad for p in self.trainable if p.grad is not None]
             norm = torch.nn.utils.get_total_norm(grads, foreach=True)
         else:
-            norm = torch.nn.utils.clip_grad_norm_(
-                self.trainable, max_norm=max_norm, foreach=True
-            )
+            norm = torch.nn.utils.clip_grad_norm_(self.trainable, max_norm=max_norm, foreach=True)
         if isinstance(norm, DTensor):
             norm = norm.full_tensor()
         return float(norm)
