@@ -65,8 +65,11 @@ class FSDPEngine:
             # Imported only with LoRA on: peft is the optional ``lora`` extra.
             from hf_engines.lora import apply_lora
 
-            # Adapters before fully_shard, so FSDP2 shards them with their blocks.
-            self._peft = apply_lora(model, self.lora)
+            # Adapters before fully_shard, so FSDP2 shards them with their blocks; their
+            # random init is seeded so every rank (and every world size) draws the same.
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(config.model.seed)
+                self._peft = apply_lora(model, self.lora)
         shard_model(model, self.mesh, config.fsdp)
         self.model = model
         # With LoRA only the adapters: the frozen base gets neither gradients nor AdamW state.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -51,6 +52,7 @@ def save_checkpoint(
     that do not train (a LoRA run's base model, reloaded from its own files).
     """
     model_state, optim_state = get_state_dict(model, optimizer, options=_options(frozen))
+    model_state = _without_frozen(model, model_state, frozen)
     dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=directory / _DCP_DIR)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     extra = {"scheduler": scheduler.state_dict(), "global_step": global_step, "rng": rng_state()}
@@ -80,6 +82,7 @@ def load_checkpoint(
         )
     options = _options(frozen)
     model_state, optim_state = get_state_dict(model, optimizer, options=options)
+    model_state = _without_frozen(model, model_state, frozen)
     # DCP loads into these dicts in place, resharding to this run's layout.
     # The safe reader and planner never unpickle code (see hf_engines.fsdp.safe_dcp); the
     # check up front raises the named error itself instead of DCP's per-rank wrapper of it.
@@ -107,6 +110,18 @@ def _options(frozen: bool) -> StateDictOptions:
     """State-dict options: with ``frozen=False`` only the parameters that train."""
     # strict=False: the frozen parameters are absent on purpose (they keep their weights).
     return StateDictOptions(ignore_frozen_params=not frozen, strict=frozen)
+
+
+def _without_frozen(
+    model: torch.nn.Module, model_state: dict[str, Any], frozen: bool
+) -> dict[str, Any]:
+    """``model_state`` as is, or with ``frozen=False`` only the entries of trainable
+    parameters: ``ignore_frozen_params`` still keeps a tied output head (a second name of
+    the frozen embedding, vocab x hidden)."""
+    if frozen:
+        return model_state
+    trainable = {name for name, param in model.named_parameters() if param.requires_grad}
+    return {name: value for name, value in model_state.items() if name in trainable}
 
 
 def iter_full_params(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
