@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.distributed.tensor import DTensor
@@ -67,7 +67,8 @@ def apply_lora(model: PreTrainedModel, config: LoRAConfig) -> Any:
         targets = "all-linear"  # peft expands this string, not a list holding it
     peft_config = LoraConfig(
         r=config.rank,
-        lora_alpha=config.alpha,
+        # peft annotates an int but scales by alpha / r for any number (alpha=16.0 or 0.5).
+        lora_alpha=cast(int, config.alpha),
         lora_dropout=config.dropout,
         target_modules=targets,
         bias="none",
