@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 from hf_engines.config import (
     EngineConfig,
     FSDPConfig,
+    LoRAConfig,
     MegatronConfig,
     MicroBatchConfig,
     ModelConfig,
@@ -49,6 +50,7 @@ __all__ = [
     "EngineConfig",
     "FSDPConfig",
     "FSDPEngine",
+    "LoRAConfig",
     "LossFn",
     "LossOutput",
     "MegatronConfig",

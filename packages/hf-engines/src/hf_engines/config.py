@@ -225,6 +225,68 @@ class MicroBatchConfig:
             _check_positive("micro_batch.max_tokens", self.max_tokens)
 
 
+@dataclass(frozen=True)
+class LoRAConfig:
+    """Low-rank adapters (LoRA, through ``peft``) on a trained model; ``rank=0`` is off.
+
+    With LoRA on, the base weights are frozen and only the adapters train (and sit in the
+    optimizer and the checkpoints); the rollout and a merged export get ``W + alpha/rank *
+    B @ A`` under the base model's own parameter names. See ``docs/lora.md``.
+    """
+
+    rank: int = 0
+    """Rank ``r`` of each adapter; 0 trains every weight (no ``peft`` import at all)."""
+    alpha: float = 16.0
+    """Adapter scale numerator: the update is ``alpha / rank * B @ A``."""
+    target_modules: tuple[str, ...] = ("all-linear",)
+    """Module names (suffixes) that get adapters, as ``peft`` matches them; ``all-linear``
+    takes every linear layer except the output head."""
+    dropout: float = 0.0
+    """Dropout on the adapter's input during training."""
+
+    def __post_init__(self) -> None:
+        targets = self.target_modules
+        object.__setattr__(
+            self, "target_modules", (targets,) if isinstance(targets, str) else tuple(targets)
+        )
+        _check_positive("lora.rank", self.rank, allow_zero=True)
+        _check_positive("lora.alpha", self.alpha)
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigurationError(f"lora.dropout={self.dropout!r} must be in [0, 1)")
+        if not self.target_modules:
+            raise ConfigurationError(
+                "lora.target_modules is empty; name the layers to adapt (e.g. [q_proj, v_proj]) "
+                "or keep the default [all-linear]"
+            )
+        if "all-linear" in self.target_modules and len(self.target_modules) > 1:
+            raise ConfigurationError(
+                f"lora.target_modules={list(self.target_modules)!r} mixes 'all-linear' with "
+                "module names; give either [all-linear] or only module names"
+            )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether adapters are used (``rank > 0``)."""
+        return self.rank > 0
+
+
+def check_lora_backend(lora: LoRAConfig, engine: EngineConfig, role: str) -> None:
+    """Raise naming the fix when ``lora`` is on for an engine that cannot train adapters."""
+    if not lora.enabled:
+        return
+    if engine.backend != "fsdp":
+        raise ConfigurationError(
+            f"{role}: lora.rank={lora.rank} needs the FSDP2 engine, but backend="
+            f"{engine.backend!r}; set backend='fsdp' (the Megatron engine trains full weights "
+            "only) or lora.rank=0"
+        )
+    if engine.model.head != "causal_lm":
+        raise ConfigurationError(
+            f"{role}: LoRA adapts causal-LM policies; model.head={engine.model.head!r} would "
+            "leave a new value head frozen at its random initialisation; set lora.rank=0"
+        )
+
+
 _MEGATRON_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hf_controller import ConfigurationError
-from hf_engines.config import EngineConfig
+from hf_engines.config import EngineConfig, LoRAConfig, check_lora_backend
 from hf_engines.hub import resolve_model_path
 
 
@@ -153,8 +153,13 @@ class ActorSection:
     """Take ``old_log_probs`` from the rollout (the behaviour policy that sampled the batch)
     instead of recomputing them with the actor: saves one forward pass per step; the two
     differ only by numerical differences between the engines (dtype, kernels)."""
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    """LoRA adapters through peft (``rank > 0``, FSDP engine): only the adapters train, the
+    rollout gets merged weights, and the reference policy is the base model with the
+    adapters off (no separate reference copy). See ``docs/lora.md``."""
 
     def __post_init__(self) -> None:
+        check_lora_backend(self.lora, self.engine, "actor")
         _positive("actor.ppo_mini_batch_size", self.ppo_mini_batch_size)
         _positive("actor.ppo_epochs", self.ppo_epochs)
         _positive("actor.entropy_coeff", self.entropy_coeff, allow_zero=True)

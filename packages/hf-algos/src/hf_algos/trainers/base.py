@@ -71,6 +71,9 @@ class Trainer:
     tokenizer: Any = None
     """The run's tokenizer (subclasses set it); saved with every checkpoint, so
     :func:`hf_algos.export.export_checkpoint` writes it next to the exported model."""
+    actor_is_reference: bool = False
+    """The actor group serves ``compute_ref_log_prob`` (LoRA: the base model, adapters off)
+    instead of a reference group of its own."""
 
     def __init__(self, trainer: TrainerSection, config_dict: dict[str, Any]) -> None:
         self.trainer_config = trainer
@@ -101,7 +104,9 @@ class Trainer:
     def build_workers(self) -> None:
         """Create the worker groups and build their models (at start-up and after a restart)."""
         roles, rollout = self.worker_classes()
-        self.roles = build_role_groups(self.trainer_config, roles, rollout)
+        self.roles = build_role_groups(
+            self.trainer_config, roles, rollout, ref_from_actor=self.actor_is_reference
+        )
         self.roles.init_models()
         self.workers_ready()
 

@@ -149,12 +149,16 @@ def actor_class_with_loss(
         shuffle=actor.shuffle,
         seed=trainer.seed,
         row_group_size=row_group_size,
+        lora=actor.lora,
     )
     return RayClassWithInitArgs(SyncActorWorker, config, loss_fn)
 
 
-def reference_class(actor: ActorSection) -> RayClassWithInitArgs:
-    """A frozen copy of the actor's initial model."""
+def reference_class(actor: ActorSection) -> RayClassWithInitArgs | None:
+    """A frozen copy of the actor's initial model; ``None`` with LoRA, whose actor is its
+    own reference (the base model with the adapters off)."""
+    if actor.lora.enabled:
+        return None
     engine = EngineConfig(
         model=actor.engine.model, fsdp=actor.engine.fsdp, micro_batch=actor.engine.micro_batch
     )

@@ -64,8 +64,11 @@ class DPOTrainer(Trainer):
             "actor": builders.actor_class_with_loss(
                 config.actor, config.trainer, loss_fn, rows, row_group_size=2
             ),
-            "ref": builders.reference_class(config.actor),
         }
+        reference = builders.reference_class(config.actor)
+        if reference is not None:
+            roles["ref"] = reference
+        self.actor_is_reference = reference is None  # LoRA: the base, adapters off
         rollout = (
             builders.rollout_class(config.rollout, config.actor, config.trainer, self.tokenizer)
             if self.online

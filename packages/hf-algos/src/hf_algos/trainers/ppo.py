@@ -92,6 +92,7 @@ class PPOTrainer(Trainer):
         needed = roles_needed(config, self.estimator)
         self.use_critic = "critic" in needed
         self.use_ref = "ref" in needed
+        self.actor_is_reference = self.use_ref and config.actor.lora.enabled
         self.reward: RewardScorer
         # Rule-based scoring is built (and one row scored) before the worker groups, so a
         # reward function that cannot be loaded or called fails set-up within seconds.
@@ -115,8 +116,9 @@ class PPOTrainer(Trainer):
     def _role_classes(self) -> dict[str, RayClassWithInitArgs]:
         config = self.config
         roles = {"actor": builders.actor_class(config.actor, config.trainer)}
-        if self.use_ref:
-            roles["ref"] = builders.reference_class(config.actor)
+        reference = builders.reference_class(config.actor) if self.use_ref else None
+        if reference is not None:
+            roles["ref"] = reference
         if self.use_critic:
             assert config.critic is not None  # validated
             roles["critic"] = builders.critic_class(config.critic, config.trainer)

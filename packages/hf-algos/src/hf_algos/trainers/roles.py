@@ -188,7 +188,7 @@ class RoleGroups:
         ``separate`` placement, then open the actor -> rollout weight channel."""
         self.actor.init_model()
         for group in self._optional().values():  # ref, critic, reward model, then rollout
-            if group is not None:
+            if group is not None and group is not self.actor:  # a LoRA actor is its own ref
                 group.init_model()
         if not self.fused and self._rollout is not None:
             self._open_weight_channel(self._rollout)
@@ -299,11 +299,13 @@ def build_role_groups(
     trainer: TrainerSection,
     roles: dict[str, RayClassWithInitArgs],
     rollout: RayClassWithInitArgs | None,
+    ref_from_actor: bool = False,
 ) -> RoleGroups:
     """Create the groups for ``roles`` (training roles by name) and the ``rollout`` role.
 
     ``roles`` must hold ``actor``; it may hold ``ref``, ``critic``, ``reward_model``.
-    With ``rollout=None`` (offline DPO, SFT) only the training roles are built.
+    With ``rollout=None`` (offline DPO, SFT) only the training roles are built. With
+    ``ref_from_actor`` the actor group is also the reference (a LoRA actor's base model).
     """
     if trainer.backend == "ray":  # before any pool: the dashboard starts with Ray or never
         ensure_ray(include_dashboard=trainer.ray_dashboard)
@@ -355,7 +357,7 @@ def build_role_groups(
         actor=as_group(views["actor"], ActorGroup),
         fused=hybrid,
         rollout=_optional_group(rollout_group, RolloutGroup),
-        ref=_optional_group(views.get("ref"), ReferenceGroup),
+        ref=_optional_group(views["actor"] if ref_from_actor else views.get("ref"), ReferenceGroup),
         critic=_optional_group(views.get("critic"), CriticGroup),
         reward_model=_optional_group(views.get("reward_model"), RewardModelGroup),
         owned=owned,

@@ -10,13 +10,14 @@ import math
 from collections.abc import Iterator
 from os import PathLike
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from hf_engines.checkpointing import DEFAULT_MAX_SHARD_SIZE, hf_export, save_model_metadata
-from hf_engines.config import EngineConfig
+from hf_engines.config import EngineConfig, LoRAConfig, check_lora_backend
 from hf_engines.engine import LossFn, ModelOutputs
 from hf_engines.fsdp import state
 from hf_engines.fsdp.forward import forward_micro_batch
@@ -41,10 +42,11 @@ class FSDPEngine:
     """A :class:`~hf_engines.engine.TrainingEngine` over FSDP2.
 
     Every rank of the default process group holds one shard of the model and of the AdamW
-    state. Build it on every rank with the same ``config``.
+    state. Build it on every rank with the same ``config``. With ``lora`` enabled the base
+    weights are frozen and only the adapters train (see :mod:`hf_engines.lora`).
     """
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, lora: LoRAConfig | None = None) -> None:
         if not dist.is_initialized():
             raise RuntimeError(
                 "FSDPEngine needs torch.distributed to be initialised first; call "
@@ -56,14 +58,30 @@ class FSDPEngine:
         self.mesh = build_mesh(config.fsdp, self.device.type)
         model = build_hf_model(config.model)
         self._model_class = type(model)  # before fully_shard renames the class
+        self.lora = lora if lora is not None and lora.enabled else None
+        """The adapters' config, or ``None`` when every weight trains."""
+        self._peft: Any = None
+        if self.lora is not None:
+            check_lora_backend(self.lora, config, "FSDPEngine")
+            # Imported only with LoRA on: peft is the optional ``lora`` extra.
+            from hf_engines.lora import apply_lora
+
+            # Adapters before fully_shard, so FSDP2 shards them with their blocks; their
+            # random init is seeded so every rank (and every world size) draws the same.
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(config.model.seed)
+                self._peft = apply_lora(model, self.lora)
         shard_model(model, self.mesh, config.fsdp)
         self.model = model
+        # With LoRA only the adapters: the frozen base gets neither gradients nor AdamW state.
+        self.trainable = [p for p in model.parameters() if p.requires_grad]
+        """The parameters the optimizer steps."""
         optim = config.optim
         # foreach=True: torch picks it only for CUDA parameters; on the CPU the default
         # per-tensor loop pays one DTensor dispatch per op and parameter (the step of the
         # quickstart's 0.5M-parameter model: 3.0 -> 1.7 ms), and the result is bit-identical.
         self.optimizer = torch.optim.AdamW(
-            model.parameters(),
+            self.trainable,
             lr=optim.lr,
             betas=optim.betas,
             eps=optim.eps,
@@ -143,6 +161,21 @@ class FSDPEngine:
         entropy = torch.cat([out["entropy"] for out in outputs]).cpu()
         return log_probs, entropy
 
+    def compute_base_log_prob(
+        self, batch: DataProto, temperature: float = 1.0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`compute_log_prob` of the base model, the LoRA adapters switched off: the
+        reference policy of a LoRA run, without a second copy of the model."""
+        if self.lora is None:
+            raise ValueError(
+                "compute_base_log_prob needs LoRA (lora.rank > 0); without adapters the base "
+                "model is the trained model, so use a separate reference engine"
+            )
+        from hf_engines.lora import adapters_disabled
+
+        with adapters_disabled(self.model):
+            return self.compute_log_prob(batch, temperature)
+
     def compute_values(self, batch: DataProto) -> torch.Tensor:
         """Value-head outputs at the response positions; ``(B, R)`` float32 on CPU."""
         if self.config.model.head != "value":
@@ -203,12 +236,10 @@ class FSDPEngine:
         max_norm = self.config.optim.grad_clip
         if max_norm is None:
             # Only the norm: clip_grad_norm_ would also multiply every gradient by 1.0.
-            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+            grads = [p.grad for p in self.trainable if p.grad is not None]
             norm = torch.nn.utils.get_total_norm(grads, foreach=True)
         else:
-            norm = torch.nn.utils.clip_grad_norm_(
-                self.model.parameters(), max_norm=max_norm, foreach=True
-            )
+            norm = torch.nn.utils.clip_grad_norm_(self.trainable, max_norm=max_norm, foreach=True)
         if isinstance(norm, DTensor):
             norm = norm.full_tensor()
         return float(norm)
@@ -216,18 +247,29 @@ class FSDPEngine:
     # ------------------------------------------------------------------ state
 
     def save_checkpoint(self, directory: str | PathLike[str]) -> None:
-        """Save model, optimizer, scheduler, step and RNG state (sharded, via DCP)."""
+        """Save model, optimizer, scheduler, step and RNG state (sharded, via DCP).
+
+        With LoRA only the adapters and their optimizer state are saved (the base is
+        reloaded from ``model.path``), and ``adapter/`` holds them in peft's layout.
+        """
         state.save_checkpoint(
-            Path(directory), self.model, self.optimizer, self.scheduler, self._global_step
+            Path(directory),
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            self._global_step,
+            frozen=self.lora is None,
         )
         if dist.get_rank() == 0:
             generation = getattr(self.model, "generation_config", None)
             save_model_metadata(Path(directory), self.config, self.model.config, generation)
+        if self.lora is not None:
+            self.export_adapter(Path(directory) / "adapter")
 
     def load_checkpoint(self, directory: str | PathLike[str]) -> None:
         """Restore a checkpoint, possibly saved on a different number of ranks."""
         self._global_step = state.load_checkpoint(
-            Path(directory), self.model, self.optimizer, self.scheduler
+            Path(directory), self.model, self.optimizer, self.scheduler, frozen=self.lora is None
         )
 
     def export_hf(
@@ -240,13 +282,38 @@ class FSDPEngine:
 
         ``save_pretrained``: safetensors shards of at most ``max_shard_size``, weights in
         ``dtype`` (default: ``model.dtype``, the dtype trained in), the source model's
-        tokenizer alongside. Gathered and written on rank 0.
+        tokenizer alongside. Gathered and written on rank 0. With LoRA the adapters are
+        merged into the weights written (the trained ones stay as they are);
+        :meth:`export_adapter` writes the adapter alone.
         """
         export = hf_export(self.config.model, self._model_class, dtype, max_shard_size)
-        state.export_hf(Path(directory), self.model, export)
+        state.export_hf(Path(directory), self.model, export, params=self.iter_full_params())
+
+    def export_adapter(self, directory: str | PathLike[str]) -> None:
+        """Write the LoRA adapter alone in peft's layout (``adapter_config.json`` +
+        ``adapter_model.safetensors``; ``PeftModel.from_pretrained`` loads it). Collective."""
+        if self.lora is None:
+            raise ValueError(
+                "export_adapter needs LoRA (lora.rank > 0); this engine trains every weight, "
+                "so export the whole model with export_hf"
+            )
+        from hf_engines.lora import gather_adapter, write_adapter
+
+        adapter = gather_adapter(self.model)
+        if dist.get_rank() == 0:
+            write_adapter(Path(directory), self.model, self._peft, adapter, self.config.model.path)
+        dist.barrier()
 
     def iter_full_params(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Yield ``(name, full tensor)`` one at a time, with HF ``state_dict()`` names."""
+        """Yield ``(name, full tensor)`` one at a time, with HF ``state_dict()`` names.
+
+        With LoRA each adapted weight is yielded merged (``W + scale * B @ A``) under the
+        base model's name: what the rollout and an export need.
+        """
+        if self.lora is not None:
+            from hf_engines.lora import iter_merged_params
+
+            return iter_merged_params(self.model)
         return state.iter_full_params(self.model)
 
     def offload(self) -> None:

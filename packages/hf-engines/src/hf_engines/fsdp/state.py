@@ -5,11 +5,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_state_dict,
+    set_state_dict,
+)
 from torch.distributed.tensor import DTensor
 from torch.optim.lr_scheduler import LRScheduler
 from transformers import PreTrainedModel
@@ -39,13 +44,16 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     scheduler: LRScheduler,
     global_step: int,
+    frozen: bool = True,
 ) -> None:
     """Write a sharded checkpoint (collective): DCP for model + optimizer, a file per rank.
 
     The DCP part can be loaded on a different number of ranks; the per-rank file holds the
-    scheduler, step and that rank's RNG state.
+    scheduler, step and that rank's RNG state. ``frozen=False`` leaves out the parameters
+    that do not train (a LoRA run's base model, reloaded from its own files).
     """
-    model_state, optim_state = get_state_dict(model, optimizer)
+    model_state, optim_state = get_state_dict(model, optimizer, options=_options(frozen))
+    model_state = _without_frozen(model, model_state, frozen)
     dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=directory / _DCP_DIR)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     extra = {"scheduler": scheduler.state_dict(), "global_step": global_step, "rng": rng_state()}
@@ -61,18 +69,21 @@ def load_checkpoint(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: LRScheduler,
+    frozen: bool = True,
 ) -> int:
     """Restore a checkpoint written by :func:`save_checkpoint` (collective); return the step.
 
     On a different number of ranks than at save time, ranks without their own RNG file take
-    rank 0's.
+    rank 0's. ``frozen`` must be what the checkpoint was saved with.
     """
     if not (directory / _DCP_DIR).is_dir():
         raise FileNotFoundError(
             f"{directory} holds no hf-engines checkpoint (no {_DCP_DIR}/ inside); pass the "
             "directory given to save_checkpoint"
         )
-    model_state, optim_state = get_state_dict(model, optimizer)
+    options = _options(frozen)
+    model_state, optim_state = get_state_dict(model, optimizer, options=options)
+    model_state = _without_frozen(model, model_state, frozen)
     # DCP loads into these dicts in place, resharding to this run's layout.
     # The safe reader and planner never unpickle code (see hf_engines.fsdp.safe_dcp); the
     # check up front raises the named error itself instead of DCP's per-rank wrapper of it.
@@ -82,12 +93,36 @@ def load_checkpoint(
         storage_reader=SafeFileSystemReader(directory / _DCP_DIR),
         planner=SafeLoadPlanner(),
     )
-    set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
+    set_state_dict(
+        model,
+        optimizer,
+        model_state_dict=model_state,
+        optim_state_dict=optim_state,
+        options=options,
+    )
     own = _extra_state_file(directory, dist.get_rank())
     extra = load_state_file(own if own.is_file() else _extra_state_file(directory, 0))
     scheduler.load_state_dict(extra["scheduler"])
     set_rng_state(extra["rng"])
     return int(extra["global_step"])
+
+
+def _options(frozen: bool) -> StateDictOptions:
+    """State-dict options: with ``frozen=False`` only the parameters that train."""
+    # strict=False: the frozen parameters are absent on purpose (they keep their weights).
+    return StateDictOptions(ignore_frozen_params=not frozen, strict=frozen)
+
+
+def _without_frozen(
+    model: torch.nn.Module, model_state: dict[str, Any], frozen: bool
+) -> dict[str, Any]:
+    """``model_state`` as is, or with ``frozen=False`` only the entries of trainable
+    parameters: ``ignore_frozen_params`` still keeps a tied output head (a second name of
+    the frozen embedding, vocab x hidden)."""
+    if frozen:
+        return model_state
+    trainable = {name for name, param in model.named_parameters() if param.requires_grad}
+    return {name: value for name, value in model_state.items() if name in trainable}
 
 
 def iter_full_params(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
@@ -111,15 +146,22 @@ def _tied_names(model: PreTrainedModel) -> set[str]:
     return set()
 
 
-def export_hf(directory: Path, model: PreTrainedModel, export: HFExport) -> None:
+def export_hf(
+    directory: Path,
+    model: PreTrainedModel,
+    export: HFExport,
+    params: Iterator[tuple[str, torch.Tensor]] | None = None,
+) -> None:
     """Write a Hugging Face directory of ``model`` (collective; rank 0 gathers and writes).
 
     ``export.model_class`` is the transformers class (FSDP2 renames the module's class).
+    ``params`` are the ``(name, full tensor)`` pairs to write (default: the model's own;
+    a LoRA engine passes its merged weights).
     """
     rank = dist.get_rank()
     skip = _tied_names(model)
     weights: dict[str, torch.Tensor] = {}
-    for name, full in iter_full_params(model):
+    for name, full in params if params is not None else iter_full_params(model):
         if rank == 0 and name not in skip:
             weights[name] = full.detach().to("cpu", copy=True).contiguous()
     if rank == 0:

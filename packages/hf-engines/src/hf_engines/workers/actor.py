@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hf_controller import register
+from hf_engines.config import LoRAConfig, check_lora_backend
 from hf_engines.engine import LossFn
+from hf_engines.fsdp import FSDPEngine
 from hf_engines.workers.base import (
     ENGINE_DISPATCH,
     TrainableEngineWorker,
@@ -20,9 +22,13 @@ from hf_protocol import DataProto, fields
 class ActorConfig(UpdateConfig):
     """The actor: a causal-LM engine and how a batch is cut into optimizer steps."""
 
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    """LoRA adapters (``rank=0``: every weight trains)."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
         check_head("ActorWorker", self.engine, "causal_lm")
+        check_lora_backend(self.lora, self.engine, "ActorWorker")
 
 
 def require_loss_fn(role: str, loss_fn: LossFn | None) -> LossFn:
@@ -46,6 +52,7 @@ class ActorWorker(TrainableEngineWorker):
         super().__init__(config.engine)
         self.config = config
         self.loss_fn = loss_fn
+        self._lora = config.lora
 
     @register(ENGINE_DISPATCH)
     def compute_log_prob(self, data: DataProto) -> DataProto:
@@ -56,6 +63,19 @@ class ActorWorker(TrainableEngineWorker):
         return DataProto.from_dict(
             tensors={fields.OLD_LOG_PROBS: log_probs, fields.ENTROPYS: entropy}
         )
+
+    @register(ENGINE_DISPATCH)
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        """``ref_log_prob`` ``(B, R)``: the base model's, LoRA adapters off (the reference
+        policy of a LoRA run, so it needs no reference worker of its own)."""
+        if not isinstance(self.engine, FSDPEngine) or self.engine.lora is None:
+            raise ValueError(
+                "ActorWorker.compute_ref_log_prob serves as the reference only with LoRA "
+                "(actor.lora.rank > 0); without it build a ReferenceWorker"
+            )
+        temperature = float(data.meta_info.get(fields.TEMPERATURE, 1.0))
+        log_probs, _ = self.engine.compute_base_log_prob(data, temperature)
+        return DataProto.from_dict(tensors={fields.REF_LOG_PROB: log_probs})
 
     @register(ENGINE_DISPATCH)
     def update_actor(self, data: DataProto) -> DataProto:

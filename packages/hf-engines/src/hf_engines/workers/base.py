@@ -18,7 +18,7 @@ from hf_controller import (
     make_nd_compute_dataproto_dispatch_fn,
     register,
 )
-from hf_engines.config import EngineConfig
+from hf_engines.config import EngineConfig, LoRAConfig, check_lora_backend
 from hf_engines.engine import TrainingEngine
 from hf_engines.fsdp import FSDPEngine
 from hf_engines.workers.distributed import init_distributed
@@ -44,11 +44,14 @@ ENGINE_DISPATCH = make_nd_compute_dataproto_dispatch_fn(ENGINE_MESH)
 """Dispatch mode of the roles' ``DataProto`` methods: one shard per data-parallel replica."""
 
 
-def build_engine(config: EngineConfig) -> TrainingEngine:
-    """The engine ``config.backend`` names (``fsdp`` unless the config says otherwise)."""
+def build_engine(config: EngineConfig, lora: LoRAConfig | None = None) -> TrainingEngine:
+    """The engine ``config.backend`` names (``fsdp`` unless the config says otherwise),
+    with ``lora`` adapters when enabled (FSDP only)."""
     backend = config.backend
+    if lora is not None:
+        check_lora_backend(lora, config, "build_engine")
     if backend == "fsdp":
-        return FSDPEngine(config)
+        return FSDPEngine(config, lora)
     if backend == "megatron":
         # Imported only when asked for: megatron-core is an optional extra.
         engine_class = importlib.import_module("hf_engines.megatron").MegatronEngine
@@ -69,6 +72,7 @@ class EngineWorker(Worker):
         self._engine_config = engine_config
         self._engine: TrainingEngine | None = None
         self._place: DataParallelPlace | None = None
+        self._lora: LoRAConfig | None = None  # set by the roles that train adapters
 
     @property
     def engine(self) -> TrainingEngine:
@@ -105,7 +109,7 @@ class EngineWorker(Worker):
         config = self._engine_config
         part = config.megatron if config.backend == "megatron" else config.fsdp
         init_distributed(self.rank, self.world_size, self.local_rank, part.device)
-        self._engine = build_engine(self._engine_config)
+        self._engine = build_engine(self._engine_config, self._lora)
         if self._place is None:  # a second init_model keeps the (same) registered layout
             place = data_parallel_place(config, self.rank, self.world_size)
             self._register_dispatch_collect_info(ENGINE_MESH, place.rank, place.is_collect)
@@ -152,11 +156,24 @@ class TrainableEngineWorker(EngineWorker):
 
     @register(Dispatch.ONE_TO_ALL)
     def export_hf(
-        self, path: str, dtype: str | None = None, max_shard_size: str | int = "5GB"
+        self,
+        path: str,
+        dtype: str | None = None,
+        max_shard_size: str | int = "5GB",
+        adapter_only: bool = False,
     ) -> None:
         """Write a Hugging Face model directory that ``from_pretrained`` loads: sharded
-        safetensors in ``dtype`` (default: the dtype trained in), tokenizer alongside."""
-        self.engine.export_hf(path, dtype, max_shard_size)
+        safetensors in ``dtype`` (default: the dtype trained in, LoRA merged in), tokenizer
+        alongside; with ``adapter_only`` the LoRA adapter alone in peft's layout."""
+        if not adapter_only:
+            self.engine.export_hf(path, dtype, max_shard_size)
+            return
+        if not isinstance(self.engine, FSDPEngine) or self.engine.lora is None:
+            raise ValueError(
+                f"export_hf(adapter_only=True): {type(self).__name__} trains no LoRA adapter "
+                "(set actor.lora.rank > 0), so export the whole model (adapter_only=False)"
+            )
+        self.engine.export_adapter(path)
 
     @register(Dispatch.ONE_TO_ALL)
     def global_step(self) -> int:
