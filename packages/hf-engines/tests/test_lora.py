@@ -154,6 +154,16 @@ def test_export_merged_and_adapter_load_with_transformers_and_peft(
     )
 
 
+def test_offline_export_of_a_lora_checkpoint_merges_its_adapter(runs: dict[str, Any]) -> None:
+    from hf_engines.export import export_engine_checkpoint
+
+    out = export_engine_checkpoint(runs["root"] / "two" / "ckpt", runs["root"] / "exported")
+    assert not (out / "adapter_config.json").exists()
+    exported = AutoModelForCausalLM.from_pretrained(out)
+    at_checkpoint = _engine_log_probs(runs["two"], "checkpoint_log_probs")
+    torch.testing.assert_close(_probe_log_probs(exported), at_checkpoint, atol=1e-5, rtol=1e-5)
+
+
 def test_lora_optimizer_state_shrinks_by_the_parameter_ratio(runs: dict[str, Any]) -> None:
     for world in ("one", "two"):
         rank = runs[world][0]

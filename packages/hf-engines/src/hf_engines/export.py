@@ -7,7 +7,8 @@ rebuilds the engine from those files alone (no run config, no original model dir
 Ray), loads the checkpoint and writes it with ``save_pretrained``. It runs in fresh
 processes on the CPU with gloo: one for an FSDP checkpoint (DCP reshards to any world
 size), and as many as the run had for a Megatron checkpoint (its per-rank files load on the
-same layout only).
+same layout only). A LoRA checkpoint (adapters only) is merged into its base model in this
+process instead.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ import torch
 from hf_engines.checkpointing import (
     DEFAULT_MAX_SHARD_SIZE,
     HF_CONFIG_DIR,
+    hf_export,
     load_engine_config,
+    write_hf_directory,
 )
 from hf_engines.config import EngineConfig, FSDPConfig, ModelConfig
 
@@ -64,6 +67,29 @@ def checkpoint_world_size(directory: Path, config: EngineConfig) -> int:
     return int(meta["world_size"])
 
 
+ADAPTER_DIR = "adapter"
+"""The sub-directory where a LoRA engine saves its adapter in peft's layout."""
+
+
+def export_lora_checkpoint(
+    directory: Path, out_dir: Path, dtype: str | None, max_shard_size: str | int
+) -> Path:
+    """Export a LoRA checkpoint: its base model (``model.path`` of the saved engine config)
+    with the adapter of ``directory/adapter`` merged in, written like :meth:`export_hf`.
+
+    A LoRA checkpoint's sharded state holds the adapters only, so the base model's own
+    directory (or cached model id) must still be there.
+    """
+    from hf_engines.lora import load_merged_model
+
+    model = load_engine_config(directory).model
+    merged = load_merged_model(directory / ADAPTER_DIR, model.local_path())
+    export = hf_export(model, type(merged), dtype, max_shard_size)
+    weights = {name: t.detach().contiguous() for name, t in merged.state_dict().items()}
+    write_hf_directory(out_dir, weights, merged.config, export, merged.generation_config)
+    return out_dir
+
+
 EXPORT_TIMEOUT_S = 3600.0
 """How long the export processes may run before they are killed (a large model on CPU)."""
 
@@ -101,6 +127,8 @@ def export_engine_checkpoint(
     from hf_engines.testing import launch_ranks
 
     source = Path(directory).resolve()
+    if (source / ADAPTER_DIR / "adapter_config.json").is_file():
+        return export_lora_checkpoint(source, Path(out_dir).resolve(), dtype, max_shard_size)
     config = export_config(source)
     world_size = checkpoint_world_size(source, config)
     out = Path(out_dir).resolve()
