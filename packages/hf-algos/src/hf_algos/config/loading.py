@@ -236,6 +236,9 @@ def compose_config(
 
 def resolve_config(tree: DictConfig) -> DictConfig:
     """A copy of ``tree`` with every ``${...}`` resolved and the ``vars`` mapping removed."""
+    from hf_algos.examples import register_resolvers  # the packaged configs' resolvers
+
+    register_resolvers()
     resolved = tree.copy()
     try:
         OmegaConf.resolve(resolved)
