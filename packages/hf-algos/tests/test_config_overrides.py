@@ -160,7 +160,7 @@ def test_alias_table_targets_exist_in_the_schema() -> None:
         for ours in alias.ours
         if not ours.startswith(("critic", "max_response_length", "response_key", "actor.lora"))
         and ".engine_kwargs." not in ours
-        and not ours.startswith("reward.function")
+        and not ours.startswith(("reward.function", "reward.model"))
         and ".trust_remote_code" not in ours
         and ours != "trainer.log_val_generations"
         and OmegaConf.select(tree, ours, default="<absent>") == "<absent>"
