@@ -27,6 +27,7 @@ from hf_algos.config import (
     SFTConfig,
     compose_config,
     instantiate_config,
+    merge_config,
     resolve_config,
 )
 from hf_controller import ConfigurationError
@@ -49,15 +50,16 @@ class Command:
     """Trainer class name in :mod:`hf_algos.trainers`."""
     defaults: dict[str, Any] = field(default_factory=dict)
     """Values this command sets before the YAML (the YAML and overrides win)."""
-    prepare: Callable[[DictConfig], None] | None = None
+    prepare: Callable[[DictConfig], DictConfig] | None = None
     """Fills what the command derives from the merged config (ppo: the critic)."""
 
 
-def _default_critic(tree: DictConfig) -> None:
+def _default_critic(tree: DictConfig) -> DictConfig:
     """PPO without a critic section: a critic built from the actor's model (value head)."""
-    if tree.critic is None and not OmegaConf.is_missing(tree, "actor"):
-        model = OmegaConf.to_container(tree.actor.engine.model, resolve=False)
-        OmegaConf.update(tree, "critic", {"engine": {"model": model}}, merge=True)
+    if tree.critic is not None or OmegaConf.is_missing(tree, "actor"):
+        return tree
+    model = OmegaConf.to_container(tree.actor.engine.model, resolve=False)
+    return merge_config(tree, {"critic": {"engine": {"model": model}}}, "ppo's default critic")
 
 
 COMMANDS: dict[str, Command] = {
@@ -157,7 +159,7 @@ def load_command_config(command: Command, args: argparse.Namespace) -> tuple[Any
     """The validated root config of ``command`` and its resolved tree (for ``--cfg``)."""
     tree = compose_config(command.config, find_config(args), args.overrides, command.defaults)
     if command.prepare is not None:
-        command.prepare(tree)
+        tree = command.prepare(tree)
     resolved = resolve_config(tree)
     if args.cfg:
         print(OmegaConf.to_yaml(resolved), end="")

@@ -8,6 +8,7 @@ from hf_algos.config.loading import (
     instantiate_config,
     load_config,
     load_mapping,
+    merge_config,
     resolve_config,
 )
 from hf_algos.config.sections import (
@@ -55,6 +56,7 @@ __all__ = [
     "instantiate_config",
     "load_config",
     "load_mapping",
+    "merge_config",
     "resolve_config",
     "validate_dpo_config",
     "validate_rl_config",

@@ -73,6 +73,18 @@ def _unfreeze(node: Any) -> None:
             _unfreeze(node._get_node(key))  # type: ignore[arg-type]
 
 
+def merge_config(tree: DictConfig, data: Any, source: str) -> DictConfig:
+    """``tree`` with ``data`` (a mapping or an OmegaConf tree) merged in, types checked; an
+    error names ``source``. The result stays open to further merges."""
+    try:
+        merged = OmegaConf.merge(tree, data)
+    except OmegaConfBaseException as error:
+        _raise(error, source)
+    assert isinstance(merged, DictConfig)
+    _unfreeze(merged)
+    return merged
+
+
 def load_mapping(
     path: str | PathLike[str] | None = None, overrides: Sequence[str] = ()
 ) -> dict[str, Any]:
@@ -128,11 +140,7 @@ class _Composer:
         self._merge(translate_tree(plain, self.aliases, source), source)
 
     def _merge(self, data: Any, source: str) -> None:
-        try:
-            self.tree = OmegaConf.merge(self.tree, data)  # type: ignore[assignment]
-        except OmegaConfBaseException as error:
-            _raise(error, source)
-        _unfreeze(self.tree)
+        self.tree = merge_config(self.tree, data, source)
 
     def apply_override(self, text: str) -> None:
         """Apply one command-line override (``key=value``, ``+key=value`` or ``~key``)."""
