@@ -168,8 +168,8 @@ How values are read:
   the top-level `vars:` mapping (`${vars.model}`); `vars` is the one place for free keys,
   every other key is checked against the dataclasses.
 - An override may fill a section the file does not have (`critic.engine.model.path=...`).
-- Unknown keys are an error with a suggestion: `actor.engine.optim.lrr: Key 'lrr' not in
-  'OptimConfig'. Did you mean: 'lr'?`.
+- Unknown keys are an error with a suggestion:
+  `actor.engine.optim.lrr: Key 'lrr' not in 'OptimConfig'. Did you mean: 'lr'?`.
 - verl's key paths are accepted where they mean the same thing; see
   [From verl](from-verl.md) for the map and the keys that are refused.
 
