@@ -36,6 +36,7 @@ from hf_algos.data import (
     make_preference_batch,
     write_rows,
 )
+from hf_algos.examples.reverse_letters import make_reverse_letters_rows, register_reward
 from hf_algos.losses import dpo_loss_fn
 from hf_algos.rewards import RewardManager
 from hf_algos.rewards.manager import RewardManagerConfig
@@ -56,7 +57,6 @@ from hf_protocol import DataProto, fields
 from hf_rollout import RolloutConfig, SamplingConfig
 from hf_rollout.workers import RolloutWorker
 from recipes.cli import parse_recipe_args
-from hf_algos.examples.reverse_letters import make_reverse_letters_rows, register_reward
 
 CONFIG_PATH = Path(__file__).with_name("config.yaml")
 

@@ -65,8 +65,8 @@ def load_gsm8k(path: Path, root: Path) -> list[object]:
 def load_quickstart(path: Path, root: Path) -> list[object]:
     """Task, model shape, and the SFT and GRPO stage configs, as ``run_quickstart`` builds them."""
     from hf_algos.config import load_config
-    from recipes.quickstart.main import grpo_config, load_recipe_config, sft_config
     from hf_algos.examples.reverse_letters import ModelShape, TaskConfig
+    from recipes.quickstart.main import grpo_config, load_recipe_config, sft_config
 
     raw = load_recipe_config(path, [f"workdir={root}"])
     task = load_config(TaskConfig, base=raw.get("task", {}))

@@ -134,7 +134,7 @@ def test_override_syntax_errors() -> None:
     for bad in ("novalue", "=3", "a..b=1"):
         with pytest.raises(ConfigurationError, match=r"key\.sub=value"):
             load(bad)
-    with pytest.raises(ConfigurationError, match="rollout.n"):
+    with pytest.raises(ConfigurationError, match=r"rollout\.n"):
         load("rollout.n.deeper=2")
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from omegaconf import OmegaConf
 
 from hf_algos.config import VERL_ALIASES, RLConfig, SFTConfig, compose_config, load_config
@@ -40,7 +39,7 @@ def test_set_add_and_drop() -> None:
         load("+trainer.save_freq=3")
     with pytest.raises(ConfigurationError, match="already set"):
         load("+rollout.engine_kwargs.x=1", "+rollout.engine_kwargs.x=2")
-    with pytest.raises(ConfigurationError, match="no key trainer.nothing to drop"):
+    with pytest.raises(ConfigurationError, match=r"no key trainer\.nothing to drop"):
         load("~trainer.nothing")
 
 
@@ -67,7 +66,7 @@ def test_vars_interpolate_one_model_path_everywhere(tmp_path: Path) -> None:
     assert config.data.tokenizer_path == str(model)
     assert config.trainer.total_training_steps == 5  # the override of the variable won
     assert config.trainer.save_freq == 0
-    with pytest.raises(ConfigurationError, match="vars.nothing"):
+    with pytest.raises(ConfigurationError, match=r"vars\.nothing"):
         load_config(RLConfig, path, ["actor.engine.model.path=${vars.nothing}"])
 
 
@@ -138,7 +137,7 @@ def test_verl_keys_that_differ_or_do_not_exist_are_refused(tmp_path: Path) -> No
         load("trainer.critic_warmup=1")
     with pytest.raises(ConfigurationError, match="no equivalent in hybridflow"):
         load("actor_rollout_ref.hybrid_engine=true")
-    with pytest.raises(ConfigurationError, match="set the same key actor.engine.optim.lr"):
+    with pytest.raises(ConfigurationError, match=r"set the same key actor\.engine\.optim\.lr"):
         load("actor.engine.optim.lr=1e-6", "actor_rollout_ref.actor.optim.lr=2e-6")
     path = tmp_path / "both.yaml"
     path.write_text("trainer: {logger: [console], loggers: [jsonl]}\n")

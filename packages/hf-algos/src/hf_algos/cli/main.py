@@ -76,7 +76,9 @@ COMMANDS: dict[str, Command] = {
         {"algorithm": {"adv_estimator": "gae"}},
         _default_critic,
     ),
-    "dpo": Command("DPO on preference pairs (or online DPO: dpo.online=true)", DPOConfig, "DPOTrainer"),
+    "dpo": Command(
+        "DPO on preference pairs (or online DPO: dpo.online=true)", DPOConfig, "DPOTrainer"
+    ),
     "sft": Command("supervised fine-tuning on prompt + response rows", SFTConfig, "SFTTrainer"),
 }
 """The training subcommands, by name."""
@@ -182,7 +184,7 @@ def train(command: Command, config: Any) -> None:
 
 def export(args: argparse.Namespace) -> None:
     """``hybridflow export``: a checkpoint directory to a Hugging Face directory."""
-    from hf_algos.export import export_checkpoint  # type: ignore[import-not-found]
+    from hf_algos.export import export_checkpoint  # the conversion lives beside the trainers
 
     out = export_checkpoint(args.checkpoint_dir, args.out_dir, dtype=args.dtype)
     print(f"hybridflow: exported {args.checkpoint_dir} to {out}")

@@ -362,9 +362,7 @@ def translate_drop(key: str, config_name: str) -> list[str]:
     return list(alias.ours) if alias is not None and alias.kind in ("renamed", "same") else [key]
 
 
-def translate_tree(
-    data: Mapping[str, Any], tracker: AliasTracker, source: str
-) -> dict[str, Any]:
+def translate_tree(data: Mapping[str, Any], tracker: AliasTracker, source: str) -> dict[str, Any]:
     """A nested mapping (a YAML file) with verl's keys moved to ours (a new dict)."""
     result: dict[str, Any] = {}
     for key, value in _leaves(data, "", tracker.config.__name__):

@@ -93,7 +93,7 @@ def load_mapping(
     For files that hold several configs (a recipe's stages); each part is then built with
     :func:`load_config` (``base=...``).
     """
-    tree = OmegaConf.create({}) if path is None else _read_yaml(path)
+    tree: Any = OmegaConf.create({}) if path is None else _read_yaml(path)
     for text in overrides:
         try:
             tree = OmegaConf.merge(tree, OmegaConf.from_dotlist([text]))
@@ -283,8 +283,10 @@ def _build(cls: type, node: DictConfig, where: str) -> Any:
             assert isinstance(kind, type)
             kwargs[field.name] = _build(kind, child, path)
         else:
-            value = OmegaConf.to_object(child) if isinstance(child, DictConfig | ListConfig) else (
-                node[field.name]
+            value = (
+                OmegaConf.to_object(child)
+                if isinstance(child, DictConfig | ListConfig)
+                else (node[field.name])
             )
             if isinstance(value, list) and _is_tuple(hints[field.name]):
                 value = tuple(value)
