@@ -142,7 +142,7 @@ trainer:
 
 ```bash
 hybridflow grpo --config grpo.yaml actor.engine.optim.lr=3e-6 rollout.n=16 \\
-    trainer.loggers=[console,tensorboard] data.val_files=[data/val.parquet] trainer.test_freq=10
+    trainer.loggers=console,tensorboard data.val_files=[data/val.parquet] trainer.test_freq=10
 ```
 
 ```python
@@ -162,6 +162,8 @@ How values are read:
   `None`) and converted by OmegaConf to the type the field declares, so `n_workers: "4"`
   becomes an int. A value that does not convert is an error naming the key and the value:
   `rollout.n: Value 'many' of type 'str' could not be converted to Integer`.
+- A bare value for a list key is a one-item list, commas separate items:
+  `trainer.loggers=console,jsonl`, `data.train_files=train.parquet`; empty is `[]`.
 - `+key=value` adds a key inside a free mapping (`rollout.engine_kwargs`,
   `actor.engine.model.hf_config`, `vars`); `~key` drops a key back to its default.
 - `${...}` interpolates another key (`${actor.engine.model.path}`) or a user variable of

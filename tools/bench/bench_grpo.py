@@ -220,8 +220,8 @@ def hybridflow_column(argv: list[str]) -> int:
     import torch
 
     from hf_algos.data import write_rows
-    from recipes.quickstart.main import CONFIG_PATH, grpo_config, load_recipe_config, run_grpo
     from hf_algos.examples.reverse_letters import make_reverse_letters_rows, read_metrics
+    from recipes.quickstart.main import CONFIG_PATH, grpo_config, load_recipe_config, run_grpo
 
     torch.set_num_threads(args.threads)
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")

@@ -33,6 +33,8 @@ def test_set_add_and_drop() -> None:
     assert config.rollout.engine_kwargs == {"lean_forward": False}
     assert config.actor.engine.model.hf_config == {"model_type": "llama", "hidden_size": 32}
     assert config.trainer.save_freq == 0  # dropped: back to its default
+    lists = load("trainer.loggers=console,jsonl", "data.val_files=")
+    assert lists.trainer.loggers == ("console", "jsonl") and lists.data.val_files == ()
     dropped = load("+rollout.engine_kwargs.x=1", "~rollout.engine_kwargs.x")
     assert dropped.rollout.engine_kwargs == {}
     with pytest.raises(ConfigurationError, match=r"\+key adds a key .* use trainer.save_freq="):

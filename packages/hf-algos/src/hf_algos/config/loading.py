@@ -31,7 +31,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Any, TypeVar
 
-from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, ListConfig, OmegaConf, TupleConfig, open_dict
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from hf_algos.config.aliases import AliasTracker, translate_drop, translate_pair, translate_tree
@@ -162,11 +162,24 @@ class _Composer:
         for ours, value in translate_pair(key, raw, self.aliases, COMMAND_LINE):
             if adding:
                 self._check_addable(ours, text)
+            value = self._as_list(ours, value)
             try:
                 update = OmegaConf.from_dotlist([f"{ours}={value}"])
             except OmegaConfBaseException as error:
                 _raise(error, text)
             self._merge(update, text)
+
+    def _as_list(self, key: str, raw: str) -> str:
+        """A bare value for a list key is a list (verl's ``data.train_files=a.parquet``,
+        ``trainer.loggers=console,jsonl``)."""
+        text = raw.strip()
+        if text.startswith(("[", "$")) or text in ("null", "~"):
+            return raw
+        try:
+            node = OmegaConf.select(self.tree, key, default=None, throw_on_missing=False)
+        except (OmegaConfBaseException, AttributeError):  # below a section still missing
+            return raw
+        return f"[{text}]" if isinstance(node, ListConfig | TupleConfig) else raw  # "" -> []
 
     def _set_variable(self, key: str, raw: str, dropping: bool, text: str) -> None:
         name = key[len(VARS_KEY) + 1 :]
