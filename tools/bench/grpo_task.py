@@ -110,8 +110,8 @@ def reverse_letters_reward(completion: str, answer: str) -> float:
     """1.0 for an exact answer, else 0.5 x the fraction of positions holding the right letter.
 
     The quickstart's reward,
-    ``hf_algos.examples.reverse_letters.compute_reverse_letters_score``. The partial credit keeps a gradient when no sample of a group is exactly right; with exact
-    match alone the run collapsed at lr 3e-4 (see the issue's measurements).
+    ``hf_algos.examples.reverse_letters.compute_reverse_letters_score``. The partial credit
+    keeps a gradient when no sample of a group is exactly right; with exact match alone the run collapsed at lr 3e-4 (see the issue's measurements).
     """
     return compute_reverse_letters_score(completion, answer)
 
