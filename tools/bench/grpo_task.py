@@ -111,7 +111,8 @@ def reverse_letters_reward(completion: str, answer: str) -> float:
 
     The quickstart's reward,
     ``hf_algos.examples.reverse_letters.compute_reverse_letters_score``. The partial credit
-    keeps a gradient when no sample of a group is exactly right; with exact match alone the run collapsed at lr 3e-4 (see the issue's measurements).
+    keeps a gradient when no sample of a group is exactly right; with exact match alone the
+    run collapsed at lr 3e-4 (see the issue's measurements).
     """
     return compute_reverse_letters_score(completion, answer)
 
