@@ -37,6 +37,11 @@ def test_set_add_and_drop() -> None:
     assert lists.trainer.loggers == ("console", "jsonl") and lists.data.val_files == ()
     dropped = load("+rollout.engine_kwargs.x=1", "~rollout.engine_kwargs.x")
     assert dropped.rollout.engine_kwargs == {}
+    replaced = load("+rollout.engine_kwargs.x=1", "rollout.engine_kwargs={y: 2}")
+    assert replaced.rollout.engine_kwargs == {"y": 2}  # a value replaces a free mapping
+    assert (
+        load("rollout.engine_kwargs={x: 1}", "rollout.engine_kwargs={}").rollout.engine_kwargs == {}
+    )
     with pytest.raises(ConfigurationError, match=r"\+key adds a key .* use trainer.save_freq="):
         load("+trainer.save_freq=3")
     with pytest.raises(ConfigurationError, match="already set"):

@@ -167,7 +167,20 @@ class _Composer:
                 update = OmegaConf.from_dotlist([f"{ours}={value}"])
             except OmegaConfBaseException as error:
                 _raise(error, text)
+            self._clear_free_mapping(
+                ours, OmegaConf.select(update, ours, throw_on_resolution_failure=False)
+            )
             self._merge(update, text)
+
+    def _clear_free_mapping(self, key: str, value: Any) -> None:
+        """``key={...}`` on a free mapping replaces it (``rollout.engine_kwargs={}`` empties
+        it) where a merge would keep its old keys; sections of the schema still merge."""
+        if not isinstance(value, DictConfig):
+            return
+        parent, leaf = self._parent(key)
+        node = parent._get_node(leaf) if isinstance(parent, DictConfig) else None
+        if isinstance(node, DictConfig) and not dataclasses.is_dataclass(OmegaConf.get_type(node)):
+            parent[leaf] = {}
 
     def _as_list(self, key: str, raw: str) -> str:
         """A bare value for a list key is a list (verl's ``data.train_files=a.parquet``,
