@@ -95,8 +95,13 @@ def load_mapping(
     """
     tree: Any = OmegaConf.create({}) if path is None else _read_yaml(path)
     for text in overrides:
+        key = text.split("=", 1)[0]
         try:
-            tree = OmegaConf.merge(tree, OmegaConf.from_dotlist([text]))
+            update = OmegaConf.from_dotlist([text])
+            value = OmegaConf.select(update, key, throw_on_resolution_failure=False)
+            if isinstance(value, DictConfig):  # a mapping value replaces, as in compose_config
+                OmegaConf.update(tree, key, {}, merge=False)
+            tree = OmegaConf.merge(tree, update)
         except OmegaConfBaseException as error:
             _raise(error, text)
     try:
