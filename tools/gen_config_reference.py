@@ -106,18 +106,22 @@ defaults and the docstring of every field), so it matches the installed code.
 
 ## YAML files and command-line overrides
 
-`hf_algos.config.load_config(cls, path, overrides)` builds a root config from three
-sources, later ones winning key by key (sections merge, values replace):
+The `hybridflow` command ([CLI reference](cli.md)) and
+`hf_algos.config.load_config(cls, path, overrides)` build a root config the same way: the
+dataclass becomes an OmegaConf structured config, and three sources are merged into it,
+later ones winning key by key (sections merge, values replace):
 
-1. `base`: an optional mapping of defaults (a recipe's own);
+1. `base`: an optional mapping of defaults (a command's or a recipe's own);
 2. the YAML file at `path`;
-3. `overrides`: `key.sub=value` strings, typically `sys.argv[1:]`.
+3. `overrides`: `key=value`, `+key=value` and `~key` strings, typically `sys.argv[1:]`.
 
 ```yaml
 # grpo.yaml: GRPO on a local model, 4 workers on one machine
+vars:
+  model: /models/qwen2-0.5b      # user variables, used below as ${vars.model}
 actor:
   engine:
-    model: {path: /models/qwen2-0.5b}
+    model: {path: "${vars.model}"}
     optim: {lr: 1e-6, warmup_steps: 10}
     micro_batch: {micro_batch_size: 4}
   ppo_mini_batch_size: 64
@@ -136,6 +140,11 @@ trainer:
   loggers: [console, jsonl]
 ```
 
+```bash
+hybridflow grpo --config grpo.yaml actor.engine.optim.lr=3e-6 rollout.n=16 \\
+    trainer.loggers=console,tensorboard data.val_files=[data/val.parquet] trainer.test_freq=10
+```
+
 ```python
 import sys
 
@@ -147,24 +156,24 @@ with PPOTrainer(config) as trainer:
     trainer.fit()
 ```
 
-```bash
-python train.py actor.engine.optim.lr=3e-6 rollout.n=16 trainer.loggers=console,tensorboard \\
-    data.val_files=[data/val.parquet] trainer.test_freq=10 reward.model=null
-```
-
 How values are read:
 
 - The text after `=` is parsed as YAML (`16` is a number, `[a, b]` a list, `null` is
-  `None`), then converted to the type the field declares, so `lr: 1e-6` (a string to
-  YAML 1.1) becomes a float and `n_workers: "4"` an int. A value that does not convert
-  is an error naming the key: `rollout.n='many' is not a valid int`.
-- A comma-separated string fills a list or tuple field: `trainer.loggers=console,jsonl`.
-- `true/false`, `yes/no`, `on/off` and `1/0` are booleans; `null`, `none` and `~` clear
-  an optional field.
-- An override may create a section that the file does not have (`critic.engine.model.path=...`);
-  setting a key below a plain value is an error that names the value.
-- Unknown keys are an error that lists the valid keys of that section, e.g.
-  `unknown key(s) actor.engine.optim.learning_rate in OptimConfig; valid keys: betas, eps, ...`.
+  `None`) and converted by OmegaConf to the type the field declares, so `n_workers: "4"`
+  becomes an int. A value that does not convert is an error naming the key and the value:
+  `rollout.n: Value 'many' of type 'str' could not be converted to Integer`.
+- A bare value for a list key is a one-item list, commas separate items:
+  `trainer.loggers=console,jsonl`, `data.train_files=train.parquet`; empty is `[]`.
+- `+key=value` adds a key inside a free mapping (`rollout.engine_kwargs`,
+  `actor.engine.model.hf_config`, `vars`); `~key` drops a key back to its default.
+- `${...}` interpolates another key (`${actor.engine.model.path}`) or a user variable of
+  the top-level `vars:` mapping (`${vars.model}`); `vars` is the one place for free keys,
+  every other key is checked against the dataclasses.
+- An override may fill a section the file does not have (`critic.engine.model.path=...`).
+- Unknown keys are an error with a suggestion:
+  `actor.engine.optim.lrr: Key 'lrr' not in 'OptimConfig'. Did you mean: 'lr'?`.
+- verl's key paths are accepted where they mean the same thing; see
+  [From verl](from-verl.md) for the map and the keys that are refused.
 
 Then each section checks its own values, and the root checks the sections against each
 other before any worker starts: batch sizes that do not split into whole mini-batches, ranks

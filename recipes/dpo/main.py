@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hf_algos.config import DPOConfig, apply_overrides, build_config, read_yaml
+from hf_algos.config import DPOConfig, load_config, load_mapping
 from hf_algos.data import build_char_tokenizer
 from hf_algos.trainers import DPOTrainer
 from hf_engines.testing import build_tiny_model
@@ -46,8 +46,8 @@ class RecipeSettings:
     """Training pairs generated when ``data.train_files`` is empty."""
 
 
-def fill_in(raw: dict[str, Any], settings: RecipeSettings) -> dict[str, Any]:
-    """The DPO config with the model, data and output paths the recipe provides."""
+def fill_in(raw: dict[str, Any], settings: RecipeSettings) -> list[str]:
+    """Overrides setting the model, data and output paths the recipe provides."""
     workdir = Path(settings.workdir)
     model_path = settings.model_path
     if model_path is None:
@@ -62,15 +62,15 @@ def fill_in(raw: dict[str, Any], settings: RecipeSettings) -> dict[str, Any]:
     if not raw.get("data", {}).get("train_files"):
         train, val = write_preference_files(workdir / "data", settings.synthetic_pairs, 64)
         fills += [f"data.train_files=[{train}]", f"data.val_files=[{val}]"]
-    return apply_overrides(raw, fills)
+    return fills
 
 
 def load_dpo_config(path: Path, overrides: Sequence[str]) -> tuple[RecipeSettings, DPOConfig]:
     """The recipe's settings and its validated :class:`DPOConfig` (YAML + overrides); makes
     the tiny model and the generated pairs first when the config names none."""
-    raw = apply_overrides(read_yaml(path), list(overrides))
-    settings = build_config(RecipeSettings, raw.pop("recipe", None) or {}, "recipe")
-    return settings, build_config(DPOConfig, fill_in(raw, settings))
+    raw = load_mapping(path, overrides)
+    settings = load_config(RecipeSettings, base=raw.pop("recipe", None) or {})
+    return settings, load_config(DPOConfig, base=raw, overrides=fill_in(raw, settings))
 
 
 def run(overrides: Sequence[str] = (), config_path: Path = CONFIG_PATH) -> list[dict[str, float]]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_algos.data import write_rows
-from recipes.quickstart.task import random_letters
+from hf_algos.examples.reverse_letters import random_letters
 
 
 def near_miss(answer: str, rng: random.Random) -> str:

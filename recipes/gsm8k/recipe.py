@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hf_algos.config import RLConfig, apply_overrides, build_config, read_yaml
+from hf_algos.config import RLConfig, load_config, load_mapping
 from hf_algos.trainers import PPOTrainer
 from hf_controller import ConfigurationError
 
@@ -40,10 +40,9 @@ def get_path(raw: dict[str, Any], dotted: str) -> Any:
     return node
 
 
-def fill_defaults(raw: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
-    """``raw`` with each ``dotted key -> value`` set where the key is not set yet."""
-    missing = [f"{key}={value}" for key, value in values.items() if get_path(raw, key) is None]
-    return apply_overrides(raw, missing)
+def fill_defaults(raw: dict[str, Any], values: dict[str, Any]) -> list[str]:
+    """``key=value`` overrides for each ``dotted key -> value`` not set in ``raw`` yet."""
+    return [f"{key}={value}" for key, value in values.items() if get_path(raw, key) is None]
 
 
 def check_data_files(raw: dict[str, Any]) -> None:
@@ -62,8 +61,8 @@ def load_rl_config(
     path: Path, overrides: Sequence[str], recipe_name: str
 ) -> tuple[RecipeSettings, RLConfig]:
     """The recipe's settings and its validated :class:`RLConfig` (YAML + overrides)."""
-    raw = apply_overrides(read_yaml(path), list(overrides))
-    settings = build_config(RecipeSettings, raw.pop("recipe", None) or {}, "recipe")
+    raw = load_mapping(path, overrides)
+    settings = load_config(RecipeSettings, base=raw.pop("recipe", None) or {})
     if settings.model_path is None:
         raise ConfigurationError(
             "recipe.model_path is not set; give a local model directory, e.g. `python -m "
@@ -77,9 +76,8 @@ def load_rl_config(
     }
     if "critic" in raw:
         fills["critic.engine.model.path"] = settings.model_path
-    raw = fill_defaults(raw, fills)
     check_data_files(raw)
-    return settings, build_config(RLConfig, raw)
+    return settings, load_config(RLConfig, base=raw, overrides=fill_defaults(raw, fills))
 
 
 def summarize(history: list[dict[str, float]], names: Sequence[str]) -> str:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from hf_algos.config import apply_overrides, build_config, config_to_dict, read_yaml
+from hf_algos.config import config_to_dict, load_config
 from hf_algos.data import (
     RLDataset,
     RLDatasetConfig,
@@ -36,6 +36,7 @@ from hf_algos.data import (
     make_preference_batch,
     write_rows,
 )
+from hf_algos.examples.reverse_letters import make_reverse_letters_rows, register_reward
 from hf_algos.losses import dpo_loss_fn
 from hf_algos.rewards import RewardManager
 from hf_algos.rewards.manager import RewardManagerConfig
@@ -56,7 +57,6 @@ from hf_protocol import DataProto, fields
 from hf_rollout import RolloutConfig, SamplingConfig
 from hf_rollout.workers import RolloutWorker
 from recipes.cli import parse_recipe_args
-from recipes.quickstart.task import make_reverse_letters_rows, register_reward
 
 CONFIG_PATH = Path(__file__).with_name("config.yaml")
 
@@ -229,7 +229,7 @@ def endless(loader: StatefulDataLoader) -> Iterator[DataProto]:
 
 def load_online_dpo_config(path: Path, overrides: Sequence[str]) -> OnlineDPOConfig:
     """The recipe's validated config: the YAML at ``path`` with ``key=value`` overrides."""
-    return build_config(OnlineDPOConfig, apply_overrides(read_yaml(path), list(overrides)))
+    return load_config(OnlineDPOConfig, path, overrides)
 
 
 def run(overrides: Sequence[str] = (), config_path: Path = CONFIG_PATH) -> list[Metrics]:

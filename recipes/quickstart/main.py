@@ -26,12 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hf_algos.config import RLConfig, SFTConfig, apply_overrides, build_config, read_yaml
-from hf_algos.tracking import metrics_path
-from hf_algos.trainers import PPOTrainer, SFTTrainer
-from recipes.cli import parse_recipe_args
-from recipes.quickstart.plots import plot_curves
-from recipes.quickstart.task import (
+from hf_algos.config import RLConfig, SFTConfig, load_config, load_mapping
+from hf_algos.examples.reverse_letters import (
     ModelShape,
     TaskConfig,
     build_model_dir,
@@ -39,6 +35,10 @@ from recipes.quickstart.task import (
     register_reward,
     write_task_files,
 )
+from hf_algos.tracking import metrics_path
+from hf_algos.trainers import PPOTrainer, SFTTrainer
+from recipes.cli import parse_recipe_args
+from recipes.quickstart.plots import plot_curves
 
 CONFIG_PATH = Path(__file__).with_name("config.yaml")
 
@@ -61,12 +61,12 @@ class QuickstartResult:
 
 def load_recipe_config(path: Path, overrides: Sequence[str]) -> dict[str, Any]:
     """The recipe's YAML with ``key.sub=value`` overrides applied (still plain data)."""
-    return apply_overrides(read_yaml(path), list(overrides))
+    return load_mapping(path, overrides)
 
 
-def stage_config(cls: type[Any], section: dict[str, Any], fill: dict[str, Any], where: str) -> Any:
+def stage_config(cls: type[Any], section: dict[str, Any], fill: dict[str, Any]) -> Any:
     """Build a trainer config from the YAML ``section`` plus the paths the recipe made."""
-    return build_config(cls, apply_overrides(section, [f"{k}={v}" for k, v in fill.items()]), where)
+    return load_config(cls, base=section, overrides=[f"{k}={v}" for k, v in fill.items()])
 
 
 def sft_config(raw: dict[str, Any], workdir: Path, model_dir: Path, files: dict[str, Path]) -> Any:
@@ -77,7 +77,7 @@ def sft_config(raw: dict[str, Any], workdir: Path, model_dir: Path, files: dict[
         "trainer.log_dir": workdir / "logs",
         "trainer.checkpoint_dir": workdir / "checkpoints" / "sft",
     }
-    return stage_config(SFTConfig, raw["sft"], fill, "sft")
+    return stage_config(SFTConfig, raw["sft"], fill)
 
 
 def grpo_config(raw: dict[str, Any], workdir: Path, model_dir: Path, files: dict[str, Path]) -> Any:
@@ -89,7 +89,7 @@ def grpo_config(raw: dict[str, Any], workdir: Path, model_dir: Path, files: dict
         "trainer.log_dir": workdir / "logs",
         "trainer.checkpoint_dir": workdir / "checkpoints" / "grpo",
     }
-    return stage_config(RLConfig, raw["grpo"], fill, "grpo")
+    return stage_config(RLConfig, raw["grpo"], fill)
 
 
 def run_metrics_path(config: RLConfig | SFTConfig) -> Path:
@@ -122,8 +122,8 @@ def run_quickstart(
     started = time.perf_counter()
     raw = load_recipe_config(config_path, overrides)
     workdir = Path(raw["workdir"]).resolve()
-    task = build_config(TaskConfig, raw.get("task", {}), "task")
-    shape = build_config(ModelShape, raw.get("model", {}), "model")
+    task = load_config(TaskConfig, base=raw.get("task", {}))
+    shape = load_config(ModelShape, base=raw.get("model", {}))
     print(f"quickstart: writing model, tokenizer and task data to {workdir}")
     model_dir = build_model_dir(workdir / "model_init", shape, task.seed)
     files = write_task_files(workdir / "data", task)

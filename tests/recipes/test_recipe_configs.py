@@ -64,13 +64,13 @@ def load_gsm8k(path: Path, root: Path) -> list[object]:
 
 def load_quickstart(path: Path, root: Path) -> list[object]:
     """Task, model shape, and the SFT and GRPO stage configs, as ``run_quickstart`` builds them."""
-    from hf_algos.config import build_config
+    from hf_algos.config import load_config
+    from hf_algos.examples.reverse_letters import ModelShape, TaskConfig
     from recipes.quickstart.main import grpo_config, load_recipe_config, sft_config
-    from recipes.quickstart.task import ModelShape, TaskConfig
 
     raw = load_recipe_config(path, [f"workdir={root}"])
-    task = build_config(TaskConfig, raw.get("task", {}), "task")
-    shape = build_config(ModelShape, raw.get("model", {}), "model")
+    task = load_config(TaskConfig, base=raw.get("task", {}))
+    shape = load_config(ModelShape, base=raw.get("model", {}))
     # The recipe makes the model and the task files before building the stage configs.
     files = {name: placeholder_file(root, f"{name}.jsonl") for name in ("sft", "train", "val")}
     model = placeholder_model(root)

@@ -93,10 +93,10 @@ def test_documented_yaml_and_command_line_overrides_load(workdir: Path) -> None:
     yaml_text = _fenced(text, "yaml").replace("/models/qwen2-0.5b", str(workdir / "model"))
     (workdir / "grpo.yaml").write_text(yaml_text)
     command = shlex.split(_fenced(text, "bash").replace("\\\n", " "))
-    assert command[:2] == ["python", "train.py"]
+    assert command[:4] == ["hybridflow", "grpo", "--config", "grpo.yaml"]
 
     from_file = load_config(RLConfig, "grpo.yaml")
-    overridden = load_config(RLConfig, "grpo.yaml", command[2:])
+    overridden = load_config(RLConfig, "grpo.yaml", command[4:])
 
     assert from_file.actor.engine.optim.lr == pytest.approx(1e-6)
     assert from_file.trainer.loggers == ("console", "jsonl")
@@ -104,14 +104,17 @@ def test_documented_yaml_and_command_line_overrides_load(workdir: Path) -> None:
     assert overridden.rollout.n == 16
     assert overridden.trainer.loggers == ("console", "tensorboard")
     assert overridden.data.val_files == ("data/val.parquet",)
-    assert overridden.reward.model is None
+    assert overridden.actor.engine.model.path == str(workdir / "model")  # through ${vars.model}
 
 
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("actor.engine.optim.learning_rate=1", "unknown key(s) actor.engine.optim.learning_rate"),
-        ("rollout.n=many", "rollout.n='many' is not a valid int"),
+        (
+            "actor.engine.optim.lrr=1",
+            "actor.engine.optim.lrr: Key 'lrr' not in 'OptimConfig'. Did you mean: 'lr'?",
+        ),
+        ("rollout.n=many", "rollout.n: Value 'many' of type 'str' could not be converted"),
     ],
 )
 def test_documented_error_messages_are_the_real_ones(

@@ -220,6 +220,7 @@ def hybridflow_column(argv: list[str]) -> int:
     import torch
 
     from hf_algos.data import write_rows
+    from hf_algos.examples.reverse_letters import make_reverse_letters_rows, read_metrics
     from recipes.quickstart.main import (
         CONFIG_PATH,
         grpo_config,
@@ -227,7 +228,6 @@ def hybridflow_column(argv: list[str]) -> int:
         run_grpo,
         run_metrics_path,
     )
-    from recipes.quickstart.task import make_reverse_letters_rows, read_metrics
 
     torch.set_num_threads(args.threads)
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")

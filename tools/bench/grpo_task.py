@@ -10,11 +10,11 @@ What lives here:
   the lowercase letters, the digits and a few punctuation marks), built by
   ``hf_algos.data.build_char_tokenizer`` with this smaller alphabet and ``<bos>`` in front;
 * :func:`build_task_model`: that tokenizer and the quickstart's random-weight tiny Qwen2
-  (``recipes.quickstart.task.ModelShape``: hidden 128, 2 layers, 4 heads, tied embeddings,
+  (``hf_algos.examples.reverse_letters.ModelShape``: hidden 128, 2 layers, 4 heads, tied embeddings,
   0.53M parameters) saved to one folder;
 * the task rows and the partial-credit reward (1 for an exact answer, else 0.5 x the
   fraction of positions that hold the right letter), both the quickstart recipe's own
-  (``recipes/quickstart/task.py``);
+  (``hf_algos/examples/reverse_letters.py``);
 * KV-cached batched generation (sampled or greedy) and greedy exact-match evaluation, used
   by every column so accuracy is measured the same way for all of them.
 
@@ -40,7 +40,7 @@ from hf_algos.data import build_char_tokenizer
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # `recipes` is a folder of the repository, not a package
-from recipes.quickstart.task import (  # noqa: E402
+from hf_algos.examples.reverse_letters import (  # noqa: E402
     ModelShape,
     build_model_dir,
     compute_reverse_letters_score,
@@ -109,9 +109,10 @@ def make_rows(count: int, seed: int) -> list[dict[str, str]]:
 def reverse_letters_reward(completion: str, answer: str) -> float:
     """1.0 for an exact answer, else 0.5 x the fraction of positions holding the right letter.
 
-    The quickstart's reward, ``recipes.quickstart.task.compute_reverse_letters_score``. The
-    partial credit keeps a gradient when no sample of a group is exactly right; with exact
-    match alone the run collapsed at lr 3e-4 (see the issue's measurements).
+    The quickstart's reward,
+    ``hf_algos.examples.reverse_letters.compute_reverse_letters_score``. The partial credit
+    keeps a gradient when no sample of a group is exactly right; with exact match alone the
+    run collapsed at lr 3e-4 (see the issue's measurements).
     """
     return compute_reverse_letters_score(completion, answer)
 

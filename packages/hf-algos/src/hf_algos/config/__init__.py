@@ -1,12 +1,15 @@
-"""Trainer configuration: typed sections, YAML + dotted overrides, validation before start."""
+"""Trainer configuration: typed sections, YAML + overrides on OmegaConf, verl aliases, checks."""
 
+from hf_algos.config.aliases import VERL_ALIASES, Alias
 from hf_algos.config.loading import (
-    apply_overrides,
-    build_config,
+    VARS_KEY,
+    compose_config,
     config_to_dict,
+    instantiate_config,
     load_config,
-    parse_override,
-    read_yaml,
+    load_mapping,
+    merge_config,
+    resolve_config,
 )
 from hf_algos.config.sections import (
     ActorSection,
@@ -30,8 +33,11 @@ from hf_algos.config.validation import (
 )
 
 __all__ = [
+    "VARS_KEY",
+    "VERL_ALIASES",
     "ActorSection",
     "AlgorithmSection",
+    "Alias",
     "CriticSection",
     "DPOConfig",
     "DPOSection",
@@ -43,14 +49,15 @@ __all__ = [
     "RolloutSection",
     "SFTConfig",
     "TrainerSection",
-    "apply_overrides",
-    "build_config",
     "check_estimator",
     "check_mini_batches",
+    "compose_config",
     "config_to_dict",
+    "instantiate_config",
     "load_config",
-    "parse_override",
-    "read_yaml",
+    "load_mapping",
+    "merge_config",
+    "resolve_config",
     "validate_dpo_config",
     "validate_rl_config",
     "validate_sft_config",

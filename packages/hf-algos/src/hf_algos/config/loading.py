@@ -1,12 +1,24 @@
-"""Config files: YAML plus ``key.sub=value`` command-line overrides, typed by the dataclasses.
+"""Config files on OmegaConf: YAML plus ``key=value`` overrides, typed by our dataclasses.
 
 A trainer's configuration is a tree of small frozen dataclasses (see
-:mod:`hf_algos.config.sections`). :func:`load_config` reads a YAML file, applies dotted
-overrides, converts every leaf to the type its field declares (so ``lr: 1e-5``, which YAML
-reads as a string, becomes a float) and builds the tree with
-:func:`hf_engines.config.config_from_dict`, which rejects unknown keys and lists the valid
-ones. Cross-section checks (batch sizes that must divide) live in
-:mod:`hf_algos.config.validation` and run before any worker starts.
+:mod:`hf_algos.config.sections`). :func:`compose_config` turns the dataclass into an
+OmegaConf structured config and merges, in order, a ``base`` mapping, the YAML file and the
+command-line overrides into it; OmegaConf converts every value to the type its field
+declares (``lr: 1e-5`` becomes a float) and rejects unknown keys with a "did you mean".
+:func:`instantiate_config` resolves ``${...}`` interpolations and builds the frozen
+dataclasses, whose ``__post_init__`` checks run before any worker starts.
+
+Override grammar (Hydra's, as verl users type it):
+
+* ``key.sub=value`` sets a key of the schema (the value is parsed as YAML);
+* ``+key.sub=value`` adds a key that is not there yet, only inside a free mapping
+  (``rollout.engine_kwargs``, ``actor.engine.model.hf_config``, ``vars``);
+* ``~key.sub`` drops a key: back to its default (or removed from a free mapping).
+
+User variables live in the top-level ``vars:`` mapping (free keys, dropped before the
+dataclasses are built), e.g. ``vars: {model: /models/qwen}`` and ``actor.engine.model.path:
+${vars.model}``; every other key stays checked against the schema. verl's key paths are
+translated by :mod:`hf_algos.config.aliases` in YAML files and overrides alike.
 """
 
 from __future__ import annotations
@@ -19,193 +31,310 @@ from os import PathLike
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
+from omegaconf import DictConfig, ListConfig, OmegaConf, TupleConfig, open_dict
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+from hf_algos.config.aliases import AliasTracker, translate_drop, translate_pair, translate_tree
 from hf_controller import ConfigurationError
-from hf_engines.config import config_from_dict
 
 ConfigT = TypeVar("ConfigT")
 
-_TRUE = {"true", "yes", "on", "1"}
-_FALSE = {"false", "no", "off", "0"}
-_NONE = {"null", "none", "~", ""}
+VARS_KEY = "vars"
+"""Top-level mapping of user variables for ``${vars.name}`` interpolations."""
+
+COMMAND_LINE = "the command line"
+"""The source named in errors about overrides."""
 
 
-def read_yaml(path: str | PathLike[str]) -> dict[str, Any]:
-    """Read a YAML mapping from ``path``; an empty file is an empty mapping."""
+def _raise(error: OmegaConfBaseException, source: str) -> typing.NoReturn:
+    """Re-raise an OmegaConf error as a :class:`ConfigurationError` naming key and fix."""
+    message = str(error).split("\n")[0]
+    key = getattr(error, "full_key", None) or ""
+    if isinstance(error, MissingMandatoryValue):
+        fix = f"set {key}=... (or give the section in the YAML file)"
+    elif "not in" in message:
+        fix = (
+            "check the spelling (`hybridflow <command> --help` lists the sections, "
+            "docs/configuration.md every key); use +key=value only inside free mappings"
+        )
+    else:
+        fix = "give a value of the type docs/configuration.md lists for this key"
+    where = f" (from {source})" if source else ""
+    raise ConfigurationError(f"{key}: {message}{where}; {fix}") from None
+
+
+def _unfreeze(node: Any) -> None:
+    """Clear the read-only flag OmegaConf copies from our frozen dataclasses (recursively),
+    so later sources can be merged in; the built dataclasses are frozen again."""
+    if isinstance(node, DictConfig | ListConfig):
+        OmegaConf.set_readonly(node, None)
+        items = node.keys() if isinstance(node, DictConfig) else range(len(node))
+        for key in items:
+            _unfreeze(node._get_node(key))  # type: ignore[arg-type]
+
+
+def merge_config(tree: DictConfig, data: Any, source: str) -> DictConfig:
+    """``tree`` with ``data`` (a mapping or an OmegaConf tree) merged in, types checked; an
+    error names ``source``. The result stays open to further merges."""
+    try:
+        merged = OmegaConf.merge(tree, data)
+    except OmegaConfBaseException as error:
+        _raise(error, source)
+    assert isinstance(merged, DictConfig)
+    _unfreeze(merged)
+    return merged
+
+
+def load_mapping(
+    path: str | PathLike[str] | None = None, overrides: Sequence[str] = ()
+) -> dict[str, Any]:
+    """A YAML file plus ``key=value`` overrides as a plain, resolved dict (no schema).
+
+    For files that hold several configs (a recipe's stages); each part is then built with
+    :func:`load_config` (``base=...``).
+    """
+    tree: Any = OmegaConf.create({}) if path is None else _read_yaml(path)
+    for text in overrides:
+        key = text.split("=", 1)[0]
+        try:
+            update = OmegaConf.from_dotlist([text])
+            value = OmegaConf.select(update, key, throw_on_resolution_failure=False)
+            if isinstance(value, DictConfig):  # a mapping value replaces, as in compose_config
+                OmegaConf.update(tree, key, {}, merge=False)
+            tree = OmegaConf.merge(tree, update)
+        except OmegaConfBaseException as error:
+            _raise(error, text)
+    try:
+        plain = OmegaConf.to_container(tree, resolve=True)
+    except OmegaConfBaseException as error:
+        _raise(error, str(path or ""))
+    assert isinstance(plain, dict)
+    return {str(k): v for k, v in plain.items()}
+
+
+def _read_yaml(path: str | PathLike[str]) -> DictConfig:
     file = Path(path)
     if not file.is_file():
         raise ConfigurationError(f"config file {str(file)!r} does not exist; pass a YAML file path")
-    data = yaml.safe_load(file.read_text()) or {}
-    if not isinstance(data, dict):
-        raise ConfigurationError(f"config file {str(file)!r} must hold a mapping, got {type(data)}")
-    return data
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """Split ``"a.b.c=value"`` into ``(["a", "b", "c"], value)``; the value is parsed as YAML."""
-    key, sep, raw = text.partition("=")
-    if not sep or not key.strip() or any(not part for part in key.strip().split(".")):
-        raise ConfigurationError(
-            f"override {text!r} is not of the form key.sub=value (e.g. actor.engine.optim.lr=1e-6)"
-        )
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw  # a plain string such as "a: b" that is not valid YAML on its own
-    return key.strip().split("."), value
+        tree = OmegaConf.load(file)
+    except Exception as error:  # a YAML syntax error, with line and column
+        raise ConfigurationError(f"config file {str(file)!r} is not valid YAML: {error}") from None
+    if not isinstance(tree, DictConfig):
+        raise ConfigurationError(f"config file {str(file)!r} must hold a mapping, got a list")
+    return tree
 
 
-def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """Return a copy of ``data`` with every ``key.sub=value`` override set (creating levels)."""
-    result = _deep_copy(data)
-    for text in overrides:
-        path, value = parse_override(text)
-        node = result
-        for depth, part in enumerate(path[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                where = ".".join(path[: depth + 1])
-                raise ConfigurationError(
-                    f"override {text!r}: {where} is a value ({child!r}), not a section; "
-                    f"set {where}=... instead"
-                )
-            node = child
-        node[path[-1]] = value
-    return result
+class _Composer:
+    """Merges sources into one typed tree, keeping the user variables beside it."""
 
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+        self.tree: DictConfig = OmegaConf.structured(cls)
+        _unfreeze(self.tree)
+        self.variables: DictConfig = OmegaConf.create({})
+        self.aliases = AliasTracker(cls)
 
-def _deep_copy(data: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: _deep_copy(v) if isinstance(v, Mapping) else v for k, v in data.items()}
+    def merge_mapping(self, data: Mapping[str, Any], source: str) -> None:
+        """Merge a whole mapping (a YAML file's or ``base``), verl keys translated."""
+        plain = dict(data)
+        variables = plain.pop(VARS_KEY, None) or {}
+        if not isinstance(variables, Mapping):
+            raise ConfigurationError(f"{VARS_KEY} in {source} must be a mapping of variables")
+        self.variables = OmegaConf.merge(self.variables, variables)  # type: ignore[assignment]
+        self._merge(translate_tree(plain, self.aliases, source), source)
 
+    def _merge(self, data: Any, source: str) -> None:
+        self.tree = merge_config(self.tree, data, source)
 
-def coerce_to_fields(cls: type, data: Mapping[str, Any], where: str = "") -> dict[str, Any]:
-    """Convert the values of ``data`` to the types the fields of dataclass ``cls`` declare.
+    def apply_override(self, text: str) -> None:
+        """Apply one command-line override (``key=value``, ``+key=value`` or ``~key``)."""
+        body = text.strip()
+        dropping, adding = body.startswith("~"), body.startswith("+")
+        key, sep, raw = body.lstrip("~+").partition("=")
+        if (not sep and not dropping) or not key or any(not p for p in key.split(".")):
+            raise ConfigurationError(
+                f"override {text!r} is not of the form key.sub=value, +key.sub=value or "
+                "~key.sub (e.g. actor.engine.optim.lr=1e-6)"
+            )
+        if key.split(".")[0] == VARS_KEY:
+            self._set_variable(key, raw, dropping, text)
+            return
+        if dropping:
+            for ours in translate_drop(key, self.cls.__name__):
+                self._drop(ours, text)
+            return
+        for ours, value in translate_pair(key, raw, self.aliases, COMMAND_LINE):
+            if adding:
+                self._check_addable(ours, text)
+            value = self._as_list(ours, value)
+            try:
+                update = OmegaConf.from_dotlist([f"{ours}={value}"])
+            except OmegaConfBaseException as error:
+                _raise(error, text)
+            self._clear_free_mapping(
+                ours, OmegaConf.select(update, ours, throw_on_resolution_failure=False)
+            )
+            self._merge(update, text)
 
-    Nested dataclass sections recurse; unknown keys are kept for
-    :func:`~hf_engines.config.config_from_dict` to report with the list of valid keys.
-    """
-    if not isinstance(data, Mapping):
-        raise ConfigurationError(f"{where or cls.__name__} must be a mapping, got {data!r}")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    result: dict[str, Any] = {}
-    for key, value in data.items():
-        path = f"{where}.{key}" if where else str(key)
-        result[key] = coerce_value(value, hints[key], path) if key in names else value
-    return result
+    def _clear_free_mapping(self, key: str, value: Any) -> None:
+        """``key={...}`` on a free mapping replaces it (``rollout.engine_kwargs={}`` empties
+        it) where a merge would keep its old keys; sections of the schema still merge."""
+        if not isinstance(value, DictConfig):
+            return
+        parent, leaf = self._parent(key)
+        node = parent._get_node(leaf) if isinstance(parent, DictConfig) else None
+        if isinstance(node, DictConfig) and not dataclasses.is_dataclass(OmegaConf.get_type(node)):
+            parent[leaf] = {}
 
-
-def coerce_value(value: Any, hint: Any, where: str) -> Any:
-    """Convert ``value`` to the type ``hint`` (as written in a config dataclass) or raise."""
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if hint is Any or hint is object:
-        return value
-    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
-        return build_config(hint, value, where) if isinstance(value, Mapping) else value
-    if origin in (typing.Union, types.UnionType):
-        return _coerce_union(value, args, where)
-    if origin is typing.Literal:
-        return _coerce_literal(value, args, where)
-    if origin in (list, tuple, Sequence) or hint in (list, tuple):
-        return _coerce_sequence(value, hint, origin, args, where)
-    if origin is dict or hint is dict:
-        if not isinstance(value, Mapping):
-            raise ConfigurationError(f"{where}={value!r} must be a mapping (key: value pairs)")
-        return dict(value)
-    if hint in (bool, int, float, str):
-        return _coerce_scalar(value, hint, where)
-    return value
-
-
-def _coerce_union(value: Any, args: tuple[Any, ...], where: str) -> Any:
-    if type(None) in args and (value is None or (isinstance(value, str) and value in _NONE)):
-        return None
-    errors = []
-    for arg in (a for a in args if a is not type(None)):
+    def _as_list(self, key: str, raw: str) -> str:
+        """A bare value for a list key is a list (verl's ``data.train_files=a.parquet``,
+        ``trainer.loggers=console,jsonl``)."""
+        text = raw.strip()
+        if text.startswith(("[", "$")) or text in ("null", "~"):
+            return raw
         try:
-            return coerce_value(value, arg, where)
-        except ConfigurationError as error:
-            errors.append(str(error))
-    raise ConfigurationError("; ".join(errors))
+            node = OmegaConf.select(self.tree, key, default=None, throw_on_missing=False)
+        except (OmegaConfBaseException, AttributeError):  # below a section still missing
+            return raw
+        return f"[{text}]" if isinstance(node, ListConfig | TupleConfig) else raw  # "" -> []
 
+    def _set_variable(self, key: str, raw: str, dropping: bool, text: str) -> None:
+        name = key[len(VARS_KEY) + 1 :]
+        if not name:
+            raise ConfigurationError(f"override {text!r}: name the variable, e.g. vars.model=...")
+        if dropping:
+            self.variables.pop(name, None)
+            return
+        try:
+            update = OmegaConf.from_dotlist([f"{name}={raw}"])
+        except OmegaConfBaseException as error:
+            _raise(error, text)
+        self.variables = OmegaConf.merge(self.variables, update)  # type: ignore[assignment]
 
-def _coerce_literal(value: Any, choices: tuple[Any, ...], where: str) -> Any:
-    for choice in choices:
-        if value == choice or (isinstance(value, str) and str(choice) == value):
-            return choice
-    raise ConfigurationError(f"{where}={value!r} is not one of {', '.join(map(repr, choices))}")
+    def _parent(self, key: str) -> tuple[Any, str]:
+        parent_key, _, leaf = key.rpartition(".")
+        parent = OmegaConf.select(self.tree, parent_key) if parent_key else self.tree
+        return parent, leaf
 
-
-def _coerce_sequence(value: Any, hint: Any, origin: Any, args: tuple[Any, ...], where: str) -> Any:
-    if isinstance(value, str):
-        value = [part.strip() for part in value.split(",")] if value.strip() else []
-    if not isinstance(value, list | tuple):
-        value = [value]
-    if origin is tuple and args and args[-1] is not Ellipsis:
-        if len(value) != len(args):
-            raise ConfigurationError(f"{where}={value!r} needs exactly {len(args)} values")
-        return tuple(
-            coerce_value(v, a, f"{where}[{i}]")
-            for i, (v, a) in enumerate(zip(value, args, strict=True))
+    def _check_addable(self, key: str, text: str) -> None:
+        parent, leaf = self._parent(key)
+        typed = isinstance(parent, DictConfig) and dataclasses.is_dataclass(
+            OmegaConf.get_type(parent)
         )
-    item = args[0] if args else Any
-    items = [coerce_value(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
-    return tuple(items) if origin is tuple or hint is tuple else items
+        if typed or (isinstance(parent, DictConfig) and leaf in parent):
+            raise ConfigurationError(
+                f"override {text!r}: +key adds a key that is not there yet inside a free "
+                f"mapping (rollout.engine_kwargs, model.hf_config, vars); {key} is "
+                f"{'a key of the schema' if typed else 'already set'}: use {key}=... instead"
+            )
+
+    def _drop(self, key: str, text: str) -> None:
+        parent, leaf = self._parent(key)
+        if not isinstance(parent, DictConfig) or leaf not in parent:
+            raise ConfigurationError(f"override {text!r}: there is no key {key} to drop")
+        kind = OmegaConf.get_type(parent)
+        if dataclasses.is_dataclass(kind) and isinstance(kind, type):
+            default = OmegaConf.structured(kind)._get_node(leaf)
+            OmegaConf.update(self.tree, key, default, merge=False)
+        else:
+            del parent[leaf]
+        _unfreeze(self.tree)
+
+    def finish(self) -> DictConfig:
+        """The merged tree with verl aliases that depend on several keys settled."""
+        for key, value in self.aliases.derived(self.tree).items():
+            self._merge(OmegaConf.from_dotlist([f"{key}={value}"]), "verl aliases")
+        with open_dict(self.tree):
+            self.tree[VARS_KEY] = self.variables
+        return self.tree
 
 
-def _coerce_scalar(value: Any, kind: type, where: str) -> Any:
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in _TRUE | _FALSE:
-            return text in _TRUE
-        raise ConfigurationError(f"{where}={value!r} is not a boolean; use true or false")
-    if kind is str:
-        if isinstance(value, Mapping | list | tuple):
-            raise ConfigurationError(f"{where}={value!r} must be a string")
-        return str(value)
-    if isinstance(value, bool):
-        raise ConfigurationError(f"{where}={value!r} must be a number, not a boolean")
-    try:
-        number = float(value) if kind is float else _to_int(value)
-    except (TypeError, ValueError):
-        raise ConfigurationError(f"{where}={value!r} is not a valid {kind.__name__}") from None
-    return number
+def compose_config(
+    cls: type,
+    path: str | PathLike[str] | None = None,
+    overrides: Sequence[str] = (),
+    base: Mapping[str, Any] | None = None,
+) -> DictConfig:
+    """Merge ``base``, the YAML at ``path`` and ``overrides`` into the schema of ``cls``.
 
-
-def _to_int(value: Any) -> int:
-    if isinstance(value, float):
-        if not value.is_integer():
-            raise ValueError(value)
-        return int(value)
-    text = str(value).strip()
-    try:
-        return int(text)
-    except ValueError:
-        as_float = float(text)  # "1e3" is a fine integer
-        if not as_float.is_integer():
-            raise
-        return int(as_float)
-
-
-def build_config(cls: type[ConfigT], data: Mapping[str, Any], where: str = "") -> ConfigT:
-    """Build dataclass ``cls`` from a plain mapping: typed conversion, then validation.
-
-    Nested sections (also optional ones, ``Section | None``) are built first, so an error
-    names the full dotted key (``actor.engine.optim.lr``).
+    Returns the typed (not yet resolved) OmegaConf tree, user ``vars`` included; later
+    sources win key by key. Unknown keys and values of the wrong type are refused here.
     """
-    kwargs = coerce_to_fields(cls, data, where)
+    composer = _Composer(cls)
+    if base:
+        composer.merge_mapping(base, "base config")
+    if path is not None:
+        tree = OmegaConf.to_container(_read_yaml(path), resolve=False)
+        assert isinstance(tree, dict)
+        composer.merge_mapping({str(k): v for k, v in tree.items()}, str(path))
+    for text in overrides:
+        composer.apply_override(str(text))
+    return composer.finish()
+
+
+def resolve_config(tree: DictConfig) -> DictConfig:
+    """A copy of ``tree`` with every ``${...}`` resolved and the ``vars`` mapping removed."""
+    from hf_algos.examples import register_resolvers  # the packaged configs' resolvers
+
+    register_resolvers()
+    resolved = tree.copy()
     try:
-        return config_from_dict(cls, kwargs, where)
+        OmegaConf.resolve(resolved)
+    except OmegaConfBaseException as error:
+        _raise(error, "an interpolation ${...}")
+    with open_dict(resolved):
+        resolved.pop(VARS_KEY, None)
+    return resolved
+
+
+def instantiate_config(cls: type[ConfigT], tree: DictConfig) -> ConfigT:
+    """Resolve ``tree`` and build the frozen dataclass ``cls`` (running every check)."""
+    built = _build(cls, resolve_config(tree), "")
+    assert isinstance(built, cls)
+    return built
+
+
+def _build(cls: type, node: DictConfig, where: str) -> Any:
+    """Build dataclass ``cls`` from a typed node; an error names the dotted section."""
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        path = f"{where}.{field.name}" if where else field.name
+        child = node._get_node(field.name)
+        if OmegaConf.is_missing(node, field.name):
+            raise ConfigurationError(
+                f"missing required key {path}; set it in the YAML file or with "
+                f"{path}.<key>=... on the command line"
+            )
+        kind = OmegaConf.get_type(child) if isinstance(child, DictConfig) else None
+        if isinstance(child, DictConfig) and dataclasses.is_dataclass(kind) and child._is_none():
+            kwargs[field.name] = None
+        elif isinstance(child, DictConfig) and dataclasses.is_dataclass(kind):
+            assert isinstance(kind, type)
+            kwargs[field.name] = _build(kind, child, path)
+        else:
+            value = (
+                OmegaConf.to_object(child)
+                if isinstance(child, DictConfig | ListConfig)
+                else (node[field.name])
+            )
+            if isinstance(value, list) and _is_tuple(hints[field.name]):
+                value = tuple(value)
+            kwargs[field.name] = value
+    try:
+        return cls(**kwargs)
     except ConfigurationError as error:
-        if where and not str(error).startswith(where) and f" {where}." not in str(error):
-            raise ConfigurationError(f"in {where}: {error}") from None
+        text = str(error)
+        if where and not text.startswith(where) and f" {where}." not in text:
+            raise ConfigurationError(f"in {where}: {text}") from None
         raise
+
+
+def _is_tuple(hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    options = typing.get_args(hint) if origin in (typing.Union, types.UnionType) else (hint,)
+    return any(o is tuple or typing.get_origin(o) is tuple for o in options)
 
 
 def load_config(
@@ -214,53 +343,9 @@ def load_config(
     overrides: Sequence[str] = (),
     base: Mapping[str, Any] | None = None,
 ) -> ConfigT:
-    """Build config ``cls`` from ``base`` (a mapping), then the YAML at ``path``, then overrides.
-
-    Later sources win key by key (sections merge, values replace).
-    """
-    data: dict[str, Any] = _deep_copy(base or {})
-    if path is not None:
-        data = merge(data, read_yaml(path))
-    return build_config(cls, apply_verl_aliases(apply_overrides(data, overrides)))
-
-
-def apply_verl_aliases(data: dict[str, Any]) -> dict[str, Any]:
-    """Translate verl's keys that mean the same thing as ours (in place; returns ``data``).
-
-    ``trainer.n_gpus_per_node=k`` becomes ``trainer.n_workers = k * trainer.nnodes``
-    (``n_workers`` is our total over all nodes); giving both with different meanings is an
-    error naming the two values.
-    """
-    trainer = data.get("trainer")
-    if not isinstance(trainer, dict) or "n_gpus_per_node" not in trainer:
-        return data
-    try:
-        per_node = _to_int(trainer.pop("n_gpus_per_node"))
-        nnodes = _to_int(trainer.get("nnodes", 1))
-    except ValueError as error:
-        raise ConfigurationError(
-            f"trainer.n_gpus_per_node and trainer.nnodes must be whole numbers, got {error}"
-        ) from None
-    total = per_node * nnodes
-    if "n_workers" in trainer and _to_int(trainer["n_workers"]) != total:
-        raise ConfigurationError(
-            f"trainer.n_gpus_per_node={per_node} x trainer.nnodes={nnodes} = {total} workers, "
-            f"but trainer.n_workers={trainer['n_workers']} (the total over all nodes); set only "
-            f"one of them"
-        )
-    trainer["n_workers"] = total
-    return data
-
-
-def merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
-    """Recursively merge ``update`` into a copy of ``base`` (mappings merge, others replace)."""
-    result = _deep_copy(base)
-    for key, value in update.items():
-        if isinstance(value, Mapping) and isinstance(result.get(key), dict):
-            result[key] = merge(result[key], value)
-        else:
-            result[key] = _deep_copy(value) if isinstance(value, Mapping) else value
-    return result
+    """Build config ``cls`` from ``base`` (a mapping), then the YAML at ``path``, then
+    ``overrides`` (``key=value``, ``+key=value``, ``~key``); see the module docstring."""
+    return instantiate_config(cls, compose_config(cls, path, overrides, base))
 
 
 def config_to_dict(config: Any) -> Any:

@@ -386,6 +386,10 @@ class TrainerSection:
     max_checkpoints: int | None = None
     """Keep only this many newest checkpoints; ``None`` keeps all (the one
     ``latest_checkpointed_iteration.txt`` names is never deleted)."""
+    export_dir: str | None = None
+    """``hybridflow`` command: after the last step, save the trained actor there as a Hugging
+    Face directory (``from_pretrained`` loads it, tokenizer included), like TRL's
+    ``output_dir``; ``None`` keeps only the checkpoints (``hybridflow export`` converts one)."""
     call_timeout_s: float | None = 3600.0
     """Deadline of every blocking call on a worker group (a step's generate, update,
     log-prob, save...). Past it the run stops with ``WorkerTimeoutError`` naming the group,

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from hf_algos.data import build_char_tokenizer, write_rows
-from hf_algos.rewards import SCORING_FUNCTIONS, RewardManager, RewardManagerConfig
-from hf_protocol import DataProto, right_pad
-from recipes.quickstart.task import (
+from hf_algos.examples.reverse_letters import (
     REVERSE_LETTERS_SOURCE,
     compute_reverse_letters_score,
     make_reverse_letters_rows,
     register_reward,
 )
+from hf_algos.rewards import SCORING_FUNCTIONS, RewardManager, RewardManagerConfig
+from hf_protocol import DataProto, right_pad
 
 
 @pytest.fixture
@@ -68,7 +68,7 @@ def test_registered_reward_scores_the_task_in_worker_processes(unregistered: Non
             "reward_model": [{"ground_truth": truth} for _, truth in answers],
         },
     )
-    # The scoring processes import recipes.quickstart.task by name to unpickle the function.
+    # The scoring processes import the task module by name to unpickle the function.
     with RewardManager(tokenizer, RewardManagerConfig(num_workers=1)) as manager:
         scored = manager.score(batch)
     assert scored.meta_info["metrics"]["reward/errors"] == 0

@@ -1,5 +1,10 @@
 """The quickstart's task, model and tokenizer, all made on the spot (nothing is downloaded).
 
+Shipped in the package so ``hybridflow grpo --config-name quickstart`` runs from a wheel:
+the packaged configs name this file as their reward (``reward.function_path``) and make
+the model and the data on first use through the ``${reverse_letters.*:...}`` resolvers
+(:mod:`hf_algos.examples`); ``python -m recipes.quickstart.main`` uses the same code.
+
 Task: reverse six random lowercase letters, ``abcdef=`` -> ``fedcba``. The reward
 (:func:`compute_reverse_letters_score`) gives 1 for an exact answer and partial credit
 otherwise, so a policy that gets most letters right still learns which ones it got wrong.
@@ -81,7 +86,7 @@ def register_reward() -> None:
 
     Call it before a trainer or ``RewardManager`` scores the task's rows; a second call in
     the same process does nothing. The scoring processes import this module by name to
-    unpickle the function, so run the recipe from the repository root (``python -m``).
+    unpickle the function (it is installed with hf-algos).
     """
     if SCORING_FUNCTIONS.get(REVERSE_LETTERS_SOURCE) is not compute_reverse_letters_score:
         register_scoring_function(REVERSE_LETTERS_SOURCE, compute_reverse_letters_score)

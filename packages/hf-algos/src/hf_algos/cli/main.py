@@ -1,0 +1,213 @@
+"""``hybridflow``: run a training job from YAML plus ``key=value`` overrides, or export one.
+
+    hybridflow grpo --config my.yaml actor.engine.optim.lr=1e-6 trainer.n_workers=2
+    hybridflow grpo --config-name quickstart          # a config shipped in the package
+    hybridflow ppo  --config my.yaml --cfg            # print the resolved config and exit
+    hybridflow export outputs/checkpoints/global_step_100 outputs/model
+
+Exit codes: 0 done, 2 a configuration error (one message, no traceback), 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from hf_algos.cli.help import describe_sections, packaged_configs
+from hf_algos.config import (
+    DPOConfig,
+    RLConfig,
+    SFTConfig,
+    compose_config,
+    instantiate_config,
+    merge_config,
+    resolve_config,
+)
+from hf_controller import ConfigurationError
+
+CONFIG_DIR = Path(__file__).with_name("configs")
+"""The YAML configs shipped in the package (``--config-name NAME`` finds them)."""
+
+EXIT_OK, EXIT_ERROR, EXIT_CONFIG = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Command:
+    """One training subcommand: its root config, its defaults and its trainer."""
+
+    summary: str
+    """One line for ``hybridflow --help``."""
+    config: type
+    """The root config class the YAML is checked against."""
+    trainer: str
+    """Trainer class name in :mod:`hf_algos.trainers`."""
+    defaults: dict[str, Any] = field(default_factory=dict)
+    """Values this command sets before the YAML (the YAML and overrides win)."""
+    prepare: Callable[[DictConfig], DictConfig] | None = None
+    """Fills what the command derives from the merged config (ppo: the critic)."""
+
+
+def _default_critic(tree: DictConfig) -> DictConfig:
+    """PPO without a critic section: a critic built from the actor's model (value head)."""
+    if tree.critic is not None or OmegaConf.is_missing(tree, "actor"):
+        return tree
+    model = OmegaConf.to_container(tree.actor.engine.model, resolve=False)
+    return merge_config(tree, {"critic": {"engine": {"model": model}}}, "ppo's default critic")
+
+
+COMMANDS: dict[str, Command] = {
+    "grpo": Command(
+        "GRPO (and the critic-free estimators: rloo, reinforce_plus_plus, remax)",
+        RLConfig,
+        "PPOTrainer",
+        {"algorithm": {"adv_estimator": "grpo"}},
+    ),
+    "ppo": Command(
+        "PPO with GAE and a critic (built from the actor's model unless configured)",
+        RLConfig,
+        "PPOTrainer",
+        {"algorithm": {"adv_estimator": "gae"}},
+        _default_critic,
+    ),
+    "dpo": Command(
+        "DPO on preference pairs (or online DPO: dpo.online=true)", DPOConfig, "DPOTrainer"
+    ),
+    "sft": Command("supervised fine-tuning on prompt + response rows", SFTConfig, "SFTTrainer"),
+}
+"""The training subcommands, by name."""
+
+_GRAMMAR = """overrides (after the options, any number):
+  key.sub=value      set a key (value parsed as YAML: 1e-6, true, [a, b], null)
+  +key.sub=value     add a key inside a free mapping (rollout.engine_kwargs, vars, ...)
+  ~key.sub           drop a key: back to its default
+  vars.name=value    a user variable, used as ${vars.name} anywhere in the config
+  verl's key paths (actor_rollout_ref.actor.optim.lr, trainer.logger, ...) are accepted
+  where they mean the same thing (docs/from-verl.md)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``hybridflow`` argument parser with one subparser per command."""
+    parser = argparse.ArgumentParser(
+        prog="hybridflow",
+        description="HybridFlow RL post-training: run a job from YAML + key=value overrides.",
+        epilog="`hybridflow <command> --help` lists the config sections of a command.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="command")
+    for name, command in COMMANDS.items():
+        sub = commands.add_parser(
+            name,
+            help=command.summary,
+            description=f"hybridflow {name}: {command.summary}.",
+            epilog=(
+                f"config sections ({command.config.__name__}, every key: "
+                f"docs/configuration.md):\n{describe_sections(command.config)}\n\n{_GRAMMAR}\n\n"
+                f"packaged configs (--config-name): {', '.join(packaged_configs(CONFIG_DIR))}"
+            ),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        sub.add_argument("--config", type=Path, help="a YAML config file")
+        sub.add_argument("--config-path", type=Path, help="directory of --config-name")
+        sub.add_argument(
+            "--config-name", help="NAME(.yaml) in --config-path, else a packaged config"
+        )
+        sub.add_argument(
+            "--cfg", action="store_true", help="print the resolved config as YAML and exit"
+        )
+        sub.add_argument("overrides", nargs="*", help="key=value, +key=value, ~key")
+    export = commands.add_parser(
+        "export",
+        help="turn a training checkpoint into a Hugging Face model directory",
+        description="hybridflow export: a checkpoint (FSDP or Megatron) -> save_pretrained dir.",
+    )
+    export.add_argument("checkpoint_dir", type=Path, help="a global_step_<k> directory")
+    export.add_argument("out_dir", type=Path, help="where the Hugging Face directory goes")
+    export.add_argument(
+        "--dtype", choices=("float32", "bfloat16", "float16"), help="dtype of the saved weights"
+    )
+    return parser
+
+
+def find_config(args: argparse.Namespace) -> Path | None:
+    """The YAML file the options name: ``--config``, or ``--config-name`` looked up in
+    ``--config-path`` (default: the working directory), then among the packaged configs."""
+    if args.config is not None and args.config_name is not None:
+        raise ConfigurationError("give --config FILE or --config-name NAME, not both")
+    if args.config is not None:
+        return Path(args.config)
+    if args.config_name is None:
+        if args.config_path is not None:
+            raise ConfigurationError("--config-path needs --config-name NAME")
+        return None
+    name = args.config_name if args.config_name.endswith(".yaml") else f"{args.config_name}.yaml"
+    candidates = [(args.config_path or Path.cwd()) / name, CONFIG_DIR / name]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise ConfigurationError(
+        f"--config-name {args.config_name!r}: no {name} in {str(candidates[0].parent)!r} nor "
+        f"among the packaged configs ({', '.join(packaged_configs(CONFIG_DIR))})"
+    )
+
+
+def load_command_config(command: Command, args: argparse.Namespace) -> tuple[Any, DictConfig]:
+    """The validated root config of ``command`` and its resolved tree (for ``--cfg``)."""
+    tree = compose_config(command.config, find_config(args), args.overrides, command.defaults)
+    if command.prepare is not None:
+        tree = command.prepare(tree)
+    resolved = resolve_config(tree)
+    if args.cfg:
+        print(OmegaConf.to_yaml(resolved), end="")
+    return instantiate_config(command.config, tree), resolved
+
+
+def train(command: Command, config: Any) -> None:
+    """Run the trainer to the end; export the final actor where ``trainer.export_dir`` says."""
+    from hf_algos import trainers
+    from hf_algos.trainers import builders
+
+    with getattr(trainers, command.trainer)(config) as trainer:
+        trainer.fit()
+        export_dir = config.trainer.export_dir
+        if export_dir is not None:
+            trainer.roles.actor.export_hf(str(export_dir))
+            builders.load_tokenizer(config.data, config.actor).save_pretrained(export_dir)
+            print(f"hybridflow: model saved to {export_dir}")
+
+
+def export(args: argparse.Namespace) -> None:
+    """``hybridflow export``: a checkpoint directory to a Hugging Face directory."""
+    from hf_algos.export import export_checkpoint  # the conversion lives beside the trainers
+
+    out = export_checkpoint(args.checkpoint_dir, args.out_dir, dtype=args.dtype)
+    print(f"hybridflow: exported {args.checkpoint_dir} to {out}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``hybridflow`` console script; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "export":
+            export(args)
+            return EXIT_OK
+        command = COMMANDS[args.command]
+        config, _ = load_command_config(command, args)
+        if not args.cfg:
+            train(command, config)
+    except ConfigurationError as error:
+        print(f"hybridflow {args.command}: configuration error: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        print(f"hybridflow {args.command}: interrupted", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception:
+        traceback.print_exc()
+        return EXIT_ERROR
+    return EXIT_OK

@@ -1,0 +1,399 @@
+"""verl's config keys, mapped to ours: one explicit table, applied to YAML files and overrides.
+
+Each :class:`Alias` says what a verl key path becomes here:
+
+* ``renamed``: the same meaning under our key (values converted where verl spells them
+  differently, e.g. ``rollout.name=hf`` -> ``rollout.backend=native``);
+* ``same``: verl's path is ours already (listed so ``docs/from-verl.md`` shows it);
+* ``derived``: computed from several keys (``trainer.n_gpus_per_node`` x ``trainer.nnodes``);
+* ``ignored``: a performance knob that has no effect here (a warning says so);
+* ``refused``: the key exists in both but means something else; the error explains the
+  difference and the value to use;
+* ``unsupported``: no equivalent here; the error says so.
+
+Any other key under verl's own sections (``actor_rollout_ref``, ``custom_reward_function``,
+``reward_model``) is refused as unsupported. ``tools/gen_config_reference.py`` renders the
+table into ``docs/from-verl.md``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import yaml
+
+from hf_controller import ConfigurationError
+
+AliasKind = Literal["renamed", "same", "derived", "ignored", "refused", "unsupported"]
+
+VERL_ROOTS = ("actor_rollout_ref", "custom_reward_function", "reward_model")
+"""Top-level sections only verl has: every key under them must be in the table."""
+
+_ARA = "actor_rollout_ref.actor"
+_ROLL = "actor_rollout_ref.rollout"
+
+
+@dataclass(frozen=True)
+class Alias:
+    """What one verl key path means here."""
+
+    verl: str
+    """verl's dotted key path."""
+    kind: AliasKind
+    """How it is handled (see the module docstring)."""
+    ours: tuple[str, ...] = ()
+    """Our key path(s) it sets (several: the value goes to each)."""
+    note: str = ""
+    """Why, for refused / ignored / unsupported keys and conversions (shown to the user)."""
+    convert: Callable[[Any], Any] | None = None
+    """Converts verl's value into ours, where they are spelled differently."""
+    configs: tuple[str, ...] = ()
+    """Root config classes this entry applies to (empty: all)."""
+
+
+def _map(values: Mapping[Any, Any], name: str) -> Callable[[Any], Any]:
+    def convert(value: Any) -> Any:
+        if value not in values:
+            raise ConfigurationError(
+                f"{name}={value!r} has no equivalent here; use one of {sorted(map(str, values))}"
+            )
+        return values[value]
+
+    return convert
+
+
+def _renamed(verl: str, *ours: str, note: str = "", **kw: Any) -> Alias:
+    return Alias(verl, "renamed", tuple(ours), note, **kw)
+
+
+def _same(verl: str) -> Alias:
+    return Alias(verl, "same", (verl,))
+
+
+def _ignored(verl: str, note: str) -> Alias:
+    return Alias(verl, "ignored", (), note)
+
+
+def _unsupported(verl: str, note: str) -> Alias:
+    return Alias(verl, "unsupported", (), note)
+
+
+_MINI_BATCH_NOTE = (
+    "verl counts prompts in ppo_mini_batch_size, {ours} counts rows (responses = prompts x "
+    "rollout.n), so the same number gives n times more optimizer steps; set {ours} to verl's "
+    "value x rollout.n"
+)
+
+VERL_ALIASES: tuple[Alias, ...] = (
+    # data
+    *(
+        _same(f"data.{k}")
+        for k in (
+            "train_files",
+            "val_files",
+            "prompt_key",
+            "max_prompt_length",
+            "train_batch_size",
+            "val_batch_size",
+            "shuffle",
+            "seed",
+        )
+    ),
+    _renamed("data.tokenizer", "data.tokenizer_path"),
+    _renamed("data.max_response_length", "rollout.max_new_tokens", configs=("RLConfig",)),
+    _renamed("data.max_response_length", "max_response_length", configs=("DPOConfig", "SFTConfig")),
+    _renamed(
+        "data.filter_overlong_prompts",
+        "data.overlong_prompts",
+        note="true -> drop, false -> error",
+        convert=_map({True: "drop", False: "error"}, "data.filter_overlong_prompts"),
+    ),
+    _renamed("data.response_key", "response_key", configs=("SFTConfig",)),
+    _ignored("data.return_raw_chat", "chat messages are kept in raw_prompt anyway"),
+    _ignored("data.truncation", "over-long prompts follow data.overlong_prompts"),
+    # model
+    _renamed("actor_rollout_ref.model.path", "actor.engine.model.path"),
+    _renamed("actor_rollout_ref.model.trust_remote_code", "actor.engine.model.trust_remote_code"),
+    _renamed("actor_rollout_ref.model.lora_rank", "actor.lora.rank"),
+    _renamed("actor_rollout_ref.model.lora_alpha", "actor.lora.alpha"),
+    _renamed("actor_rollout_ref.model.target_modules", "actor.lora.target_modules"),
+    _renamed(
+        "actor_rollout_ref.model.enable_gradient_checkpointing",
+        "actor.engine.fsdp.activation_checkpointing",
+    ),
+    _ignored(
+        "actor_rollout_ref.model.use_remove_padding",
+        "padding is skipped by default (actor.engine.model.remove_padding=auto)",
+    ),
+    # actor
+    _renamed(f"{_ARA}.optim.lr", "actor.engine.optim.lr"),
+    _renamed(f"{_ARA}.optim.weight_decay", "actor.engine.optim.weight_decay"),
+    _renamed(f"{_ARA}.optim.betas", "actor.engine.optim.betas"),
+    _renamed(f"{_ARA}.optim.lr_warmup_steps", "actor.engine.optim.warmup_steps"),
+    _renamed(f"{_ARA}.optim.warmup_style", "actor.engine.optim.schedule"),
+    _renamed(f"{_ARA}.optim.min_lr_ratio", "actor.engine.optim.min_lr_ratio"),
+    _renamed(f"{_ARA}.grad_clip", "actor.engine.optim.grad_clip"),
+    _renamed(f"{_ARA}.ppo_micro_batch_size_per_gpu", "actor.engine.micro_batch.micro_batch_size"),
+    _renamed(f"{_ARA}.ppo_max_token_len_per_gpu", "actor.engine.micro_batch.max_tokens"),
+    *(
+        _renamed(f"{_ARA}.{k}", f"actor.{k}")
+        for k in (
+            "ppo_epochs",
+            "shuffle",
+            "clip_ratio_low",
+            "clip_ratio_high",
+            "clip_ratio_c",
+            "loss_agg_mode",
+            "entropy_coeff",
+            "use_kl_loss",
+            "kl_loss_coef",
+            "kl_loss_type",
+        )
+    ),
+    _renamed(f"{_ARA}.clip_ratio", "actor.clip_ratio_low", "actor.clip_ratio_high"),
+    _renamed(
+        f"{_ARA}.policy_loss.loss_mode",
+        "actor.policy_loss",
+        note="vanilla -> ppo",
+        convert=lambda v: "ppo" if v == "vanilla" else v,
+    ),
+    Alias(
+        f"{_ARA}.ppo_mini_batch_size",
+        "refused",
+        ("actor.ppo_mini_batch_size",),
+        _MINI_BATCH_NOTE.format(ours="actor.ppo_mini_batch_size"),
+    ),
+    _unsupported(f"{_ARA}.ppo_micro_batch_size", "use actor.engine.micro_batch.micro_batch_size"),
+    _ignored(f"{_ARA}.use_dynamic_bsz", "set actor.engine.micro_batch.max_tokens to pack"),
+    _ignored(f"{_ARA}.fsdp_config.param_offload", "see actor.engine.offload"),
+    _ignored(f"{_ARA}.fsdp_config.optimizer_offload", "see actor.engine.offload"),
+    # reference
+    _ignored("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", "uses the actor's"),
+    _ignored("actor_rollout_ref.ref.fsdp_config.param_offload", "the reference shares the actor's"),
+    # rollout
+    _renamed(
+        f"{_ROLL}.name",
+        "rollout.backend",
+        note="hf -> native",
+        convert=lambda v: "native" if v == "hf" else v,
+    ),
+    *(
+        _renamed(f"{_ROLL}.{k}", f"rollout.{k}")
+        for k in ("n", "temperature", "top_p", "top_k", "max_model_len")
+    ),
+    _renamed(f"{_ROLL}.response_length", "rollout.max_new_tokens"),
+    _renamed(
+        f"{_ROLL}.gpu_memory_utilization",
+        "rollout.engine_kwargs.gpu_memory_utilization",
+        note="vllm / sglang",
+    ),
+    _renamed(
+        f"{_ROLL}.tensor_model_parallel_size",
+        "rollout.engine_kwargs.tensor_parallel_size",
+        note="vllm / sglang",
+    ),
+    _renamed(f"{_ROLL}.enforce_eager", "rollout.engine_kwargs.enforce_eager", note="vllm"),
+    _ignored(f"{_ROLL}.log_prob_micro_batch_size_per_gpu", "uses the actor's micro-batches"),
+    _unsupported(f"{_ROLL}.val_kwargs", "validation decodes greedily"),
+    # critic
+    _renamed("critic.optim.lr", "critic.engine.optim.lr"),
+    _renamed("critic.model.path", "critic.engine.model.path"),
+    _renamed("critic.ppo_micro_batch_size_per_gpu", "critic.engine.micro_batch.micro_batch_size"),
+    *(_same(f"critic.{k}") for k in ("ppo_epochs", "cliprange_value")),
+    # reward
+    _renamed("custom_reward_function.path", "reward.function_path"),
+    _renamed("custom_reward_function.name", "reward.function_name"),
+    _renamed("reward_model.model.path", "reward.model.model.path"),
+    _ignored("reward_model.enable", "a reward model is used when reward.model is set"),
+    _ignored("reward_model.reward_manager", "one reward manager scores every row"),
+    # algorithm
+    *(
+        _same(f"algorithm.{k}")
+        for k in (
+            "adv_estimator",
+            "gamma",
+            "lam",
+            "norm_adv_by_std_in_grpo",
+            "use_kl_in_reward",
+            "kl_penalty",
+            "kl_ctrl.type",
+            "kl_ctrl.kl_coef",
+            "kl_ctrl.target_kl",
+            "kl_ctrl.horizon",
+            "filter_groups.enable",
+            "filter_groups.metric",
+            "filter_groups.max_num_gen_batches",
+        )
+    ),
+    # trainer
+    _renamed("trainer.logger", "trainer.loggers"),
+    Alias(
+        "trainer.n_gpus_per_node",
+        "derived",
+        ("trainer.n_workers",),
+        "trainer.n_workers = n_gpus_per_node x trainer.nnodes (our total over all nodes)",
+    ),
+    *(
+        _same(f"trainer.{k}")
+        for k in (
+            "nnodes",
+            "total_epochs",
+            "total_training_steps",
+            "project_name",
+            "experiment_name",
+            "save_freq",
+            "test_freq",
+            "val_before_train",
+            "log_val_generations",
+        )
+    ),
+    _renamed("trainer.default_local_dir", "trainer.checkpoint_dir"),
+    _renamed(
+        "trainer.resume_mode",
+        "trainer.resume_mode",
+        note="resume_path -> path",
+        convert=lambda v: "path" if v == "resume_path" else v,
+    ),
+    _renamed("trainer.resume_from_path", "trainer.resume_from"),
+    _renamed("trainer.max_actor_ckpt_to_keep", "trainer.max_checkpoints"),
+    _ignored("trainer.device", "trainer.use_gpu says whether workers get GPUs"),
+    _unsupported("trainer.critic_warmup", "the actor trains from the first step"),
+    _unsupported("trainer.default_hdfs_dir", "checkpoints go to trainer.checkpoint_dir only"),
+)
+"""Every verl key we know, in the order ``docs/from-verl.md`` lists them."""
+
+
+def find_alias(key: str, config_name: str) -> Alias | None:
+    """The table entry for verl key ``key`` under root config ``config_name``, if any."""
+    for alias in VERL_ALIASES:
+        if alias.verl == key and (not alias.configs or config_name in alias.configs):
+            return alias
+    return None
+
+
+@dataclass
+class AliasTracker:
+    """Per-load state: which of our keys an alias set (to catch conflicting duplicates) and
+    values that several keys combine into (``n_gpus_per_node``)."""
+
+    config: type
+    """The root config class being loaded."""
+    set_by: dict[str, tuple[str, Any, str]] = field(default_factory=dict)
+    """Our key -> (the key the user gave, its value, the source), for conflict checks."""
+    gpus_per_node: int | None = None
+    """verl's ``trainer.n_gpus_per_node`` when given."""
+
+    def record(self, given: str, ours: str, value: Any, source: str) -> None:
+        """Note that ``given`` set ``ours``; the same key given twice differently is an error."""
+        earlier = self.set_by.get(ours)
+        if earlier and earlier[0] != given and earlier[1] != value and earlier[2] == source:
+            raise ConfigurationError(
+                f"{earlier[0]}={earlier[1]!r} and {given}={value!r} set the same key {ours} "
+                f"(verl's name and ours) to different values in {source}; keep one of them"
+            )
+        self.set_by[ours] = (given, value, source)
+
+    def derived(self, tree: Any) -> dict[str, Any]:
+        """Values computed from several keys once all sources are merged."""
+        if self.gpus_per_node is None:
+            return {}
+        nnodes = int(tree.trainer.nnodes)
+        total = self.gpus_per_node * nnodes
+        explicit = self.set_by.get("trainer.n_workers")
+        if explicit is not None and int(explicit[1]) != total:
+            raise ConfigurationError(
+                f"trainer.n_gpus_per_node={self.gpus_per_node} x trainer.nnodes={nnodes} = "
+                f"{total} workers, but trainer.n_workers={explicit[1]} (the total over all "
+                "nodes); set only one of them"
+            )
+        return {"trainer.n_workers": total}
+
+
+def _apply(
+    alias: Alias | None, key: str, value: Any, tracker: AliasTracker, source: str
+) -> list[tuple[str, Any]]:
+    """``(our key, value)`` pairs for verl key ``key`` (or ours, when no alias matches)."""
+    if alias is None:
+        if key.split(".")[0] in VERL_ROOTS:
+            known = [a.verl for a in VERL_ALIASES]
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigurationError(
+                f"verl key {key} (from {source}) has no equivalent in hybridflow{hint}; "
+                "docs/from-verl.md lists the verl keys that are translated"
+            )
+        tracker.record(key, key, value, source)
+        return [(key, value)]
+    if alias.kind == "refused":
+        raise ConfigurationError(f"{key}={value!r} (from {source}) is refused: {alias.note}")
+    if alias.kind == "unsupported":
+        raise ConfigurationError(
+            f"verl key {key} (from {source}) is not supported by hybridflow: {alias.note}"
+        )
+    if alias.kind == "ignored":
+        warnings.warn(f"verl key {key} has no effect here: {alias.note}", stacklevel=3)
+        return []
+    if alias.kind == "derived":
+        tracker.gpus_per_node = int(value)
+        return []
+    converted = alias.convert(value) if alias.convert is not None else value
+    for ours in alias.ours:
+        tracker.record(key, ours, converted, source)
+    return [(ours, converted) for ours in alias.ours]
+
+
+def translate_pair(key: str, raw: str, tracker: AliasTracker, source: str) -> list[tuple[str, str]]:
+    """Translate one override ``key=raw``: the ``(our key, raw value)`` pairs to apply."""
+    alias = find_alias(key, tracker.config.__name__)
+    value = yaml.safe_load(raw) if raw.strip() else ""
+    pairs = _apply(alias, key, value, tracker, source)
+    if alias is None or alias.convert is None:
+        return [(ours, raw) for ours, _ in pairs]
+    return [(ours, yaml.safe_dump(v, default_flow_style=True).strip()) for ours, v in pairs]
+
+
+def translate_drop(key: str, config_name: str) -> list[str]:
+    """Our key(s) that ``~key`` drops (verl's key dropped means its target is)."""
+    alias = find_alias(key, config_name)
+    return list(alias.ours) if alias is not None and alias.kind in ("renamed", "same") else [key]
+
+
+def translate_tree(data: Mapping[str, Any], tracker: AliasTracker, source: str) -> dict[str, Any]:
+    """A nested mapping (a YAML file) with verl's keys moved to ours (a new dict)."""
+    result: dict[str, Any] = {}
+    for key, value in _leaves(data, "", tracker.config.__name__):
+        for ours, converted in _apply(
+            find_alias(key, tracker.config.__name__), key, value, tracker, source
+        ):
+            _set(result, ours, converted)
+    return result
+
+
+def _leaves(data: Mapping[str, Any], prefix: str, config_name: str) -> list[tuple[str, Any]]:
+    """``(dotted key, value)`` pairs, descending only where a verl key could be deeper."""
+    pairs: list[tuple[str, Any]] = []
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        deeper = any(a.verl.startswith(f"{path}.") for a in VERL_ALIASES) or (
+            path.split(".")[0] in VERL_ROOTS
+        )
+        if isinstance(value, Mapping) and deeper and find_alias(path, config_name) is None:
+            pairs.extend(_leaves(value, f"{path}.", config_name))
+        else:
+            pairs.append((path, value))
+    return pairs
+
+
+def _set(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = tree
+    for part in parents:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):  # a section given as a value: OmegaConf reports it
+            child = node[part] = {}
+        node = child
+    node[leaf] = value

@@ -1,0 +1,166 @@
+"""The ``hybridflow`` command, run as a user runs it: a subprocess in a directory of its own.
+
+In package CI hf-algos is installed from its wheel into a fresh venv, so these runs use the
+installed console script and the packaged configs, not the repository checkout.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+import hf_algos
+from hf_algos.config import RewardSection
+from hf_algos.data import write_rows
+from hf_algos.examples.reverse_letters import ModelShape, build_model_dir, make_reverse_letters_rows
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+SCRIPT = Path(sys.executable).parent / "hybridflow"
+NEEDS_REWARD_FILE = pytest.mark.skipif(
+    "function_path" not in RewardSection.__dataclass_fields__,
+    reason="reward.function_path (loading a reward file) is not in this tree yet",
+)
+REWARD_FILE = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    """verl's signature: 1 for the reversed letters, else the share of right positions."""
+    answer = solution_str.strip()
+    right = sum(a == b for a, b in zip(answer, ground_truth))
+    return 1.0 if answer == ground_truth else 0.5 * right / len(ground_truth)
+'''
+TINY = ModelShape(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+FAST = ["trainer.backend=local", "trainer.progress_bar=false", "reward.num_workers=1"]
+
+
+def hybridflow(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """Run the command; the installed console script when there is one (always in CI)."""
+    if os.environ.get("CI"):
+        assert SCRIPT.is_file(), f"the hybridflow console script is not installed at {SCRIPT}"
+    command = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-m", "hf_algos"]
+    return subprocess.run(
+        [*command, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def test_installed_package_is_the_one_tested() -> None:
+    if os.environ.get("CI"):  # package CI: the wheel, not the checkout
+        assert REPO_ROOT not in Path(hf_algos.__file__).resolve().parents
+
+
+def test_help_lists_sections_and_packaged_configs(tmp_path: Path) -> None:
+    top = hybridflow("--help", cwd=tmp_path)
+    assert top.returncode == 0
+    for command in ("grpo", "ppo", "dpo", "sft", "export"):
+        assert command in top.stdout
+    grpo = hybridflow("grpo", "--help", cwd=tmp_path)
+    assert grpo.returncode == 0
+    assert "rollout              section  Generation: backend and sampling" in grpo.stdout
+    assert "quickstart" in grpo.stdout and "+key.sub=value" in grpo.stdout
+
+
+def test_cfg_prints_the_resolved_config_and_errors_exit_2(tmp_path: Path) -> None:
+    model = build_model_dir(tmp_path / "model", TINY, seed=0)
+    (tmp_path / "my.yaml").write_text(
+        f"vars: {{model: {model}}}\nactor: {{engine: {{model: {{path: '${{vars.model}}'}}}}}}\n"
+        "rollout: {n: 2}\ndata: {train_batch_size: 2}\nreference: false\n"
+    )
+    shown = hybridflow(
+        "ppo", "--config-name", "my", "--cfg", "actor_rollout_ref.actor.optim.lr=2e-6", cwd=tmp_path
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert f"path: {model}" in shown.stdout and "lr: 2.0e-06" in shown.stdout
+    assert "adv_estimator: gae" in shown.stdout  # ppo's default, with the critic it needs
+    assert "critic:\n  engine:\n    model:\n" in shown.stdout and "vars:" not in shown.stdout
+    typo = hybridflow("grpo", "--config", "my.yaml", "trainer.total_epoch=2", cwd=tmp_path)
+    assert typo.returncode == 2
+    assert "Did you mean: 'total_epochs'?" in typo.stderr and "Traceback" not in typo.stderr
+    refused = hybridflow(
+        "grpo", "--config", "my.yaml", "actor_rollout_ref.actor.ppo_mini_batch_size=4", cwd=tmp_path
+    )
+    assert refused.returncode == 2 and "verl's value x rollout.n" in refused.stderr
+
+
+def _task(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A model directory, a generated jsonl dataset and a reward file, as a user has them."""
+    model = build_model_dir(tmp_path / "model", TINY, seed=0)
+    write_rows(make_reverse_letters_rows(16, 3, seed=0), tmp_path / "train.jsonl")
+    reward = tmp_path / "my_reward.py"
+    reward.write_text(REWARD_FILE)
+    return model, tmp_path / "train.jsonl", reward
+
+
+def _check_trained(run: subprocess.CompletedProcess[str], tmp_path: Path, model: Path) -> None:
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    records = [json.loads(line) for line in (tmp_path / "logs").rglob("*.jsonl").__next__().open()]
+    steps = [r["training/global_step"] for r in records if "training/global_step" in r]
+    assert steps[-2:] == [1, 2]
+    before = load_file(str(model / "model.safetensors"))
+    after = load_file(str(tmp_path / "final" / "model.safetensors"))
+    changed = [name for name, tensor in after.items() if not tensor.equal(before[name])]
+    assert changed, "no weight changed in two GRPO steps"
+
+
+@NEEDS_REWARD_FILE
+def test_grpo_on_own_data_reward_file_and_model(tmp_path: Path) -> None:
+    model, data, reward = _task(tmp_path)
+    run = hybridflow(
+        "grpo",
+        f"actor.engine.model.path={model}",
+        f"data.train_files=[{data}]",
+        f"reward.function_path={reward}",
+        "data.train_batch_size=4",
+        "data.max_prompt_length=4",
+        "rollout.n=4",
+        "rollout.max_new_tokens=4",
+        "actor.ppo_mini_batch_size=16",
+        "actor.engine.optim.lr=1e-2",
+        "trainer.total_training_steps=2",
+        "trainer.loggers=[jsonl]",
+        "trainer.log_dir=logs",
+        "trainer.checkpoint_dir=ckpt",
+        "trainer.export_dir=final",
+        "trainer.save_freq=2",
+        *FAST,
+        cwd=tmp_path,
+    )
+    _check_trained(run, tmp_path, model)
+    if importlib.util.find_spec("hf_algos.export") is None:
+        return  # hybridflow export needs hf_algos.export (the checkpoint conversion)
+    exported = hybridflow("export", "ckpt/global_step_2", "exported", cwd=tmp_path)
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    weights = load_file(str(next((tmp_path / "exported").glob("*.safetensors"))))
+    final = load_file(str(tmp_path / "final" / "model.safetensors"))
+    assert all(weights[name].equal(tensor) for name, tensor in final.items() if name in weights)
+
+
+@NEEDS_REWARD_FILE
+def test_verl_style_config_runs(tmp_path: Path) -> None:
+    model, data, reward = _task(tmp_path)
+    (tmp_path / "verl.yaml").write_text(
+        f"data:\n  train_files: [{data}]\n  train_batch_size: 4\n  max_prompt_length: 4\n"
+        "  max_response_length: 4\n"
+        f"actor_rollout_ref:\n  model: {{path: {model}}}\n"
+        "  actor:\n    optim: {lr: 1.0e-2}\n    ppo_micro_batch_size_per_gpu: 8\n"
+        "  rollout: {name: hf, n: 4, temperature: 1.0}\n"
+        "algorithm: {adv_estimator: grpo}\n"
+        f"custom_reward_function: {{path: {reward}, name: compute_score}}\n"
+        "trainer:\n  logger: [jsonl]\n  total_training_steps: 2\n  n_gpus_per_node: 1\n"
+        "  nnodes: 1\n  default_local_dir: ckpt\n  project_name: verl_style\n"
+    )
+    run = hybridflow(
+        "grpo",
+        "--config",
+        "verl.yaml",
+        "actor.ppo_mini_batch_size=16",  # rows: verl's 4 prompts x rollout.n=4
+        "trainer.log_dir=logs",
+        "trainer.export_dir=final",
+        *FAST,
+        cwd=tmp_path,
+    )
+    _check_trained(run, tmp_path, model)

@@ -1,0 +1,174 @@
+"""Config loading on OmegaConf: every override form, ``vars`` interpolation, typos, verl keys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from hf_algos.config import VERL_ALIASES, RLConfig, SFTConfig, compose_config, load_config
+from hf_controller import ConfigurationError
+
+MODEL = [
+    "actor.engine.model.hf_config.model_type=llama",
+    f"data.tokenizer_path={Path(__file__).parent}",
+]
+BASE = [*MODEL, "rollout.n=4", "data.train_batch_size=4", "actor.ppo_mini_batch_size=8"]
+
+
+def load(*overrides: str, path: Path | None = None) -> RLConfig:
+    return load_config(RLConfig, path, overrides=[*BASE, *overrides])
+
+
+def test_set_add_and_drop() -> None:
+    config = load(
+        "actor.engine.optim.lr=2e-6",
+        "+rollout.engine_kwargs.lean_forward=false",
+        "+actor.engine.model.hf_config.hidden_size=32",
+        "trainer.save_freq=3",
+        "~trainer.save_freq",
+    )
+    assert config.actor.engine.optim.lr == pytest.approx(2e-6)
+    assert config.rollout.engine_kwargs == {"lean_forward": False}
+    assert config.actor.engine.model.hf_config == {"model_type": "llama", "hidden_size": 32}
+    assert config.trainer.save_freq == 0  # dropped: back to its default
+    lists = load("trainer.loggers=console,jsonl", "data.val_files=")
+    assert lists.trainer.loggers == ("console", "jsonl") and lists.data.val_files == ()
+    dropped = load("+rollout.engine_kwargs.x=1", "~rollout.engine_kwargs.x")
+    assert dropped.rollout.engine_kwargs == {}
+    replaced = load("+rollout.engine_kwargs.x=1", "rollout.engine_kwargs={y: 2}")
+    assert replaced.rollout.engine_kwargs == {"y": 2}  # a value replaces a free mapping
+    assert (
+        load("rollout.engine_kwargs={x: 1}", "rollout.engine_kwargs={}").rollout.engine_kwargs == {}
+    )
+    with pytest.raises(ConfigurationError, match=r"\+key adds a key .* use trainer.save_freq="):
+        load("+trainer.save_freq=3")
+    with pytest.raises(ConfigurationError, match="already set"):
+        load("+rollout.engine_kwargs.x=1", "+rollout.engine_kwargs.x=2")
+    with pytest.raises(ConfigurationError, match=r"no key trainer\.nothing to drop"):
+        load("~trainer.nothing")
+
+
+def test_required_section_filled_by_dotted_keys_and_missing_named() -> None:
+    assert load().actor.engine.model.hf_config == {"model_type": "llama"}
+    with pytest.raises(ConfigurationError, match="missing required key actor"):
+        load_config(RLConfig, overrides=["rollout.n=2"])
+
+
+def test_vars_interpolate_one_model_path_everywhere(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama"}')
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        f"vars:\n  model: {model}\n  steps: 3\n"
+        "actor:\n  engine:\n    model: {path: '${vars.model}'}\n"
+        "data: {tokenizer_path: '${vars.model}', train_batch_size: 4}\n"
+        "rollout: {n: 4}\n"
+        "trainer: {total_training_steps: '${vars.steps}', save_freq: '${trainer.test_freq}'}\n"
+    )
+    config = load_config(RLConfig, path, ["vars.steps=5"])
+    assert config.actor.engine.model.path == str(model)
+    assert config.data.tokenizer_path == str(model)
+    assert config.trainer.total_training_steps == 5  # the override of the variable won
+    assert config.trainer.save_freq == 0
+    with pytest.raises(ConfigurationError, match=r"vars\.nothing"):
+        load_config(RLConfig, path, ["actor.engine.model.path=${vars.nothing}"])
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("trainer.total_epoch=2", "Did you mean: 'total_epochs'?"),
+        ("actor.engine.optim.lrr=1", "actor.engine.optim.lrr: Key 'lrr' not in 'OptimConfig'"),
+        ("trainr.nnodes=2", "Did you mean: 'trainer'?"),
+        ("rollout.n=many", "rollout.n: Value 'many'"),
+        ("trainer.placement=cloud", "expected one of ['hybrid', 'separate']"),
+        ("rollout.n", "not of the form key.sub=value"),
+    ],
+)
+def test_typos_and_bad_values_name_the_key(override: str, expected: str) -> None:
+    with pytest.raises(ConfigurationError) as error:
+        load(override)
+    assert expected in str(error.value)
+    assert f"(from {override})" in str(error.value) or "form" in str(error.value)
+
+
+def test_verl_keys_in_overrides_and_yaml(tmp_path: Path) -> None:
+    verl_base = [*MODEL, "data.train_batch_size=4", "actor.ppo_mini_batch_size=8"]
+    config = load_config(
+        RLConfig,
+        overrides=[
+            *verl_base,
+            "actor_rollout_ref.actor.optim.lr=3e-6",
+            "actor_rollout_ref.rollout.n=8",
+            "actor_rollout_ref.rollout.name=hf",
+            "actor_rollout_ref.rollout.response_length=12",
+            "actor_rollout_ref.actor.clip_ratio=0.3",
+            "trainer.logger=[console,jsonl]",
+            "trainer.nnodes=2",
+            "trainer.n_gpus_per_node=2",
+            "data.filter_overlong_prompts=true",
+        ],
+    )
+    assert config.actor.engine.optim.lr == pytest.approx(3e-6)
+    assert (config.rollout.n, config.rollout.backend, config.rollout.max_new_tokens) == (
+        8,
+        "native",
+        12,
+    )
+    assert config.actor.clip_ratio_low == config.actor.clip_ratio_high == pytest.approx(0.3)
+    assert config.trainer.loggers == ("console", "jsonl")
+    assert (config.trainer.n_workers, config.trainer.workers_per_node) == (4, 2)
+    assert config.data.overlong_prompts == "drop"
+    path = tmp_path / "verl.yaml"
+    path.write_text(
+        "actor_rollout_ref:\n  actor:\n    optim: {lr: 5.0e-6}\n    grad_clip: 0.5\n"
+        "  rollout: {temperature: 0.7}\ntrainer: {logger: [console], total_epochs: 2}\n"
+    )
+    from_yaml = load(path=path)
+    assert from_yaml.actor.engine.optim.lr == pytest.approx(5e-6)
+    assert from_yaml.actor.engine.optim.grad_clip == pytest.approx(0.5)
+    assert from_yaml.rollout.temperature == pytest.approx(0.7)
+    assert (from_yaml.trainer.loggers, from_yaml.trainer.total_epochs) == (("console",), 2)
+    # an alias targets the config's own key: SFT's response length is top-level
+    sft = load_config(SFTConfig, overrides=[*MODEL, "data.max_response_length=9"])
+    assert sft.max_response_length == 9
+
+
+def test_verl_keys_that_differ_or_do_not_exist_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match=r"counts prompts .* verl's value x rollout.n"):
+        load("actor_rollout_ref.actor.ppo_mini_batch_size=16")
+    with pytest.raises(ConfigurationError, match="not supported by hybridflow"):
+        load("trainer.critic_warmup=1")
+    with pytest.raises(ConfigurationError, match="no equivalent in hybridflow"):
+        load("actor_rollout_ref.hybrid_engine=true")
+    with pytest.raises(ConfigurationError, match=r"set the same key actor\.engine\.optim\.lr"):
+        load("actor.engine.optim.lr=1e-6", "actor_rollout_ref.actor.optim.lr=2e-6")
+    path = tmp_path / "both.yaml"
+    path.write_text("trainer: {logger: [console], loggers: [jsonl]}\n")
+    with pytest.raises(ConfigurationError, match=r"trainer.logger=.* trainer.loggers="):
+        load(path=path)
+    with pytest.raises(ConfigurationError, match="set only one of them"):
+        load("trainer.nnodes=2", "trainer.n_gpus_per_node=1", "trainer.n_workers=4")
+    with pytest.warns(UserWarning, match="no effect here"):
+        load("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4")
+
+
+def test_alias_table_targets_exist_in_the_schema() -> None:
+    # every key an alias writes must be a real key, or the alias would fail at every use
+    # (left out: SFT / DPO keys, the optional critic, free mappings, sibling changes' keys)
+    tree = compose_config(RLConfig, overrides=MODEL)
+    missing = [
+        ours
+        for alias in VERL_ALIASES
+        for ours in alias.ours
+        if not ours.startswith(("critic", "max_response_length", "response_key", "actor.lora"))
+        and ".engine_kwargs." not in ours
+        and not ours.startswith(("reward.function", "reward.model"))
+        and ".trust_remote_code" not in ours
+        and ours != "trainer.log_val_generations"
+        and OmegaConf.select(tree, ours, default="<absent>") == "<absent>"
+    ]
+    assert missing == []
