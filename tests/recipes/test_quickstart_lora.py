@@ -16,6 +16,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from hf_algos.tracking import metrics_path
 from recipes.quickstart.main import run_quickstart
 
 GRPO_STEPS = 60
@@ -62,7 +63,8 @@ def test_quickstart_grpo_with_lora_raises_held_out_accuracy(
 
     # The rollout samples with the merged weights the actor trains: the actor's recomputed
     # log-probs of the sampled tokens equal the sampler's, so the policy ratio starts at 1.
-    records = [json.loads(line) for line in (tmp_path / "logs" / "grpo.jsonl").open()]
+    grpo_metrics = metrics_path(tmp_path / "logs", "hybridflow", "grpo")
+    records = [json.loads(line) for line in grpo_metrics.open()]
     kls = [abs(r["actor/ppo_kl"]) for r in records if "actor/ppo_kl" in r]
     assert len(kls) == GRPO_STEPS and max(kls) < 1e-4, max(kls)
 
