@@ -96,6 +96,12 @@ REWARD_BASELINES: Final = "reward_baselines"
 """``(B,)`` float32: a per-sample reward baseline (ReMax: the greedy response's score).
 Written by the trainer before ``compute_advantage``; read by the ``remax`` estimator."""
 
+ROLLOUT_IS_WEIGHTS: Final = "rollout_is_weights"
+"""``(B, R)`` float32: the rollout-correction weight of each response token (truncated or
+masked importance ratio of ``old_log_probs`` over ``rollout_log_probs``), 0 on pads. Written
+by the trainer when ``algorithm.rollout_correction.mode`` is not ``off``; read by the actor's
+policy loss, which multiplies each token's loss by it."""
+
 # --- Non-tensors (numpy object columns, one entry per row) --------------------------------
 
 RAW_PROMPT: Final = "raw_prompt"

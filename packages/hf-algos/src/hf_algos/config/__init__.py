@@ -1,6 +1,7 @@
 """Trainer configuration: typed sections, YAML + overrides on OmegaConf, verl aliases, checks."""
 
 from hf_algos.config.aliases import VERL_ALIASES, Alias
+from hf_algos.config.correction import RolloutCorrectionSection
 from hf_algos.config.loading import (
     VARS_KEY,
     compose_config,
@@ -46,6 +47,7 @@ __all__ = [
     "KLControlSection",
     "RLConfig",
     "RewardSection",
+    "RolloutCorrectionSection",
     "RolloutSection",
     "SFTConfig",
     "TrainerSection",

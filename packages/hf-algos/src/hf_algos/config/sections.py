@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from hf_algos.config.correction import RolloutCorrectionSection
 from hf_controller import ConfigurationError
 from hf_engines.config import EngineConfig, LoRAConfig, check_lora_backend
 from hf_engines.hub import resolve_model_path
@@ -252,6 +253,8 @@ class AlgorithmSection:
     """The penalty's coefficient controller."""
     filter_groups: FilterGroupsSection = field(default_factory=FilterGroupsSection)
     """DAPO dynamic sampling: train only on prompt groups whose samples differ."""
+    rollout_correction: RolloutCorrectionSection = field(default_factory=RolloutCorrectionSection)
+    """Importance weights for the rollout/trainer mismatch (TIS / MIS); off by default."""
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from hf_algos.advantages.registry import (
     AdvantageEstimator,
     get_advantage_estimator,
 )
+from hf_algos.config.correction import check_rollout_correction
 from hf_algos.config.sections import (
     ActorSection,
     AlgorithmSection,
@@ -108,6 +109,7 @@ def validate_rl_config(
             "actor.use_kl_loss or algorithm.use_kl_in_reward needs the reference policy; "
             "set reference=true or turn both off"
         )
+    check_rollout_correction(algorithm.rollout_correction, actor.use_rollout_log_probs)
     _check_loop(trainer, bool(data.val_files))
     _check_placement(trainer, rows)
     check_tokenizer_source(data, actor)

@@ -1,4 +1,5 @@
-"""Losses: aggregation modes, policy / value / DPO / SFT losses, entropy, engine loss functions."""
+"""Losses: aggregation modes, policy / value / DPO / SFT losses, entropy, rollout correction,
+engine loss functions."""
 
 from hf_algos.losses.actor_loss import ppo_actor_loss
 from hf_algos.losses.aggregation import (
@@ -19,19 +20,33 @@ from hf_algos.losses.policy import (
     register_policy_loss,
     reinforce_policy_loss,
 )
+from hf_algos.losses.rollout_correction import (
+    CORRECTION_LEVELS,
+    CORRECTION_MODES,
+    RolloutCorrection,
+    compute_rollout_correction,
+    masked_is_weights,
+    mismatch_kl,
+    rollout_log_ratio,
+    truncated_is_weights,
+)
 from hf_algos.losses.sft import sft_loss
 from hf_algos.losses.value import ValueLossOutput, clipped_value_loss
 
 __all__ = [
+    "CORRECTION_LEVELS",
+    "CORRECTION_MODES",
     "DPO_LOSSES",
     "LOSS_AGG_MODES",
     "POLICY_LOSSES",
     "DPOLossOutput",
     "PolicyLossOutput",
+    "RolloutCorrection",
     "ValueLossOutput",
     "aggregate_loss",
     "check_loss_agg_mode",
     "clipped_value_loss",
+    "compute_rollout_correction",
     "critic_loss",
     "dpo_loss",
     "dpo_loss_fn",
@@ -39,9 +54,13 @@ __all__ = [
     "get_policy_loss",
     "global_share",
     "gspo_policy_loss",
+    "masked_is_weights",
+    "mismatch_kl",
     "ppo_actor_loss",
     "ppo_policy_loss",
     "register_policy_loss",
     "reinforce_policy_loss",
+    "rollout_log_ratio",
     "sft_loss",
+    "truncated_is_weights",
 ]

@@ -46,7 +46,9 @@ def ppo_actor_loss(
 
     Reads ``outputs["log_probs"]`` (with gradient) and ``outputs["entropy"]``, and from
     ``micro_batch.batch``: ``old_log_probs``, ``advantages``, ``response_mask`` and, when
-    ``kl_coeff > 0``, ``ref_log_prob`` (all ``(b, R)``). ``policy_loss`` names an entry of
+    ``kl_coeff > 0``, ``ref_log_prob`` (all ``(b, R)``); when the batch holds
+    ``rollout_is_weights`` (rollout correction), they multiply the per-token policy loss
+    (not the entropy or KL terms). ``policy_loss`` names an entry of
     ``POLICY_LOSSES`` (``ppo``, ``gspo``, ``reinforce``). Metrics: ``pg_loss``,
     ``pg_clipfrac``, ``pg_clipfrac_lower``, ``ppo_kl``, ``entropy`` (when the engine gives
     it) and ``kl_loss`` (when ``ref_log_prob`` is in the batch).
@@ -56,6 +58,11 @@ def ppo_actor_loss(
     mask = batch_field(micro_batch, fields.RESPONSE_MASK, device, "the rollout writes")
     old = batch_field(micro_batch, fields.OLD_LOG_PROBS, device, "actor.compute_log_prob writes")
     advantages = batch_field(micro_batch, fields.ADVANTAGES, device, "compute_advantage writes")
+    # Rollout correction (algorithm.rollout_correction): only passed when the driver wrote
+    # weights, so a registered loss without the token_weights keyword keeps working.
+    weighting: dict[str, torch.Tensor] = {}
+    if micro_batch.batch is not None and fields.ROLLOUT_IS_WEIGHTS in micro_batch.batch:
+        weighting["token_weights"] = micro_batch.batch[fields.ROLLOUT_IS_WEIGHTS].to(device)
     policy = get_policy_loss(policy_loss)(
         log_prob,
         old,
@@ -65,6 +72,7 @@ def ppo_actor_loss(
         clip_high=clip_high,
         clip_c=clip_c,
         loss_agg_mode=loss_agg_mode,
+        **weighting,
     )
     loss = policy.loss
     metrics = {

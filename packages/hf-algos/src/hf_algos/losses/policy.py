@@ -4,6 +4,12 @@ Every loss takes per-token tensors of shape ``(B, R)`` (``log_prob`` with gradie
 behaviour policy's ``old_log_prob``, ``advantages``, ``response_mask``) and scalars, and
 returns a :class:`PolicyLossOutput`. They share one keyword signature so the registry
 :data:`POLICY_LOSSES` can pick one by name.
+
+``token_weights`` (optional, ``(B, R)``, no gradient) multiplies each token's loss before
+aggregation: the rollout-correction importance weights
+(:mod:`hf_algos.losses.rollout_correction`). A weight of 0 drops the token from the loss
+while it keeps its place in the aggregation's denominator (and in the engine's global
+totals), so masking tokens shrinks the step instead of renormalising it onto fewer tokens.
 """
 
 from __future__ import annotations
@@ -43,6 +49,18 @@ def _check_clip(clip_low: float, clip_high: float, clip_c: float | None) -> None
         raise ValueError(f"clip_c={clip_c} must be > 1 (dual-clip lower bound, e.g. 3.0)")
 
 
+def _weighted(loss_mat: torch.Tensor, token_weights: torch.Tensor | None) -> torch.Tensor:
+    """``loss_mat * token_weights`` (detached); ``loss_mat`` without weights."""
+    if token_weights is None:
+        return loss_mat
+    if token_weights.shape != loss_mat.shape:
+        raise ValueError(
+            f"token_weights shape {tuple(token_weights.shape)} differs from the loss's "
+            f"{tuple(loss_mat.shape)}; both must be (batch, response_length)"
+        )
+    return loss_mat * token_weights.detach().to(loss_mat.dtype)
+
+
 def _clipped_surrogate(
     ratio: torch.Tensor,
     advantages: torch.Tensor,
@@ -76,12 +94,14 @@ def ppo_policy_loss(
     clip_high: float = 0.2,
     clip_c: float | None = None,
     loss_agg_mode: str = "token-mean",
+    token_weights: torch.Tensor | None = None,
 ) -> PolicyLossOutput:
     """PPO clipped surrogate with separate low/high ratio bounds and optional dual-clip.
 
     Per token: ``r = exp(log_prob - old_log_prob)``,
     ``l = max(-A * r, -A * clip(r, 1 - clip_low, 1 + clip_high))``; with ``clip_c`` and
-    ``A < 0``, ``l = min(l, -A * clip_c)``. Aggregated with ``loss_agg_mode``.
+    ``A < 0``, ``l = min(l, -A * clip_c)``; times ``token_weights`` when given. Aggregated
+    with ``loss_agg_mode``.
     Shape: all tensors ``(B, R)``.
     """
     _check_clip(clip_low, clip_high, clip_c)
@@ -91,7 +111,7 @@ def ppo_policy_loss(
         ratio, advantages, response_mask, clip_low, clip_high, clip_c
     )
     approx_kl = masked_mean(-log_ratio, response_mask).detach()
-    loss = aggregate_loss(loss_mat, response_mask, loss_agg_mode)
+    loss = aggregate_loss(_weighted(loss_mat, token_weights), response_mask, loss_agg_mode)
     return PolicyLossOutput(loss, clipfrac, approx_kl, lower)
 
 
@@ -105,6 +125,7 @@ def gspo_policy_loss(
     clip_high: float = 4e-4,
     clip_c: float | None = None,
     loss_agg_mode: str = "seq-mean-token-mean",
+    token_weights: torch.Tensor | None = None,
 ) -> PolicyLossOutput:
     """GSPO: the clipped surrogate on a sequence-level, length-normalised ratio.
 
@@ -124,7 +145,7 @@ def gspo_policy_loss(
         ratio, advantages, response_mask, clip_low, clip_high, clip_c
     )
     approx_kl = masked_mean(-log_ratio, response_mask).detach()
-    loss = aggregate_loss(loss_mat, response_mask, loss_agg_mode)
+    loss = aggregate_loss(_weighted(loss_mat, token_weights), response_mask, loss_agg_mode)
     return PolicyLossOutput(loss, clipfrac, approx_kl, lower)
 
 
@@ -138,6 +159,7 @@ def reinforce_policy_loss(
     clip_high: float = 0.2,
     clip_c: float | None = None,
     loss_agg_mode: str = "token-mean",
+    token_weights: torch.Tensor | None = None,
 ) -> PolicyLossOutput:
     """Plain REINFORCE-style loss ``-A * log_prob`` (on-policy; no ratio, no clip).
 
@@ -148,13 +170,13 @@ def reinforce_policy_loss(
     loss_mat = -advantages * log_prob
     approx_kl = masked_mean(old_log_prob - log_prob, response_mask).detach()
     zero = torch.zeros((), dtype=log_prob.dtype)
-    loss = aggregate_loss(loss_mat, response_mask, loss_agg_mode)
+    loss = aggregate_loss(_weighted(loss_mat, token_weights), response_mask, loss_agg_mode)
     return PolicyLossOutput(loss, zero, approx_kl, zero)
 
 
 PolicyLoss = Callable[..., PolicyLossOutput]
 """``loss(log_prob, old_log_prob, advantages, response_mask, *, clip_low, clip_high,
-clip_c, loss_agg_mode) -> PolicyLossOutput``."""
+clip_c, loss_agg_mode, token_weights=None) -> PolicyLossOutput``."""
 
 POLICY_LOSSES: dict[str, PolicyLoss] = {}
 """Policy losses by name; add one with :func:`register_policy_loss`."""

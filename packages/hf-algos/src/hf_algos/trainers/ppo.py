@@ -50,6 +50,7 @@ from hf_algos.trainers.groups import RewardScorer
 from hf_algos.trainers.steps import (
     MODEL_FIELDS,
     absorb,
+    apply_rollout_correction,
     first_groups,
     for_worker,
     generate,
@@ -65,7 +66,13 @@ from hf_rollout import SamplingConfig
 
 logger = logging.getLogger(__name__)
 
-ACTOR_UPDATE_FIELDS = (*MODEL_FIELDS, fields.OLD_LOG_PROBS, fields.ADVANTAGES, fields.REF_LOG_PROB)
+ACTOR_UPDATE_FIELDS = (
+    *MODEL_FIELDS,
+    fields.OLD_LOG_PROBS,
+    fields.ADVANTAGES,
+    fields.REF_LOG_PROB,
+    fields.ROLLOUT_IS_WEIGHTS,
+)
 CRITIC_UPDATE_FIELDS = (*MODEL_FIELDS, fields.VALUES, fields.RETURNS)
 
 
@@ -154,6 +161,10 @@ class PPOTrainer(Trainer):
             return metrics
         with timed("old_log_prob", timing):
             self.old_log_probs(batch, metrics)
+        if not self.config.actor.use_rollout_log_probs:  # else old == rollout: nothing to see
+            metrics.update(
+                apply_rollout_correction(batch, self.config.algorithm.rollout_correction)
+            )
         if self.use_ref:
             with timed("ref", timing):
                 absorb(batch, self.roles.ref.compute_ref_log_prob(for_worker(batch)), metrics)

@@ -1,5 +1,5 @@
 """Step pieces shared by the trainers: worker-call plumbing, generation and its memory
-phases, dynamic-sampling group filters, greedy validation."""
+phases, dynamic-sampling group filters, rollout correction, greedy validation."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import torch
 from tensordict import TensorDict
 
 from hf_algos.advantages.grouping import first_groups_rows, group_ids, varied_group_rows
+from hf_algos.config.correction import RolloutCorrectionSection
 from hf_algos.data import RLDataset
+from hf_algos.losses.rollout_correction import compute_rollout_correction
 from hf_algos.tracking import Generation, merge_worker_metrics, timed
 from hf_algos.trainers import builders
 from hf_algos.trainers.groups import RewardScorer, RolloutGroup
@@ -118,6 +120,39 @@ def for_worker(batch: DataProto, keys: tuple[str, ...] = MODEL_FIELDS) -> DataPr
     held = set(batch.batch.keys())
     meta = [key for key in (fields.TEMPERATURE,) if key in batch.meta_info]
     return batch.select(batch_keys=[f for f in keys if f in held], meta_info_keys=meta)
+
+
+def apply_rollout_correction(batch: DataProto, spec: RolloutCorrectionSection) -> Metrics:
+    """Compare ``old_log_probs`` with ``rollout_log_probs`` over the whole step's batch:
+    returns the ``rollout_correction/*`` metrics and, when ``spec.mode`` is not ``off``,
+    writes the per-token ``rollout_is_weights`` the actor's policy loss multiplies by.
+
+    Call it after ``old_log_probs`` are in the batch (recomputed by the actor). A batch
+    without ``rollout_log_probs`` has nothing to compare: no metrics, and an error when a
+    correction is asked for.
+    """
+    data = tensors(batch)
+    if fields.ROLLOUT_LOG_PROBS not in data:
+        if spec.enabled:
+            raise KeyError(
+                f"algorithm.rollout_correction.mode={spec.mode!r} needs the rollout's "
+                f"'{fields.ROLLOUT_LOG_PROBS}' in the batch, and this rollout wrote none; use "
+                "a rollout backend that returns log-probs or set the mode to off"
+            )
+        return {}
+    correction = compute_rollout_correction(
+        data[fields.OLD_LOG_PROBS],
+        data[fields.ROLLOUT_LOG_PROBS],
+        data[fields.RESPONSE_MASK],
+        mode=spec.mode,
+        level=spec.level,
+        cap=spec.rollout_is_cap,
+        mis_low=spec.mis_low,
+        mis_high=spec.mis_high,
+    )
+    if spec.enabled:
+        data[fields.ROLLOUT_IS_WEIGHTS] = correction.weights
+    return correction.metrics
 
 
 def absorb(batch: DataProto | None, output: DataProto, metrics: Metrics) -> None:
