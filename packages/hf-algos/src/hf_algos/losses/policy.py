@@ -50,7 +50,7 @@ def _check_clip(clip_low: float, clip_high: float, clip_c: float | None) -> None
 
 
 def _weighted(loss_mat: torch.Tensor, token_weights: torch.Tensor | None) -> torch.Tensor:
-    """``loss_mat * token_weights`` (detached); ``loss_mat`` without weights."""
+    """``loss_mat * token_weights`` (detached), both ``(B, R)``; ``loss_mat`` without them."""
     if token_weights is None:
         return loss_mat
     if token_weights.shape != loss_mat.shape:
