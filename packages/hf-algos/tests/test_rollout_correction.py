@@ -208,3 +208,19 @@ def test_config_section_and_its_checks() -> None:
         RolloutCorrectionSection(mode="mis", mis_low=1.2)
     with pytest.raises(ConfigurationError, match="expected one of"):  # the Literal
         load_config(RLConfig, overrides=[*MODEL, "algorithm.rollout_correction.mode=truncate"])
+
+
+def test_verl_rollout_is_keys() -> None:
+    verl = [
+        "algorithm.rollout_is_mode=mask",
+        "algorithm.rollout_is_threshold=3.0",
+        "algorithm.rollout_is_threshold_lower=0.4",
+        "algorithm.rollout_is_level=geometric",
+    ]
+    spec = load_config(RLConfig, overrides=[*MODEL, *verl]).algorithm.rollout_correction
+    assert spec == RolloutCorrectionSection("mis", "sequence", 3.0, 0.4, 3.0)
+    # verl's "sequence" level is the product of the ratios: not ours
+    with pytest.raises(ConfigurationError, match="'geometric', 'token'"):
+        load_config(RLConfig, overrides=[*MODEL, "algorithm.rollout_is_level=sequence"])
+    with pytest.raises(ConfigurationError, match="mode=off for no correction"):
+        load_config(RLConfig, overrides=[*MODEL, "algorithm.rollout_is_threshold=null"])

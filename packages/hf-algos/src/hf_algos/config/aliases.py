@@ -66,6 +66,17 @@ def _map(values: Mapping[Any, Any], name: str) -> Callable[[Any], Any]:
     return convert
 
 
+def _not_null(name: str, instead: str) -> Callable[[Any], Any]:
+    def convert(value: Any) -> Any:
+        if value is None:
+            raise ConfigurationError(
+                f"{name}=null has no equivalent here; give a number, or {instead}"
+            )
+        return value
+
+    return convert
+
+
 def _renamed(verl: str, *ours: str, note: str = "", **kw: Any) -> Alias:
     return Alias(verl, "renamed", tuple(ours), note, **kw)
 
@@ -228,6 +239,44 @@ VERL_ALIASES: tuple[Alias, ...] = (
             "filter_groups.metric",
             "filter_groups.max_num_gen_batches",
         )
+    ),
+    # rollout correction (verl 0.6's flat algorithm.rollout_is_* keys)
+    _renamed(
+        "algorithm.rollout_is_mode",
+        "algorithm.rollout_correction.mode",
+        note="truncate -> tis, mask -> mis",
+        convert=_map({"truncate": "tis", "mask": "mis"}, "algorithm.rollout_is_mode"),
+    ),
+    _renamed(
+        "algorithm.rollout_is_threshold",
+        "algorithm.rollout_correction.rollout_is_cap",
+        "algorithm.rollout_correction.mis_high",
+        note="the TIS cap and the MIS upper bound; null (verl: off) is refused",
+        convert=_not_null(
+            "algorithm.rollout_is_threshold",
+            "leave algorithm.rollout_correction.mode=off for no correction",
+        ),
+    ),
+    _renamed(
+        "algorithm.rollout_is_threshold_lower",
+        "algorithm.rollout_correction.mis_low",
+        note="null (verl: 1 / threshold) is refused; give the bound",
+        convert=_not_null("algorithm.rollout_is_threshold_lower", "drop the key (mis_low=0.5)"),
+    ),
+    _renamed(
+        "algorithm.rollout_is_level",
+        "algorithm.rollout_correction.level",
+        note="geometric -> sequence (our sequence level is the geometric mean)",
+        convert=_map({"token": "token", "geometric": "sequence"}, "algorithm.rollout_is_level"),
+    ),
+    _ignored(
+        "algorithm.rollout_is",
+        "the weights apply whenever algorithm.rollout_correction.mode is not off, and the "
+        "mismatch metrics are logged in every mode",
+    ),
+    _ignored(
+        "algorithm.rollout_is_veto_threshold",
+        "no veto; algorithm.rollout_correction.mode=mis drops out-of-band tokens",
     ),
     # trainer
     _renamed("trainer.logger", "trainer.loggers"),
