@@ -224,3 +224,16 @@ def test_verl_rollout_is_keys() -> None:
         load_config(RLConfig, overrides=[*MODEL, "algorithm.rollout_is_level=sequence"])
     with pytest.raises(ConfigurationError, match="mode=off for no correction"):
         load_config(RLConfig, overrides=[*MODEL, "algorithm.rollout_is_threshold=null"])
+
+
+def test_off_is_a_word_not_a_yaml_boolean(tmp_path: Path) -> None:
+    # YAML 1.1 reads an unquoted off as False; the Literal field takes it as "off".
+    config = load_config(RLConfig, overrides=[*MODEL, "algorithm.rollout_correction.mode=off"])
+    assert config.algorithm.rollout_correction.mode == "off"
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        "algorithm:\n  rollout_correction:\n    mode: off\ntrainer:\n  progress_bar: off\n"
+    )
+    config = load_config(RLConfig, path, overrides=MODEL)
+    assert config.algorithm.rollout_correction.mode == "off"
+    assert config.trainer.progress_bar is False  # a bool field keeps YAML's boolean

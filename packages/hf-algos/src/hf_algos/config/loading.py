@@ -15,6 +15,9 @@ Override grammar (Hydra's, as verl users type it):
   (``rollout.engine_kwargs``, ``actor.engine.model.hf_config``, ``vars``);
 * ``~key.sub`` drops a key: back to its default (or removed from a free mapping).
 
+YAML 1.1 reads an unquoted ``off`` / ``on`` / ``yes`` / ``no`` as a boolean; where a field's
+choices (a ``Literal``) hold such a word, ``mode=off`` means the word, not ``False``.
+
 User variables live in the top-level ``vars:`` mapping (free keys, dropped before the
 dataclasses are built), e.g. ``vars: {model: /models/qwen}`` and ``actor.engine.model.path:
 ${vars.model}``; every other key stays checked against the schema. verl's key paths are
@@ -33,6 +36,7 @@ from typing import Any, TypeVar
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, TupleConfig, open_dict
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+from omegaconf.nodes import LiteralNode
 
 from hf_algos.config.aliases import AliasTracker, translate_drop, translate_pair, translate_tree
 from hf_controller import ConfigurationError
@@ -83,6 +87,29 @@ def merge_config(tree: DictConfig, data: Any, source: str) -> DictConfig:
     assert isinstance(merged, DictConfig)
     _unfreeze(merged)
     return merged
+
+
+_YAML_BOOL_WORDS = {False: ("off", "no", "false"), True: ("on", "yes", "true")}
+
+
+def literal_words(tree: DictConfig, data: Any) -> Any:
+    """``data`` (a mapping or an OmegaConf tree) with the booleans that YAML 1.1 made of
+    ``off`` / ``on`` / ``yes`` / ``no`` turned back into the word, where ``tree``'s field
+    there is a ``Literal`` offering that word (e.g. ``Literal["off", "tis", "mis"]``)."""
+    if isinstance(data, DictConfig):
+        data = OmegaConf.to_container(data, resolve=False)
+    if not isinstance(data, dict) or tree._is_none() or tree._is_missing():
+        return data
+    fixed = {}
+    for key, value in data.items():
+        node = tree._get_node(key, throw_on_missing_key=False) if key in tree else None
+        if isinstance(node, LiteralNode) and isinstance(value, bool):
+            choices = typing.get_args(node._metadata.ref_type)
+            value = next((w for w in _YAML_BOOL_WORDS[value] if w in choices), value)
+        elif isinstance(node, DictConfig) and isinstance(value, dict):
+            value = literal_words(node, value)
+        fixed[key] = value
+    return fixed
 
 
 def load_mapping(
@@ -145,7 +172,7 @@ class _Composer:
         self._merge(translate_tree(plain, self.aliases, source), source)
 
     def _merge(self, data: Any, source: str) -> None:
-        self.tree = merge_config(self.tree, data, source)
+        self.tree = merge_config(self.tree, literal_words(self.tree, data), source)
 
     def apply_override(self, text: str) -> None:
         """Apply one command-line override (``key=value``, ``+key=value`` or ``~key``)."""
