@@ -18,7 +18,8 @@ from hf_algos.losses import (
     ppo_policy_loss,
     rollout_log_ratio,
 )
-from hf_algos.trainers.steps import apply_rollout_correction
+from hf_algos.trainers.ppo import ACTOR_UPDATE_FIELDS
+from hf_algos.trainers.steps import apply_rollout_correction, for_worker
 from hf_controller import ConfigurationError
 from hf_protocol import DataProto, fields
 
@@ -164,6 +165,8 @@ def test_apply_rollout_correction_writes_weights_only_when_on() -> None:
         batch.batch[fields.ROLLOUT_IS_WEIGHTS], torch.tensor([[2.0, 0.25, 1.0, 0.0]])
     )
     assert metrics["rollout_correction/clipped_frac"] == pytest.approx(1 / 3)
+    update = for_worker(batch, ACTOR_UPDATE_FIELDS)  # what the driver sends update_actor
+    assert update.batch is not None and fields.ROLLOUT_IS_WEIGHTS in update.batch
     no_rollout = DataProto.from_dict(
         tensors={fields.OLD_LOG_PROBS: OLD, fields.RESPONSE_MASK: MASK}
     )
