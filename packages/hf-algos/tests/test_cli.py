@@ -42,8 +42,10 @@ def hybridflow(*args: str, cwd: Path, timeout: float = 240) -> subprocess.Comple
 
 
 def test_installed_package_is_the_one_tested() -> None:
-    if os.environ.get("CI"):  # package CI: the wheel, not the checkout
-        assert REPO_ROOT not in Path(hf_algos.__file__).resolve().parents
+    if os.environ.get("CI"):  # package CI: the wheel in a venv, not the checkout's sources
+        installed = Path(hf_algos.__file__).resolve()
+        assert "site-packages" in installed.parts, installed
+        assert REPO_ROOT / "packages" not in installed.parents, installed
 
 
 def test_help_lists_sections_and_packaged_configs(tmp_path: Path) -> None:
