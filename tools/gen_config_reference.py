@@ -14,9 +14,7 @@ here without editing this script.
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
-import functools
 import importlib
 import inspect
 import json
@@ -29,6 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from hf_algos.config.docstrings import attribute_docstrings
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = REPO_ROOT / "docs" / "configuration.md"
@@ -187,44 +187,6 @@ How to read the entries below: **`name`** `type` = `default`, then the field's
 description. Defaults are written as in YAML; *required* fields have no default. A field
 whose type is another section links to it.
 """
-
-
-# ---------------------------------------------------------------------------- source docs
-
-
-@functools.cache
-def _module_tree(path: str) -> ast.Module:
-    return ast.parse(Path(path).read_text(encoding="utf-8"))
-
-
-def _class_node(cls: type) -> ast.ClassDef:
-    """The ``ClassDef`` of ``cls`` in its source file (top level or nested)."""
-    path = inspect.getsourcefile(cls)
-    if path is None:
-        raise RuntimeError(f"no source file for {cls.__module__}.{cls.__qualname__}")
-    for node in ast.walk(_module_tree(path)):
-        if isinstance(node, ast.ClassDef) and node.name == cls.__name__:
-            return node
-    raise RuntimeError(f"class {cls.__name__} not found in {path}")
-
-
-def attribute_docstrings(cls: type) -> dict[str, str]:
-    """``{field: docstring}`` of ``cls`` and its dataclass bases (subclasses win)."""
-    docs: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):
-        if not dataclasses.is_dataclass(klass):
-            continue
-        body = _class_node(klass).body
-        for node, after in zip(body, [*body[1:], None], strict=True):
-            if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
-                continue
-            if (
-                isinstance(after, ast.Expr)
-                and isinstance(after.value, ast.Constant)
-                and isinstance(after.value.value, str)
-            ):
-                docs[node.target.id] = inspect.cleandoc(after.value.value)
-    return docs
 
 
 # ---------------------------------------------------------------------------- markdown text

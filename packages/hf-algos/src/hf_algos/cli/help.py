@@ -1,39 +1,26 @@
 """The ``--help`` text of a training command: its config sections, one line each.
 
-Field docstrings are attribute docstrings (a string right after the field), which Python
-drops at run time, so they are read from the class source (installed with the package).
+Field descriptions come from :mod:`hf_algos.config.docstrings`.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import inspect
-import textwrap
 import types
 import typing
 from pathlib import Path
 
+from hf_algos.config.docstrings import attribute_docstrings
+
 
 def field_docs(cls: type) -> dict[str, str]:
-    """``field name -> docstring`` of dataclass ``cls`` (fields without one are left out)."""
+    """``field name -> docstring`` on one line, of dataclass ``cls`` (fields without one are
+    left out; a class without source, e.g. made at run time, has none)."""
     try:
-        source = textwrap.dedent(inspect.getsource(cls))
-    except (OSError, TypeError):  # no source (e.g. a class made at run time)
+        docs = attribute_docstrings(cls)
+    except (OSError, TypeError):
         return {}
-    body = ast.parse(source).body[0]
-    assert isinstance(body, ast.ClassDef)
-    docs: dict[str, str] = {}
-    for node, after in zip(body.body, body.body[1:], strict=False):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(after, ast.Expr)
-            and isinstance(after.value, ast.Constant)
-            and isinstance(after.value.value, str)
-        ):
-            docs[node.target.id] = " ".join(after.value.value.split())
-    return docs
+    return {name: " ".join(text.split()) for name, text in docs.items()}
 
 
 def _section_class(hint: object) -> type | None:
