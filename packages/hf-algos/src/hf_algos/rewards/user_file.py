@@ -60,7 +60,7 @@ def load_module(path: str) -> ModuleType:
     sys.modules[name] = module  # dataclasses / pickling inside the file look themselves up
     try:
         spec.loader.exec_module(module)
-    except BaseException as error:
+    except (Exception, SystemExit) as error:  # Ctrl-C still stops the run
         sys.modules.pop(name, None)
         raise RewardFileError(
             f"reward.function_path={path!r} failed to import: {type(error).__name__}: "
