@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
 
 from hf_engines import ModelConfig
 from hf_engines.models import build_hf_model
-from hf_engines.testing import launch_ranks, make_toy_batch
+from hf_engines.testing import launch_ranks, make_toy_batch, transformers_log_probs
 
 SCENARIOS = Path(__file__).with_name("fsdp_scenarios.py")
 QUIET = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
@@ -47,19 +47,7 @@ def _probe() -> dict[str, torch.Tensor]:
 
 def _direct_log_probs(model: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
     """Response log-probs and entropy computed with plain transformers, one process."""
-    batch = _probe()
-    responses = batch["responses"]
-    with torch.no_grad():
-        logits = model(
-            input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
-            position_ids=batch["position_ids"],
-        ).logits
-    logits = logits[:, -responses.shape[1] - 1 : -1].float()
-    log_softmax = torch.log_softmax(logits, dim=-1)
-    log_probs = log_softmax.gather(-1, responses.unsqueeze(-1)).squeeze(-1)
-    entropy = -(log_softmax.exp() * log_softmax).sum(-1)
-    return log_probs, entropy
+    return transformers_log_probs(model, make_toy_batch(5, seed=7))
 
 
 def _masked(values: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,7 @@ from hf_controller import ConfigurationError
 from hf_engines import EngineConfig, LoRAConfig, ModelConfig
 from hf_engines.config import check_lora_backend
 from hf_engines.lora import is_adapter_dir, load_merged_model, merged_weight
-from hf_engines.testing import launch_ranks, make_toy_batch
+from hf_engines.testing import launch_ranks, make_toy_batch, transformers_log_probs
 
 SCENARIO = Path(__file__).with_name("lora_scenarios.py")
 QUIET = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
@@ -45,17 +45,9 @@ def runs(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
 
 def _probe_log_probs(model: torch.nn.Module) -> torch.Tensor:
     """Masked response log-probs of the probe batch under plain transformers."""
-    batch = make_toy_batch(5, seed=7).batch
-    responses = batch["responses"]
-    with torch.no_grad():
-        logits = model(
-            input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
-            position_ids=batch["position_ids"],
-        ).logits
-    logits = logits[:, -responses.shape[1] - 1 : -1].float()
-    log_probs = torch.log_softmax(logits, -1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
-    return log_probs * batch["response_mask"]
+    probe = make_toy_batch(5, seed=7)
+    log_probs, _ = transformers_log_probs(model, probe)
+    return log_probs * probe.batch["response_mask"]
 
 
 def _engine_log_probs(ranks: list[dict[str, Any]], key: str) -> torch.Tensor:

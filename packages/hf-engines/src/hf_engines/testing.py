@@ -67,6 +67,31 @@ def make_toy_batch(
     )
 
 
+def transformers_log_probs(
+    model: torch.nn.Module, batch: DataProto
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Response log-probs and entropy ``(B, R)`` of ``batch`` under plain transformers, in
+    this process: the reference an engine's ``compute_log_prob`` is checked against.
+
+    Padding positions are not masked (multiply by ``response_mask``).
+    """
+    tensors = batch.batch
+    if tensors is None:
+        raise ValueError("transformers_log_probs needs a batch with tensors; this has none")
+    responses = tensors[fields.RESPONSES]
+    with torch.no_grad():
+        logits = model(
+            input_ids=tensors[fields.INPUT_IDS],
+            attention_mask=tensors[fields.ATTENTION_MASK],
+            position_ids=tensors[fields.POSITION_IDS],
+        ).logits
+    logits = logits[:, -responses.shape[1] - 1 : -1].float()
+    log_softmax = torch.log_softmax(logits, dim=-1)
+    log_probs = log_softmax.gather(-1, responses.unsqueeze(-1)).squeeze(-1)
+    entropy = -(log_softmax.exp() * log_softmax).sum(-1)
+    return log_probs, entropy
+
+
 def _response_mask(micro_batch: DataProto, device: torch.device) -> torch.Tensor:
     """The batch's ``response_mask`` as floats on ``device`` (where the model outputs are)."""
     if micro_batch.batch is None:
