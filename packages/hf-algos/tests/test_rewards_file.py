@@ -13,7 +13,7 @@ import pytest
 from hf_algos.config import RLConfig, load_config
 from hf_algos.config.sections import RewardSection
 from hf_algos.data import build_char_tokenizer
-from hf_algos.rewards import RewardManager, RewardManagerConfig
+from hf_algos.rewards import RewardError, RewardManager, RewardManagerConfig
 from hf_algos.rewards.user_file import FileScoringFunction, RewardFileError
 from hf_algos.trainers import PPOTrainer, builders
 from hf_controller import ConfigurationError
@@ -113,3 +113,17 @@ def test_grpo_from_config_with_a_reward_file(tiny_model_dir: Path, tmp_path: Pat
         history = trainer.fit()
     assert len(history) == 2
     assert_finite(history, ["reward/seen/mean"])
+
+
+def test_a_file_too_big_for_the_memory_cap_names_the_cap_and_the_fix(tmp_path: Path) -> None:
+    """A file whose import needs more address space than ``reward.max_memory_mb`` (as one
+    importing a large library does) is reported as such, not as a bare MemoryError."""
+    heavy = _write(tmp_path, "TABLE_SIZE = len(bytearray(3 * 1024**3))\n" + REWARD_FILE)
+    tokenizer = build_char_tokenizer()
+    function = FileScoringFunction(str(heavy), "ours")
+    config = RewardManagerConfig(num_workers=1, max_memory_mb=1536)
+    expected = r"reward\.max_memory_mb=1536 MiB.*raise reward"
+    with RewardManager(tokenizer, config, default_function=function) as manager:
+        batch = make_batch(tokenizer, [("1", "custom_task", "1")])
+        with pytest.raises(RewardError, match=expected):
+            manager.score(batch)

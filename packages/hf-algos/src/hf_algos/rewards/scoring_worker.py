@@ -136,6 +136,12 @@ def run_scoring_task(task: ScoringTask) -> list[ScoringOutcome]:
         call = _load(task.function)
     except BaseException as error:
         fatal = f"cannot be loaded in the scoring process: {_format(error, 1)}"
+        if _memory_cap_mb and _caused_by(error, MemoryError):
+            fatal += (
+                f" (importing it needs more address space than reward.max_memory_mb="
+                f"{_memory_cap_mb} MiB; a module importing torch needs about 1 GiB: raise "
+                "reward.max_memory_mb)"
+            )
         return [ScoringOutcome(status="fatal", error=fatal) for _ in task.samples]
     _limit_cpu(task.cpu_limit_s, len(task.samples))
     if call.batched:
@@ -151,6 +157,18 @@ def _load(blob: bytes) -> ScoringCall:
             _loaded.clear()
         _loaded[blob] = call
     return call
+
+
+def _caused_by(error: BaseException, kind: type[BaseException]) -> bool:
+    """Whether ``error`` or an exception it was raised from (or during) is a ``kind``."""
+    seen: BaseException | None = error
+    for _ in range(16):  # a bounded walk: chains can be cyclic
+        if seen is None:
+            return False
+        if isinstance(seen, kind):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _limit_cpu(per_sample_s: float | None, count: int) -> None:
