@@ -66,6 +66,16 @@ def staleness_metrics(lags: torch.Tensor) -> Metrics:
     return metrics
 
 
+def mixed_version_rows(versions: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Samples whose response tokens come from more than one policy version (a partial
+    rollout continued after a push), ``(B,)`` bool; ``versions`` / ``response_mask`` ``(B, R)``."""
+    mask = response_mask.bool()
+    big = torch.iinfo(torch.long).max
+    low = torch.where(mask, versions, torch.full_like(versions, big)).min(dim=-1).values
+    high = torch.where(mask, versions, torch.full_like(versions, -1)).max(dim=-1).values
+    return mask.any(dim=-1) & (high > low)
+
+
 def response_lengths(batch: DataProto) -> torch.Tensor:
     """Response tokens of each row, ``(B,)`` int64 (``response_mask`` summed)."""
     assert batch.batch is not None

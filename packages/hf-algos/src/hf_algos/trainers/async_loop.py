@@ -38,6 +38,7 @@ import numpy as np
 
 from hf_algos.tracking import merge_worker_metrics
 from hf_algos.trainers.async_batches import (
+    mixed_version_rows,
     sample_lags,
     stale_rows,
     staleness_metrics,
@@ -133,6 +134,8 @@ class AsyncRollout:
         data = tensors(batch)
         lags = sample_lags(data[fields.ROLLOUT_POLICY_VERSION], data[fields.RESPONSE_MASK], version)
         metrics.update(staleness_metrics(lags))
+        mixed = mixed_version_rows(data[fields.ROLLOUT_POLICY_VERSION], data[fields.RESPONSE_MASK])
+        metrics["async/mixed_version_samples"] = float(mixed.sum())
         metrics.update(merge_worker_metrics(job.metrics))
         metrics["async/queue_depth"] = float(len(self.queue))
         metrics["async/policy_version"] = float(version)
