@@ -11,6 +11,7 @@ Every response token records the version that sampled it
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import numpy as np
 import torch
@@ -74,6 +75,25 @@ def mixed_version_rows(versions: torch.Tensor, response_mask: torch.Tensor) -> t
     low = torch.where(mask, versions, torch.full_like(versions, big)).min(dim=-1).values
     high = torch.where(mask, versions, torch.full_like(versions, -1)).max(dim=-1).values
     return mask.any(dim=-1) & (high > low)
+
+
+def to_plain(batch: DataProto) -> dict[str, Any]:
+    """``batch`` as tensors, lists and plain values only: what a checkpoint's driver state
+    may hold (they load with ``weights_only=True``). :func:`from_plain` reverses it."""
+    tensors = {} if batch.batch is None else {str(k): batch.batch[k] for k in batch.batch.keys()}  # noqa: SIM118
+    columns = {k: list(v) for k, v in batch.non_tensor_batch.items()}
+    return {"tensors": tensors, "non_tensors": columns, "meta_info": dict(batch.meta_info)}
+
+
+def from_plain(state: dict[str, Any]) -> DataProto:
+    """The :class:`DataProto` that :func:`to_plain` wrote."""
+    columns = {}
+    for key, values in state["non_tensors"].items():
+        column = np.empty(len(values), dtype=object)  # lists stay one entry per row
+        for index, value in enumerate(values):
+            column[index] = value
+        columns[key] = column
+    return DataProto.from_dict(state["tensors"], columns, state["meta_info"])
 
 
 def response_lengths(batch: DataProto) -> torch.Tensor:

@@ -38,11 +38,13 @@ import numpy as np
 
 from hf_algos.tracking import merge_worker_metrics
 from hf_algos.trainers.async_batches import (
+    from_plain,
     mixed_version_rows,
     sample_lags,
     stale_rows,
     staleness_metrics,
     stamp_versions,
+    to_plain,
 )
 from hf_algos.trainers.async_partial import PartialGeneration
 from hf_algos.trainers.roles import RoleGroups, wait_together
@@ -273,7 +275,8 @@ class AsyncRollout:
 
     def state_dict(self) -> dict[str, Any]:
         """What is in flight: each queued job's prompts and, if finished, its samples; the
-        number of loader batches drawn and the staleness counters (picklable)."""
+        number of loader batches drawn and the staleness counters (tensors and plain data,
+        as checkpoints load with ``weights_only=True``)."""
         import ray
 
         for job in self.queue:  # take what has finished; the rest is generated again
@@ -281,7 +284,14 @@ class AsyncRollout:
                 ray.wait(job.handles, num_returns=len(job.handles), timeout=0)[0]
             ) == len(job.handles):
                 self._advance(job)
-        jobs = [{"index": j.index, "prompts": j.prompts, "output": j.output} for j in self.queue]
+        jobs = [
+            {
+                "index": j.index,
+                "prompts": to_plain(j.prompts),
+                "output": None if j.output is None else to_plain(j.output),
+            }
+            for j in self.queue
+        ]
         return {
             "jobs": jobs,
             "issued": self.issued,
@@ -292,7 +302,12 @@ class AsyncRollout:
         """Restore :meth:`state_dict` for a trainer (and rollout) at policy ``version``;
         calls in flight before are forgotten (their groups are gone or reloaded)."""
         self.queue = deque(
-            GenerationJob(j["index"], j["prompts"], output=j["output"]) for j in state["jobs"]
+            GenerationJob(
+                j["index"],
+                from_plain(j["prompts"]),
+                output=None if j["output"] is None else from_plain(j["output"]),
+            )
+            for j in state["jobs"]
         )
         self.issued = int(state["issued"])
         self.stale_dropped_total = int(state["stale_dropped_total"])
