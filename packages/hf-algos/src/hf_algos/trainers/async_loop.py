@@ -123,16 +123,17 @@ class AsyncRollout:
     def next_batch(self, version: int) -> tuple[DataProto, Metrics]:
         """The oldest generation's samples for the trainer at policy ``version``, stale
         groups generated again, and the ``async/*`` metrics; keeps ``depth`` queued."""
+        start = time.perf_counter()
         self._fill()
         job = self.queue.popleft()
-        start = time.perf_counter()
         batch = self._finish(job)
-        metrics: Metrics = {"async/wait_s": time.perf_counter() - start}
+        metrics: Metrics = {}
         self._wait_push()
         if version - self.rollout_version >= self.spec.push_every:
             self._start_push(version)
         batch = self._replace_stale(job, batch, version, metrics)
         self._fill()
+        metrics["async/wait_s"] = time.perf_counter() - start  # the trainer's time without data
         data = tensors(batch)
         lags = sample_lags(data[fields.ROLLOUT_POLICY_VERSION], data[fields.RESPONSE_MASK], version)
         metrics.update(staleness_metrics(lags))
