@@ -206,10 +206,9 @@ class AsyncRollout:
             job.output = job.partial.result()
             return
         request, new_tokens = job.partial.next_request()
-        sampling = dataclasses.replace(
-            self._sampling(job.index, 0), n=1, max_new_tokens=new_tokens,
-            seed=(self._sampling(job.index, 0).seed or 0) + 104_729 * len(job.partial.spans[0]),
-        )  # fmt: skip
+        first = self._sampling(job.index, 0)
+        seed = (first.seed or 0) + 104_729 * job.partial.chunks  # each chunk draws afresh
+        sampling = dataclasses.replace(first, n=1, max_new_tokens=new_tokens, seed=seed)
         self._submit(job, request, sampling)
 
     def _finish(self, job: GenerationJob) -> DataProto:

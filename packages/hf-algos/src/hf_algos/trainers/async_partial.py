@@ -38,6 +38,8 @@ class PartialGeneration:
         self.spans: list[list[Span]] = []
         self.open = torch.zeros(0, dtype=torch.bool)  # rows that continue
         self.asked = torch.zeros(0, dtype=torch.long)  # rows of the call in flight
+        self.chunks = 0
+        """Calls taken so far (a continuation's seed offset)."""
 
     @property
     def done(self) -> bool:
@@ -49,6 +51,7 @@ class PartialGeneration:
         (one row per row of :meth:`next_request`), sampled by policy ``version``."""
         assert chunk.batch is not None
         data = chunk.batch
+        self.chunks += 1
         if self.base is None:
             self.base = chunk
             self.spans = [[] for _ in range(len(chunk))]
