@@ -17,6 +17,11 @@ hand (:meth:`PPOTrainer.sample`). In the hybrid placement the rollout wakes up f
 and sleeps after it, and with ``actor.engine.offload`` the actor's memory goes to CPU while
 the rollout generates (:func:`~hf_algos.trainers.steps.generation_phase`).
 
+With ``trainer.async_mode`` ``one_step_off`` or ``fully_async`` the first line moves out of
+the step: :class:`~hf_algos.trainers.async_loop.AsyncRollout` keeps generations queued on
+the rollout's own processes and :meth:`PPOTrainer.next_batch` hands out the oldest finished
+one (weights pushed on its schedule, stale groups generated again; docs/async.md).
+
 The estimator's registry entry decides the rest: one that reads ``values`` (``gae``) gets a
 critic, one that reads ``reward_baselines`` (``remax``) a greedy rollout whose score is the
 baseline, the others need nothing more.
@@ -364,7 +369,7 @@ class PPOTrainer(Trainer):
         return state
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
-        """Restore the KL controller."""
+        """Restore the KL controller and, in an async mode, the generations in flight."""
         if "kl_ctrl" in state:
             self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         if self.pipeline is not None and "async" in state:
