@@ -53,6 +53,12 @@ ROLLOUT_LOG_PROBS: Final = "rollout_log_probs"
 sampling temperature. Written by the rollout; read by the trainer when the actor uses the
 rollout's log-probs as ``old_log_probs``, and by rollout-correction terms."""
 
+ROLLOUT_POLICY_VERSION: Final = "rollout_policy_version"
+"""``(B, R)`` int64: the policy version (actor updates applied to the rollout's weights)
+that sampled each response token; a partial rollout continued after a weight push holds
+several versions, span by span. Written by the async driver
+(:mod:`hf_algos.trainers.async_loop`); read by its staleness filter and metrics."""
+
 # --- Tensors: reward, workers, advantage --------------------------------------------------
 
 TOKEN_LEVEL_SCORES: Final = "token_level_scores"

@@ -30,7 +30,7 @@ from hf_controller import ConfigurationError
 
 AliasKind = Literal["renamed", "same", "derived", "ignored", "refused", "unsupported"]
 
-VERL_ROOTS = ("actor_rollout_ref", "custom_reward_function", "reward_model")
+VERL_ROOTS = ("actor_rollout_ref", "async_training", "custom_reward_function", "reward_model")
 """Top-level sections only verl has: every key under them must be in the table."""
 
 _ARA = "actor_rollout_ref.actor"
@@ -277,6 +277,23 @@ VERL_ALIASES: tuple[Alias, ...] = (
     _ignored(
         "algorithm.rollout_is_veto_threshold",
         "no veto; algorithm.rollout_correction.mode=mis drops out-of-band tokens",
+    ),
+    # async (verl's fully-async trainer; docs/async.md)
+    _renamed(
+        "async_training.trigger_parameter_sync_step",
+        "trainer.weight_push_every",
+        note="one trainer step here consumes one generated batch (verl's require_batches=1)",
+    ),
+    _renamed("async_training.partial_rollout", "rollout.partial"),
+    Alias(
+        "async_training.staleness_threshold",
+        "refused",
+        note=(
+            "verl's staleness_threshold is the share of stale samples a batch may hold; "
+            "trainer.max_staleness bounds how many policy versions a sample may lag (older "
+            "prompt groups are generated again): set trainer.max_staleness (e.g. 2) and "
+            "trainer.async_mode=fully_async"
+        ),
     ),
     # trainer
     _renamed("trainer.logger", "trainer.loggers"),

@@ -112,7 +112,41 @@ def validate_rl_config(
     check_rollout_correction(algorithm.rollout_correction, actor.use_rollout_log_probs)
     _check_loop(trainer, bool(data.val_files))
     _check_placement(trainer, rows)
+    check_async(trainer, rollout, algorithm)
     check_tokenizer_source(data, actor)
+
+
+def check_async(
+    trainer: TrainerSection, rollout: RolloutSection, algorithm: AlgorithmSection
+) -> None:
+    """``trainer.async_mode`` needs its own rollout pool, and refuses what it cannot pipeline."""
+    mode = trainer.async_mode
+    if rollout.partial and mode != "fully_async":
+        raise ConfigurationError(
+            f"rollout.partial=true continues generations across weight pushes, which only "
+            f"trainer.async_mode='fully_async' does (got {mode!r}); set rollout.partial=false "
+            "or trainer.async_mode=fully_async"
+        )
+    if mode == "off":
+        return
+    if trainer.placement != "separate" or trainer.backend != "ray":
+        raise ConfigurationError(
+            f"trainer.async_mode={mode!r} generates on the rollout's own processes while the "
+            f"actor trains, so it needs trainer.placement=separate and trainer.backend=ray "
+            f"(got {trainer.placement!r}, {trainer.backend!r}); set both, or async_mode=off"
+        )
+    if algorithm.filter_groups.enable:
+        raise ConfigurationError(
+            f"algorithm.filter_groups (dynamic sampling) draws a variable number of prompt "
+            f"batches per step, which trainer.async_mode={mode!r} does not pipeline; turn "
+            "one of them off"
+        )
+    if get_advantage_estimator(algorithm.adv_estimator).needs_greedy_baseline:
+        raise ConfigurationError(
+            f"algorithm.adv_estimator={algorithm.adv_estimator!r} needs a greedy rollout with "
+            f"the current weights each step, which trainer.async_mode={mode!r} does not "
+            "pipeline; use grpo / rloo / gae, or async_mode=off"
+        )
 
 
 def check_tokenizer_source(data: DataSection, actor: ActorSection) -> None:

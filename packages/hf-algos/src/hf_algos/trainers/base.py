@@ -300,7 +300,12 @@ class Trainer:
         itself (:meth:`StatefulDataLoader.next_batch`) and the next step continues after them.
         """
         while self.global_step < self.total_steps:
-            yield self.loader.next_batch()
+            yield self.next_batch()
+
+    def next_batch(self) -> DataProto:
+        """The next step's batch: the loader's next (an async trainer hands out a batch it
+        generated ahead, see :mod:`hf_algos.trainers.async_loop`)."""
+        return self.loader.next_batch()
 
     def _periodic(self) -> Metrics:
         """Validation and checkpoint on their cadence (and at the last step)."""

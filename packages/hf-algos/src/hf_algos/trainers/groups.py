@@ -152,6 +152,21 @@ class RolloutGroup(Protocol):
         """Number of rollout ranks."""
         ...
 
+    def execute_all_async(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Start ``method_name`` on every rank (a world-size list goes one entry per rank);
+        one handle per rank, for :meth:`wait_results` (the async modes' generations)."""
+        ...
+
+    def wait_results(
+        self,
+        method: str,
+        handles: list[Any],
+        ranks: list[int] | None = None,
+        timeout_s: float | None = None,
+    ) -> list[Any]:
+        """Results of a non-blocking call's handles, in rank order; a failure names the rank."""
+        ...
+
     def update_weights(self, named_tensors: NamedTensors | None = None) -> list[None]:
         """Load full weights; with no argument, from the fused actor in the same process."""
         ...

@@ -17,6 +17,11 @@ hand (:meth:`PPOTrainer.sample`). In the hybrid placement the rollout wakes up f
 and sleeps after it, and with ``actor.engine.offload`` the actor's memory goes to CPU while
 the rollout generates (:func:`~hf_algos.trainers.steps.generation_phase`).
 
+With ``trainer.async_mode`` ``one_step_off`` or ``fully_async`` the first line moves out of
+the step: :class:`~hf_algos.trainers.async_loop.AsyncRollout` keeps generations queued on
+the rollout's own processes and :meth:`PPOTrainer.next_batch` hands out the oldest finished
+one (weights pushed on its schedule, stale groups generated again; docs/async.md).
+
 The estimator's registry entry decides the rest: one that reads ``values`` (``gae``) gets a
 critic, one that reads ``reward_baselines`` (``remax``) a greedy rollout whose score is the
 baseline, the others need nothing more.
@@ -45,6 +50,7 @@ from hf_algos.tracking import (
     timed,
 )
 from hf_algos.trainers import builders
+from hf_algos.trainers.async_loop import AsyncRollout, AsyncSpec
 from hf_algos.trainers.base import Metrics, Trainer, WorkerClasses
 from hf_algos.trainers.groups import RewardScorer
 from hf_algos.trainers.steps import (
@@ -106,6 +112,8 @@ class PPOTrainer(Trainer):
         if config.reward.model is None:
             self.reward = builders.reward_manager(config.reward, self.tokenizer, self._check_rows())
         self.build_workers()
+        self.pipeline = async_rollout(self) if config.trainer.async_mode != "off" else None
+        self._async_metrics: Metrics = {}
 
     def worker_classes(self) -> WorkerClasses:
         """Actor (+ reference, critic, reward model as needed) and the rollout."""
@@ -148,8 +156,11 @@ class PPOTrainer(Trainer):
         metrics: Metrics = {}
         timing: dict[str, float] = {}
         start = time.perf_counter()
-        with generation_phase(self.roles, self.config.actor.engine.offload, timing):
-            batch = self.sample(batch, metrics, timing)
+        if self.pipeline is not None:  # generated ahead (next_batch): score it
+            start -= self._take_generated(batch, metrics, timing)
+        else:
+            with generation_phase(self.roles, self.config.actor.engine.offload, timing):
+                batch = self.sample(batch, metrics, timing)
         if len(batch) == 0:
             logger.warning(
                 "step %d: every prompt group scored alike (algorithm.filter_groups); "
@@ -178,6 +189,24 @@ class PPOTrainer(Trainer):
         timing["step"] = step_seconds
         metrics.update(self.batch_metrics(batch, timing, step_seconds))
         return metrics
+
+    def next_batch(self) -> DataProto:
+        """The loader's next batch; in an async mode, the next generated one."""
+        if self.pipeline is None:
+            return super().next_batch()
+        batch, self._async_metrics = self.pipeline.next_batch(self.global_step)
+        return batch
+
+    def _take_generated(
+        self, batch: DataProto, metrics: Metrics, timing: dict[str, float]
+    ) -> float:
+        """Score a batch the async pipeline generated; returns the time waited for it."""
+        metrics.update(self._async_metrics)
+        waited = self._async_metrics.get("async/wait_s", 0.0)
+        timing["gen"] = waited
+        with timed("reward", timing):
+            self.score(batch, metrics)
+        return waited
 
     def sample(self, prompts: DataProto, metrics: Metrics, timing: dict[str, float]) -> DataProto:
         """Generate and score ``prompts``. With ``algorithm.filter_groups``: keep only prompt
@@ -282,8 +311,9 @@ class PPOTrainer(Trainer):
         with timed("update_actor", timing):
             update = for_worker(batch, ACTOR_UPDATE_FIELDS)
             absorb(None, self.roles.actor.update_actor(update), metrics)
-        with timed("sync_weights", timing):
-            self.roles.sync_weights()
+        if self.pipeline is None:  # async: the pipeline pushes when its schedule says
+            with timed("sync_weights", timing):
+                self.roles.sync_weights()
 
     def batch_metrics(
         self, batch: DataProto, timing: dict[str, float], step_seconds: float
@@ -307,6 +337,8 @@ class PPOTrainer(Trainer):
             return {}
         sampling = builders.sampling_config(self.config.rollout, self.tokenizer, greedy=True)
         keep, rows = self.trainer_config.log_val_generations, self.val_generations
+        if self.pipeline is not None:  # validate the trainer's weights, not the rollout's
+            self.pipeline.sync(self.global_step)
 
         def sample(output: DataProto, scores: torch.Tensor) -> None:
             if len(rows) < keep:
@@ -330,13 +362,18 @@ class PPOTrainer(Trainer):
         return roles
 
     def extra_state(self) -> dict[str, Any]:
-        """The KL controller's coefficient."""
-        return {"kl_ctrl": self.kl_ctrl.state_dict()}
+        """The KL controller's coefficient; in an async mode, the generations in flight."""
+        state: dict[str, Any] = {"kl_ctrl": self.kl_ctrl.state_dict()}
+        if self.pipeline is not None:
+            state["async"] = self.pipeline.state_dict()
+        return state
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
-        """Restore the KL controller."""
+        """Restore the KL controller and, in an async mode, the generations in flight."""
         if "kl_ctrl" in state:
             self.kl_ctrl.load_state_dict(state["kl_ctrl"])
+        if self.pipeline is not None and "async" in state:
+            self.pipeline.load_state_dict(state["async"], self.global_step)
 
     def after_resume(self) -> None:
         """The rollout must generate with the restored weights."""
@@ -371,6 +408,40 @@ def roles_needed(config: RLConfig, estimator: AdvantageEstimator) -> frozenset[s
     if config.reward.model is not None:
         roles.add("reward_model")
     return frozenset(roles)
+
+
+def async_rollout(trainer: PPOTrainer) -> AsyncRollout:
+    """The generation pipeline of ``trainer.async_mode`` (``one_step_off``: depth 1, a push
+    every step, no staleness bound; ``fully_async``: the trainer section's settings)."""
+    config, tokenizer = trainer.config, trainer.tokenizer
+    section = config.trainer
+    if section.async_mode == "one_step_off":
+        spec = AsyncSpec(depth=1, push_every=1, max_staleness=None)
+    else:
+        pad = (
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        )
+        spec = AsyncSpec(
+            depth=section.queue_size,
+            push_every=section.weight_push_every,
+            max_staleness=section.max_staleness,
+            chunk_tokens=config.rollout.partial_chunk_tokens if config.rollout.partial else None,
+            max_new_tokens=config.rollout.max_new_tokens,
+            stop_ids=(int(tokenizer.eos_token_id),) if tokenizer.eos_token_id is not None else (),
+            pad_id=int(pad or 0),
+        )
+
+    def sampling(index: int, draw: int) -> SamplingConfig:
+        seed = section.seed * 1_000_003 + index + draw * 7_919_993  # as generate(): same seeds
+        return builders.sampling_config(config.rollout, tokenizer, seed=seed)
+
+    return AsyncRollout(
+        spec,
+        lambda: trainer.roles,
+        trainer.loader.next_batch,
+        sampling,
+        lambda: trainer.total_steps,
+    )
 
 
 def build_kl_controller(config: RLConfig) -> KLController:
