@@ -8,11 +8,11 @@
 # pinned to the dev venv's versions so both sides of the comparison run the same model code.
 # matplotlib is not needed here: the harness (bench_grpo.py) draws the plot in the dev venv.
 #
-# The task's data generator and reward are the quickstart recipe's (recipes/quickstart/task.py,
-# imported from the repository root), which builds on hf-algos (hf_algos.data,
-# hf_algos.rewards), so hf-protocol (with its dependencies: tensordict) and hf-algos
-# (editable, --no-deps: the reward and data modules need neither Ray nor the engines) are
-# installed too.
+# The task's data generator and reward are the quickstart's (hf_algos.examples, wired up
+# by tools/bench/grpo_task.py), which build on hf-algos (hf_algos.data, hf_algos.rewards),
+# so hf-protocol (with its dependencies: tensordict), omegaconf (hf_algos.examples registers
+# its config resolvers) and hf-algos (editable, --no-deps: the reward and data modules need
+# neither Ray nor the engines) are installed too.
 #
 # Idempotent: a second run reuses the venv and only checks that the pins hold.
 #
@@ -52,19 +52,19 @@ print(torch.__version__.split("+")[0], transformers.__version__, trl.__version__
 }
 
 WANTED="$TORCH_VERSION $TRANSFORMERS_VERSION $TRL_VERSION"
-if [[ "$(installed_versions)" == "$WANTED" ]] && "$VENV/bin/python" -c 'import hf_algos' 2>/dev/null; then
+if [[ "$(installed_versions)" == "$WANTED" ]] && "$VENV/bin/python" -c 'import hf_algos, omegaconf' 2>/dev/null; then
     echo "already installed: torch $TORCH_VERSION, transformers $TRANSFORMERS_VERSION, trl $TRL_VERSION"
 else
     echo "installing torch $TORCH_VERSION, trl $TRL_VERSION, transformers $TRANSFORMERS_VERSION"
     "$VENV/bin/python" -m pip install --quiet "${CONSTRAINTS[@]}" \
         "torch==$TORCH_VERSION" "trl==$TRL_VERSION" \
         "transformers==$TRANSFORMERS_VERSION" "tokenizers==$TOKENIZERS_VERSION" \
-        -e "$ROOT/packages/hf-protocol"
+        "omegaconf>=2.4,<2.5" -e "$ROOT/packages/hf-protocol"
     echo "installing hf-algos (editable, no dependencies)"
     "$VENV/bin/python" -m pip install --quiet --no-deps -e "$ROOT/packages/hf-algos"
 fi
 
-PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$VENV/bin/python" - <<'PY'
+PYTHONPATH="$ROOT:$ROOT/tools/bench${PYTHONPATH:+:$PYTHONPATH}" "$VENV/bin/python" - <<'PY'
 import torch
 
 if torch.__version__.split("+")[0] != "2.13.0":
@@ -74,8 +74,7 @@ import accelerate
 import datasets
 import transformers
 import trl
-from recipes.quickstart.task import compute_reverse_letters_score  # noqa: F401
-from recipes.quickstart.task import make_reverse_letters_rows  # noqa: F401
+import grpo_task  # noqa: F401  (the task as the benchmark's columns use it)
 from trl import GRPOConfig, GRPOTrainer  # noqa: F401  (the imports this venv exists for)
 
 print(
