@@ -215,6 +215,7 @@ def hybridflow_column(argv: list[str]) -> int:
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--no-stop", action="store_true")
+    parser.add_argument("--override", action="append", default=[], help="recipe key=value")
     args = parser.parse_args(argv)
 
     import torch
@@ -248,6 +249,7 @@ def hybridflow_column(argv: list[str]) -> int:
             "grpo.data.shuffle=false",
             # the benchmark tokenizer puts <bos> in front: 6 letters, "=" and <bos>
             f"grpo.data.max_prompt_length={task.PROMPT_LENGTH}",
+            *args.override,
         ],
     )
     config = grpo_config(raw, args.workdir, args.init, files)
