@@ -10,13 +10,15 @@ Phases (seconds, median over the repeats):
 
 * ``interpreter``: spawn to the child's first line (Python itself);
 * ``imports``: the child's imports (torch, transformers, hf_algos, the recipe);
-* ``task data``: writing the benchmark's prompt files and parsing the recipe config;
-* ``tokenizer + data``: tokenizer, training loader and validation set;
-* ``reward``: reward manager start-up and its check row;
+* ``tokenizer + data``: the benchmark's prompt files and config, tokenizer, training loader
+  and validation set;
+* ``reward set-up``: the reward manager (its scoring processes start in the background);
 * ``ray start``: ``ensure_ray`` (a local Ray);
 * ``worker groups``: pools reserved, worker processes started and imported;
 * ``init_model``: every role's model built in the workers;
 * ``weights to rollout``: the first weight sync (``workers_ready``);
+* ``reward check (wait)``: waiting for the scoring process's check of one row, which ran
+  in the background since ``reward set-up``;
 * ``run dir + loggers``: the run directory, jsonl and TensorBoard writers;
 * ``validation``: ``trainer.val_before_train`` (the plain loop also evaluates at step 0, so the
   comparison with it holds validation apart: see ``to first step w/o validation``);
@@ -35,6 +37,7 @@ import time
 CHILD_STARTED = time.time()  # before any other import: the end of the interpreter's start
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import statistics  # noqa: E402
@@ -51,13 +54,13 @@ ROOT = HERE.parent.parent
 PHASES: tuple[str, ...] = (
     "interpreter",
     "imports",
-    "task data",
     "tokenizer + data",
-    "reward",
+    "reward set-up",
     "ray start",
     "worker groups",
     "init_model",
     "weights to rollout",
+    "reward check (wait)",
     "run dir + loggers",
     "validation",
     "first step",
@@ -108,7 +111,28 @@ def _wrap(owner: Any, attribute: str, phase: str, marks: Marks, once: bool = Fal
     setattr(owner, attribute, timed)
 
 
-class _FirstStepDone(Exception):
+def _wrap_check(cls: Any, marks: Marks) -> None:
+    """Mark the wait for ``cls.check_async``'s future (the check itself runs meanwhile)."""
+    original = cls.check_async
+
+    def check_async(self: Any, rows: Any) -> Any:
+        future = original(self, rows)
+        result = future.result
+
+        def timed_result(timeout: float | None = None) -> Any:
+            start = time.time()
+            try:
+                return result(timeout)
+            finally:
+                marks.append(("reward check (wait)", start, time.time()))
+
+        future.result = timed_result
+        return future
+
+    cls.check_async = check_async
+
+
+class FirstStepDoneError(Exception):
     """Raised after the first step: the start-up is measured, the run need not go on."""
 
 
@@ -124,28 +148,30 @@ def child(argv: list[str]) -> int:
     imported = time.time()
     sys.path.insert(0, str(HERE))
     import bench_grpo
-    from hf_algos.config import loading
+
+    from hf_algos.rewards import manager
     from hf_algos.trainers import base, builders, ppo, roles
 
     marks.append(("imports", imported, time.time()))
     _wrap(builders, "load_tokenizer", "tokenizer + data", marks)
     _wrap(builders, "rl_loader", "tokenizer + data", marks)
     _wrap(builders, "val_dataset", "tokenizer + data", marks)
-    _wrap(builders, "reward_manager", "reward", marks)
+    _wrap(builders, "reward_manager", "reward set-up", marks)
+    if hasattr(manager.RewardManager, "check_async"):  # not before the start-up work
+        _wrap_check(manager.RewardManager, marks)
     _wrap(roles, "ensure_ray", "ray start", marks)
     _wrap(roles, "make_worker_group", "worker groups", marks)
     _wrap(roles.RoleGroups, "init_models", "init_model", marks)
     _wrap(ppo.PPOTrainer, "workers_ready", "weights to rollout", marks)
     _wrap(base.Trainer, "_open_run", "run dir + loggers", marks)
     _wrap(base.Trainer, "_validate", "validation", marks, once=True)
-    _wrap(loading, "load_mapping", "task data", marks)
     original_step = ppo.PPOTrainer.train_step
 
     def first_step(self: Any, batch: Any) -> Any:
         start = time.time()
         original_step(self, batch)
         marks.append(("first step", start, time.time()))
-        raise _FirstStepDone
+        raise FirstStepDoneError
 
     ppo.PPOTrainer.train_step = first_step  # type: ignore[method-assign]
     column = [
@@ -158,10 +184,8 @@ def child(argv: list[str]) -> int:
         "--seed=2",
         *(f"--override={o}" for o in args.override),
     ]
-    try:
+    with contextlib.suppress(FirstStepDoneError):
         bench_grpo.hybridflow_column(column)
-    except _FirstStepDone:
-        pass
     args.marks.write_text(json.dumps(marks))
     return 0
 
