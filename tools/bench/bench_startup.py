@@ -39,6 +39,7 @@ CHILD_STARTED = time.time()  # before any other import: the end of the interpret
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import os  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
@@ -74,15 +75,19 @@ Marks = list[tuple[str, float, float]]
 def phase_seconds(spawned: float, marks: Marks) -> dict[str, float]:
     """Seconds per phase from the child's ``marks``; ``spawned`` is when the parent spawned it.
 
-    Marks of the same phase add up; time between marks that no phase claims goes to the
-    phase that follows it (so the phases sum to spawn -> end of the first step). Also
+    Marks of the same phase add up; marks after the first step are left out; time between
+    marks that no phase claims goes to the phase that follows it (so the phases sum to
+    spawn -> end of the first step). Also
     ``total to first step``, ``to first step w/o validation`` and ``other`` (the unclaimed
     time, already counted in the phases).
     """
     seconds = dict.fromkeys(PHASES, 0.0)
     other = 0.0
     cursor = spawned
+    step_end = max((end for name, _, end in marks if name == "first step"), default=math.inf)
     for name, start, end in sorted(marks, key=lambda mark: mark[1]):
+        if start >= step_end:  # after the start-up (e.g. a later validation)
+            continue
         gap = max(0.0, start - cursor)
         seconds[name] += gap + (end - start)
         other += gap if name not in ("interpreter", "imports") else 0.0
