@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 import grpo_task as task  # noqa: E402
+from grpo_report import ColumnResult, plot_curves, report_block, summary_table  # noqa: E402
 
 DEFAULT_TRL_PYTHON = HERE / ".venv-trl" / "bin" / "python"
 DEFAULT_PLOT = ROOT / "docs" / "images" / "bench_grpo.png"
@@ -63,20 +63,11 @@ class BenchSettings:
     hybridflow_steps: int = 300
     """Steps of the HybridFlow column, which cannot stop at the target (the recipe has no
     such switch) and so always runs this many."""
-
-
-@dataclass
-class ColumnResult:
-    """One column's outcome: its record, or why there is none."""
-
-    name: str
-    """Column name."""
-    record: task.RunRecord | None
-    """What the column measured; ``None`` when it did not run."""
-    status: str
-    """``ok``, or why the column is missing."""
-    wall_seconds: float = 0.0
-    """Wall time of the column's process, start-up and evaluations included."""
+    hybridflow_modes: tuple[str, ...] = ("off",)
+    """``trainer.async_mode`` of each HybridFlow column (the async modes also get
+    ``trainer.placement=separate``)."""
+    hybridflow_overrides: tuple[str, ...] = ()
+    """Recipe overrides of every HybridFlow column, e.g. ``grpo.trainer.backend=local``."""
 
 
 COLUMN_TIMEOUT_S = 1800.0
@@ -125,7 +116,9 @@ def run_process(
         return ColumnResult(
             name, None, f"failed (exit {proc.returncode}); log {log}:\n{tail}", wall
         )
-    return ColumnResult(name, task.RunRecord(**json.loads(result.read_text())), "ok", wall)
+    data = json.loads(result.read_text())
+    startup = data.pop("startup_seconds", None)
+    return ColumnResult(name, task.RunRecord(**data), "ok", wall, startup)
 
 
 def column_args(settings: BenchSettings) -> list[str]:
@@ -141,14 +134,14 @@ def column_args(settings: BenchSettings) -> list[str]:
 
 def run_plain(warm: Path, settings: BenchSettings, workdir: Path) -> ColumnResult:
     """The plain single-process torch loop (dev venv)."""
-    result = workdir / "plain.json"
+    result = workdir / f"plain_seed{settings.seed}.json"
     script = str(HERE / "grpo_plain_loop.py")
     command = [sys.executable, script, f"--init={warm}", f"--result={result}"]
     return run_process(
         "plain torch loop",
         command + column_args(settings),
         result,
-        workdir / "plain.log",
+        workdir / f"plain_seed{settings.seed}.log",
         settings.threads,
     )
 
@@ -159,25 +152,28 @@ def run_trl(warm: Path, settings: BenchSettings, workdir: Path, python: Path) ->
         return ColumnResult(
             "TRL GRPOTrainer", None, f"skipped: {python} missing; run tools/bench/setup_trl_venv.sh"
         )
-    result = workdir / "trl.json"
+    result = workdir / f"trl_seed{settings.seed}.json"
     command = [str(python), str(HERE / "grpo_trl.py"), f"--init={warm}", f"--result={result}"]
     return run_process(
         "TRL GRPOTrainer",
         command + column_args(settings),
         result,
-        workdir / "trl.log",
+        workdir / f"trl_seed{settings.seed}.log",
         settings.threads,
     )
 
 
-def run_hybridflow(warm: Path, settings: BenchSettings, workdir: Path) -> ColumnResult:
-    """HybridFlow: the quickstart recipe's GRPO stage from ``warm``, in its own process.
+def run_hybridflow(
+    warm: Path, settings: BenchSettings, workdir: Path, mode: str = "off"
+) -> ColumnResult:
+    """HybridFlow: the quickstart recipe's GRPO stage from ``warm``, in its own process,
+    with ``trainer.async_mode=mode`` (nothing is passed for ``off``, the default).
 
     The child (this script's ``hybridflow-column`` mode, :func:`hybridflow_column`) imports
     ``recipes.quickstart``; when that recipe or the trainer it uses is not importable yet,
     the column is reported as not available.
     """
-    name = "HybridFlow"
+    name = "HybridFlow" if mode == "off" else f"HybridFlow {mode}"
     probe = subprocess.run(
         [sys.executable, "-c", "import recipes.quickstart.main"],
         cwd=ROOT,
@@ -187,17 +183,23 @@ def run_hybridflow(warm: Path, settings: BenchSettings, workdir: Path) -> Column
     if probe.returncode != 0:
         why = probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else "import failed"
         return ColumnResult(name, None, f"not available yet ({why})")
-    result = workdir / "hybridflow.json"
+    overrides = list(settings.hybridflow_overrides)
+    if mode != "off":
+        overrides += [f"grpo.trainer.async_mode={mode}", "grpo.trainer.placement=separate"]
+    tag = f"hybridflow_{mode}_seed{settings.seed}"
+    result = workdir / f"{tag}.json"
     command = [
         sys.executable,
         str(Path(__file__).resolve()),
         "hybridflow-column",
         f"--init={warm}",
         f"--result={result}",
-        f"--workdir={workdir / 'hybridflow'}",
+        f"--workdir={workdir / tag}",
+        f"--spawned={time.time()}",
+        *(f"--override={override}" for override in overrides),
         *column_args(replace(settings, max_steps=settings.hybridflow_steps)),
     ]
-    return run_process(name, command, result, workdir / "hybridflow.log", settings.threads)
+    return run_process(name, command, result, workdir / f"{tag}.log", settings.threads)
 
 
 def hybridflow_column(argv: list[str]) -> int:
@@ -215,12 +217,15 @@ def hybridflow_column(argv: list[str]) -> int:
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--no-stop", action="store_true")
+    parser.add_argument("--override", action="append", default=[], help="recipe key=value")
+    parser.add_argument("--spawned", type=float, help="time.time() when the parent spawned us")
     args = parser.parse_args(argv)
 
     import torch
 
     from hf_algos.data import write_rows
     from hf_algos.examples.reverse_letters import make_reverse_letters_rows, read_metrics
+    from hf_algos.trainers import PPOTrainer
     from recipes.quickstart.main import (
         CONFIG_PATH,
         grpo_config,
@@ -248,12 +253,25 @@ def hybridflow_column(argv: list[str]) -> int:
             "grpo.data.shuffle=false",
             # the benchmark tokenizer puts <bos> in front: 6 letters, "=" and <bos>
             f"grpo.data.max_prompt_length={task.PROMPT_LENGTH}",
+            *args.override,
         ],
     )
     config = grpo_config(raw, args.workdir, args.init, files)
+    first_step: list[float] = []
+    train_step = PPOTrainer.train_step
+
+    def noting_first_step(trainer: PPOTrainer, batch: Any) -> Any:
+        if not first_step:  # start-up ends where the first step begins
+            first_step.append(time.time())
+        return train_step(trainer, batch)
+
+    PPOTrainer.train_step = noting_first_step  # type: ignore[method-assign]
     run_grpo(config, args.workdir / "model_grpo")
     records = read_metrics(run_metrics_path(config))
-    args.result.write_text(json.dumps(asdict(record_from_metrics(records, args.threads))))
+    record = asdict(record_from_metrics(records, args.threads))
+    if args.spawned is not None and first_step:
+        record["startup_seconds"] = first_step[0] - args.spawned
+    args.result.write_text(json.dumps(record))
     return 0
 
 
@@ -282,69 +300,6 @@ def record_from_metrics(records: list[dict[str, Any]], threads: int) -> task.Run
     return record
 
 
-def first_crossing(record: task.RunRecord, target: float) -> dict[str, float] | None:
-    """The first evaluation (after the warm-up one) at or above ``target``, if any."""
-    return next((e for e in record.evals[1:] if e["accuracy"] >= target), None)
-
-
-def summary_table(columns: list[ColumnResult], target: float) -> str:
-    """The markdown table of the benchmark."""
-    plain = next((c for c in columns if c.name == "plain torch loop" and c.record), None)
-    plain_median = statistics.median(plain.record.step_seconds) if plain and plain.record else None
-    lines = [
-        f"| column | s/step (median) | s/step (mean) | vs plain loop | CPU s/step (median) | "
-        f"warm-up acc | steps to {target} | train s to {target} | final acc | process wall s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for column in columns:
-        record = column.record
-        if record is None or not record.step_seconds:
-            lines.append(f"| {column.name} | {column.status.splitlines()[0]} ||||||||| ")
-            continue
-        median = statistics.median(record.step_seconds)
-        mean = statistics.fmean(record.step_seconds)
-        ratio = f"{median / plain_median:.2f}x" if plain_median else "-"
-        cpu = record.step_cpu_seconds
-        cpu_median = f"{statistics.median(cpu):.3f}" if cpu else "-"
-        hit = first_crossing(record, target)
-        steps = f"{hit['step']:.0f}" if hit else f"not in {len(record.step_seconds)}"
-        seconds = f"{hit['train_seconds']:.1f}" if hit else "-"
-        lines.append(
-            f"| {column.name} | {median:.3f} | {mean:.3f} | {ratio} | {cpu_median} | "
-            f"{record.warmup_accuracy:.3f} | {steps} | {seconds} | "
-            f"{record.evals[-1]['accuracy']:.3f} | {column.wall_seconds:.0f} |"
-        )
-    return "\n".join(lines)
-
-
-def plot_curves(columns: list[ColumnResult], target: float, path: Path) -> Path:
-    """PNG of greedy accuracy against training seconds, one line per column."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(7, 4.2))
-    for column in columns:
-        if column.record is None:
-            continue
-        xs = [e["train_seconds"] for e in column.record.evals]
-        ys = [e["accuracy"] for e in column.record.evals]
-        axis.plot(xs, ys, marker="o", markersize=3, label=column.name)
-    axis.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target}")
-    axis.set_xlabel("training seconds (evaluation excluded)")
-    axis.set_ylabel("greedy exact-match accuracy (256 held-out words)")
-    axis.set_title("GRPO on reverse-6-letters, 2 CPU threads")
-    axis.set_ylim(0, 1)
-    axis.legend(loc="lower right")
-    axis.grid(alpha=0.3)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
-
-
 def main(argv: list[str] | None = None) -> int:
     """Command line: run the warm-up and every column, print and write the results."""
     argv = sys.argv[1:] if argv is None else argv
@@ -362,6 +317,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=BenchSettings.threads)
     parser.add_argument("--no-stop", action="store_true", help="run all --max-steps")
     parser.add_argument("--hybridflow-steps", type=int, default=BenchSettings.hybridflow_steps)
+    parser.add_argument(
+        "--hybridflow-modes",
+        default="off",
+        help="comma-separated trainer.async_mode values, one HybridFlow column each "
+        "(off, one_step_off, fully_async)",
+    )
+    parser.add_argument(
+        "--hybridflow-override",
+        action="append",
+        default=[],
+        help="recipe override for every HybridFlow column, e.g. grpo.trainer.backend=local",
+    )
+    parser.add_argument("--seed", type=int, default=BenchSettings.seed, help="first seed")
+    parser.add_argument("--seeds", type=int, default=1, help="runs per column: seed, seed+1, ...")
     args = parser.parse_args(argv)
     settings = BenchSettings(
         hybridflow_steps=args.hybridflow_steps,
@@ -369,23 +338,33 @@ def main(argv: list[str] | None = None) -> int:
         eval_every=args.eval_every,
         threads=args.threads,
         stop_at_target=not args.no_stop,
+        seed=args.seed,
+        hybridflow_modes=tuple(args.hybridflow_modes.split(",")),
+        hybridflow_overrides=tuple(args.hybridflow_override),
     )
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-grpo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
     warm = args.init or prepare_warm_start(workdir, settings)
-    runners = {
-        "plain": lambda: run_plain(warm, settings, workdir),
-        "trl": lambda: run_trl(warm, settings, workdir, args.trl_python),
-        "hybridflow": lambda: run_hybridflow(warm, settings, workdir),
-    }
-    unknown = set(args.columns.split(",")) - set(runners)
+    names = args.columns.split(",")
+    unknown = set(names) - {"plain", "trl", "hybridflow"}
     if unknown:
-        raise SystemExit(f"unknown --columns {sorted(unknown)}; choose from {sorted(runners)}")
-    columns = [runners[name]() for name in args.columns.split(",")]
+        raise SystemExit(f"unknown --columns {sorted(unknown)}; choose from plain, trl, hybridflow")
+    columns: list[ColumnResult] = []
+    for seed in range(settings.seed, settings.seed + args.seeds):
+        run = replace(settings, seed=seed)
+        for name in names:
+            if name == "plain":
+                columns.append(run_plain(warm, run, workdir))
+            elif name == "trl":
+                columns.append(run_trl(warm, run, workdir, args.trl_python))
+            else:
+                columns += [run_hybridflow(warm, run, workdir, m) for m in run.hybridflow_modes]
+    first_seed = columns[: len(columns) // args.seeds]
     table = summary_table(columns, settings.target)
-    plot = plot_curves(columns, settings.target, args.plot)
-    body = report_block(columns, table, settings, load_before, plot)
+    plot = plot_curves(first_seed, settings.target, args.plot)
+    seeds = f"{settings.seed}..{settings.seed + args.seeds - 1}"
+    body = report_block(first_seed, table, settings, load_before, plot, seeds)
     print("\n" + body)
     (workdir / "columns.json").write_text(
         json.dumps([{**asdict(c), "record": c.record and asdict(c.record)} for c in columns])
@@ -418,36 +397,6 @@ def prepare_warm_start(workdir: Path, settings: BenchSettings) -> Path:
             env=column_env(settings.threads),
         )
     return warm
-
-
-def report_block(
-    columns: list[ColumnResult],
-    table: str,
-    settings: BenchSettings,
-    load_before: tuple[float, float, float],
-    plot: Path,
-) -> str:
-    """The generated markdown block: machine, load, table, notes, plot."""
-    from bench_support import machine_line
-
-    load_after = os.getloadavg()
-    lines = [
-        f"Measured on {machine_line(['torch', 'transformers'])}; "
-        f"torch threads {settings.threads}; load average (1 min) {load_before[0]:.1f} before, "
-        f"{load_after[0]:.1f} after the run.",
-        "",
-        table,
-        "",
-    ]
-    for column in columns:
-        if column.record is not None and column.record.notes:
-            lines.append(f"- {column.name}: {column.record.notes}")
-    try:
-        shown = plot.resolve().relative_to((ROOT / "docs").resolve())
-    except ValueError:
-        shown = plot
-    lines += ["", f"![accuracy against training seconds]({shown})"]
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -218,6 +218,18 @@ def test_the_set_up_check_fails_on_an_unloadable_function(
     manager.check(make_batch(tokenizer, [("", "verl", "1")]))  # a good one passes
 
 
+def test_the_set_up_check_in_the_background_raises_the_same_errors(
+    manager: RewardManager, tokenizer
+) -> None:  # type: ignore[no-untyped-def]
+    assert manager.start().result(timeout=60) is None  # processes up before any scoring
+    unloadable = manager.check_async(make_batch(tokenizer, [("", "unloadable", "1")]))
+    with pytest.raises(RewardError, match="cannot be loaded in the scoring process"):
+        unloadable.result(timeout=60)
+    with pytest.raises(KeyError, match="no scoring function"):  # resolved now, not later
+        manager.check_async(make_batch(tokenizer, [("", "nobody_registered_this", "1")]))
+    assert manager.check_async(make_batch(tokenizer, [("", "verl", "1")])).result(60) is None
+
+
 def test_the_trainers_reward_fails_set_up_not_the_first_step(
     manager: RewardManager,  # keeps the forkserver up, so this pool starts fast
     tokenizer,  # type: ignore[no-untyped-def]

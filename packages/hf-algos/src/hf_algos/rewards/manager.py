@@ -10,6 +10,7 @@ import time
 import weakref
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -147,7 +148,7 @@ class RewardManager:
         self.default_function = default_function
         # The pool lives in a holder the finalizer can reach without keeping ``self`` alive.
         self._pools: list[ScoringPool] = []
-        self._pool_lock = threading.Lock()
+        self._pool_lock = threading.RLock()  # _run holds it around _pool()
         self._dispatcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reward")
         self._calls: dict[int, tuple[ScoreFn, ScoringCall, bytes]] = {}
         self._finalizer = weakref.finalize(self, _close_pools, self._pools, self._dispatcher)
@@ -188,6 +189,56 @@ class RewardManager:
 
         ``rows`` needs ``data_source`` and ``reward_model``; its failures are only logged
         (an empty response may fairly make a parser raise)."""
+        self._finish_check(*self._check_sample(rows))
+
+    def start(self) -> Future[None]:
+        """Start the scoring processes now, in the background, instead of at the first score.
+
+        Their start-up (a fresh Python that imports the scoring code: 3-5 s on 2 CPU cores)
+        then runs while the caller loads data and starts its workers. Later calls queue
+        behind it; the future raises if a process cannot start.
+        """
+        return self._dispatcher.submit(self._start_pool)
+
+    def _start_pool(self) -> None:
+        pool = self._pool()
+        try:
+            pool.start_processes()
+        except BrokenProcessPool as error:
+            causes = "; ".join(pool.dead_processes()) or "exit cause unknown"
+            with self._pool_lock:
+                if self._pools and self._pools[0] is pool:
+                    self._pools.pop().close(kill=True)
+            raise RewardError(f"a scoring process could not start: {causes}") from error
+
+    def _pool(self) -> ScoringPool:
+        """The scoring pool, created (its processes not yet started) if there is none."""
+        with self._pool_lock:
+            if not self._pools:
+                self._pools.append(
+                    ScoringPool(
+                        self.config.start_method,
+                        self.config.num_workers,
+                        self.config.max_memory_mb,
+                    )
+                )
+            return self._pools[0]
+
+    def check_async(self, rows: DataProto) -> Future[None]:
+        """:meth:`check`, with the scoring process's start-up and the call in the background.
+
+        The function of the row's data_source is resolved, inspected and pickled now, so one
+        that cannot be found, or names no field, raises here; the future raises what
+        :meth:`check` would raise in the scoring process (e.g. a function that cannot be
+        loaded there). A trainer starts its worker groups meanwhile (the scoring process's
+        imports took 4-5 s of a 23 s GRPO start-up on 2 CPU cores).
+        """
+        return self._dispatcher.submit(self._finish_check, *self._check_sample(rows))
+
+    def _check_sample(
+        self, rows: DataProto
+    ) -> tuple[dict[str, tuple[ScoreFn, ScoringCall, bytes]], dict[str, Any]]:
+        """The scoring call and the empty-response sample of ``rows``' first row."""
         source = str(_column(rows, fields.DATA_SOURCE)[0])
         truth = _ground_truth(_column(rows, fields.REWARD_MODEL)[0], 0)
         extra = rows.non_tensor_batch.get(fields.EXTRA_INFO, [None])[0]
@@ -195,11 +246,16 @@ class RewardManager:
         prompt = self._prompts(rows)[0] if calls[source][1].needs("prompt") else None
         sample = {"solution": "", "ground_truth": truth, "data_source": source}
         sample.update({"extra_info": extra, "prompt": prompt})
+        return calls, sample
+
+    def _finish_check(
+        self, calls: dict[str, tuple[ScoreFn, ScoringCall, bytes]], sample: dict[str, Any]
+    ) -> None:
         outcome = self._run(calls, [sample])[0]
         if outcome.status != "ok":
             logger.warning(
                 "reward set-up check: data_source %r scored an empty response with %s: %s",
-                source,
+                sample["data_source"],
                 outcome.status,
                 outcome.error,
             )
@@ -291,15 +347,7 @@ class RewardManager:
         tasks = self._tasks(calls, samples)
         outcomes: list[ScoringOutcome] = [ScoringOutcome() for _ in samples]
         with self._pool_lock:
-            if not self._pools:
-                self._pools.append(
-                    ScoringPool(
-                        self.config.start_method,
-                        self.config.num_workers,
-                        self.config.max_memory_mb,
-                    )
-                )
-            pool = self._pools[0]
+            pool = self._pool()
             rounds = math.ceil(len(samples) / self.config.num_workers)
             deadline = _now() + self.config.timeout_s * rounds + self.config.hard_timeout_grace_s
             futures = {pool.submit(task): (chunk, task) for chunk, task in tasks}

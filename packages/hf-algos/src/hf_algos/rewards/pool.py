@@ -90,6 +90,7 @@ class ScoringPool:
             )
             _open_pools += 1
             self._helpers_before = helpers_before
+        self._num_workers = num_workers
         self._processes: dict[int, BaseProcess] = {}
         self._closed = False
 
@@ -100,6 +101,17 @@ class ScoringPool:
         with _helpers_lock:
             _started_helpers.update(_running_helpers() - self._helpers_before)
         return future
+
+    def start_processes(self) -> None:
+        """Start every worker process now and wait until each has run its initializer
+        (otherwise they start at the first :meth:`submit`). Raises ``BrokenProcessPool``
+        when one cannot start."""
+        futures = [self._executor.submit(os.getpid) for _ in range(self._num_workers)]
+        self._remember_processes()
+        with _helpers_lock:
+            _started_helpers.update(_running_helpers() - self._helpers_before)
+        for future in futures:
+            future.result()
 
     def dead_processes(self, wait_s: float = 2.0) -> list[str]:
         """``"pid N <cause>"`` for each worker that died on its own (not those the broken

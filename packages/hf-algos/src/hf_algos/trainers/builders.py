@@ -255,8 +255,13 @@ def reward_manager(
     manager = RewardManager(tokenizer, config, default_function=default)
     if check_on is not None and len(check_on) > 0:
         try:
-            manager.check(check_on.collate([check_on[0]]))
+            manager.check(check_row(check_on))
         except BaseException:
             manager.close()
             raise
     return manager
+
+
+def check_row(dataset: CollatingDataset) -> DataProto:
+    """``dataset``'s first row as a batch of one: what the reward set-up check scores."""
+    return dataset.collate([dataset[0]])

@@ -42,7 +42,7 @@ from hf_algos.config.loading import config_to_dict
 from hf_algos.config.trainers import RLConfig
 from hf_algos.data.loader import CollatingDataset
 from hf_algos.kl import AdaptiveKLController, FixedKLController, KLController, apply_kl_penalty
-from hf_algos.rewards import RewardModelScorer
+from hf_algos.rewards import RewardManager, RewardModelScorer
 from hf_algos.tracking import (
     compute_data_metrics,
     compute_throughput_metrics,
@@ -94,26 +94,37 @@ class PPOTrainer(Trainer):
         self.config = config
         self.tokenizer = builders.load_tokenizer(config.data, config.actor)
         rules = config.reward.model is None  # rule-based scoring reads data_source, ground truth
-        self.loader = builders.rl_loader(config.data, self.tokenizer, rules)
-        self.val_data = (
-            builders.val_dataset(config.data, self.tokenizer, rules)
-            if config.data.val_files
-            else None
-        )
-        self.kl_ctrl = build_kl_controller(config)
-        self.estimator = get_advantage_estimator(config.algorithm.adv_estimator)
-        needed = roles_needed(config, self.estimator)
-        self.use_critic = "critic" in needed
-        self.use_ref = "ref" in needed
-        self.actor_is_reference = self.use_ref and config.actor.lora.enabled
         self.reward: RewardScorer
-        # Rule-based scoring is built (and one row scored) before the worker groups, so a
-        # reward function that cannot be loaded or called fails set-up within seconds.
-        if config.reward.model is None:
-            self.reward = builders.reward_manager(config.reward, self.tokenizer, self._check_rows())
-        self.build_workers()
-        self.pipeline = async_rollout(self) if config.trainer.async_mode != "off" else None
-        self._async_metrics: Metrics = {}
+        manager: RewardManager | None = None
+        if rules:
+            # Built first, so a reward function that cannot be loaded or called fails set-up
+            # within seconds; its scoring processes start (3-5 s on 2 cores) and score one
+            # row while the data loads and the worker groups start.
+            manager = builders.reward_manager(config.reward, self.tokenizer)
+            self.reward = manager
+            manager.start()
+        try:
+            self.loader = builders.rl_loader(config.data, self.tokenizer, rules)
+            self.val_data = (
+                builders.val_dataset(config.data, self.tokenizer, rules)
+                if config.data.val_files
+                else None
+            )
+            check = manager.check_async(builders.check_row(self._check_rows())) if manager else None
+            self.kl_ctrl = build_kl_controller(config)
+            self.estimator = get_advantage_estimator(config.algorithm.adv_estimator)
+            needed = roles_needed(config, self.estimator)
+            self.use_critic = "critic" in needed
+            self.use_ref = "ref" in needed
+            self.actor_is_reference = self.use_ref and config.actor.lora.enabled
+            self.build_workers()
+            if check is not None:
+                check.result()  # e.g. a function the scoring process cannot load
+            self.pipeline = async_rollout(self) if config.trainer.async_mode != "off" else None
+            self._async_metrics: Metrics = {}
+        except BaseException:
+            self.shutdown()
+            raise
 
     def worker_classes(self) -> WorkerClasses:
         """Actor (+ reference, critic, reward model as needed) and the rollout."""

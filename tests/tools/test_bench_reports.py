@@ -1,0 +1,62 @@
+"""The start-up phase arithmetic of bench_startup.py and the over-seeds table of bench_grpo.py."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parents[2] / "tools" / "bench"
+if str(BENCH_DIR) not in sys.path:
+    sys.path.insert(0, str(BENCH_DIR))
+
+import grpo_task  # noqa: E402
+from bench_startup import phase_seconds  # noqa: E402
+from grpo_report import ColumnResult, summary_table  # noqa: E402
+
+
+def test_phases_add_up_and_unmarked_time_goes_to_the_next_phase() -> None:
+    marks = [
+        ("interpreter", 100.5, 100.5),
+        ("imports", 100.5, 104.0),
+        ("ray start", 105.0, 109.0),  # 1 s before it that no phase marked
+        ("init_model", 109.0, 109.5),
+        ("validation", 109.5, 110.0),
+        ("validation", 120.0, 121.0),  # a later validation: after the first step
+        ("first step", 110.0, 111.0),
+    ]
+    seconds = phase_seconds(100.0, marks)
+    assert seconds["interpreter"] == 0.5
+    assert seconds["imports"] == 3.5
+    assert seconds["ray start"] == 5.0  # 4 s marked + 1 s unclaimed before it
+    assert seconds["other"] == 1.0
+    assert seconds["first step"] == 1.0
+    assert seconds["total to first step"] == 11.0
+    assert seconds["to first step w/o validation"] == 10.5
+
+
+def _record(steps: list[float], evals: list[tuple[int, float, float]]) -> grpo_task.RunRecord:
+    return grpo_task.RunRecord(
+        name="x",
+        warmup_accuracy=evals[0][2],
+        step_seconds=steps,
+        evals=[{"step": s, "train_seconds": t, "accuracy": a} for s, t, a in evals],
+    )
+
+
+def test_the_table_takes_medians_over_seeds_and_counts_the_runs_that_reached_the_target() -> None:
+    plain = _record([0.2, 0.2, 0.2], [(0, 0, 0.2), (25, 5.0, 0.95)])
+    hybrid = [
+        ColumnResult("HybridFlow", _record([0.3], [(0, 0, 0.2), (25, 7.0, 0.91)]), "ok", 30, 8.0),
+        ColumnResult("HybridFlow", _record([0.2], [(0, 0, 0.2), (25, 5.0, 0.5)]), "ok", 20, 6.0),
+        ColumnResult("HybridFlow", _record([0.25], [(0, 0, 0.2), (50, 9.0, 0.93)]), "ok", 25, 7.0),
+    ]
+    missing = ColumnResult("HybridFlow fully_async", None, "failed (exit 1); log x")
+    table = summary_table(
+        [ColumnResult("plain torch loop", plain, "ok", 10), *hybrid, missing], 0.9
+    )
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in table.splitlines()}
+    hybrid_row = rows["HybridFlow"]
+    assert hybrid_row[1:5] == ["3", "0.250", "1.25x", "-"]  # runs, s/step, ratio, CPU s/step
+    assert hybrid_row[5] == "7.0"  # start-up: median of 8, 6, 7
+    assert hybrid_row[7:10] == ["2/3", "38", "8.0"]  # reached; median steps, train s of those
+    assert rows["HybridFlow fully_async"][1:3] == ["0", "failed (exit 1); log x"]
