@@ -226,6 +226,7 @@ def hybridflow_column(argv: list[str]) -> int:
     from hf_algos.data import write_rows
     from hf_algos.examples.reverse_letters import make_reverse_letters_rows, read_metrics
     from hf_algos.trainers import PPOTrainer
+    from hf_protocol import DataProto
     from recipes.quickstart.main import (
         CONFIG_PATH,
         grpo_config,
@@ -260,12 +261,12 @@ def hybridflow_column(argv: list[str]) -> int:
     first_step: list[float] = []
     train_step = PPOTrainer.train_step
 
-    def noting_first_step(trainer: PPOTrainer, batch: Any) -> Any:
+    def noting_first_step(trainer: PPOTrainer, batch: DataProto) -> dict[str, float]:
         if not first_step:  # start-up ends where the first step begins
             first_step.append(time.time())
         return train_step(trainer, batch)
 
-    PPOTrainer.train_step = noting_first_step  # type: ignore[method-assign]
+    PPOTrainer.train_step = noting_first_step  # type: ignore[method-assign,assignment]
     run_grpo(config, args.workdir / "model_grpo")
     records = read_metrics(run_metrics_path(config))
     record = asdict(record_from_metrics(records, args.threads))
