@@ -49,7 +49,9 @@ def run_seed(seed: int, workdir: Path, overrides: Sequence[str]) -> float:
 
 def accuracy_curve(workdir: Path) -> tuple[list[float], list[float]]:
     """(GRPO step, held-out accuracy) at each validation of the run in ``workdir``."""
-    return series(read_metrics(metrics_path(workdir / "logs", "hybridflow", "grpo")), "val/accuracy")
+    return series(
+        read_metrics(metrics_path(workdir / "logs", "hybridflow", "grpo")), "val/accuracy"
+    )
 
 
 def markdown_table(curves: Mapping[int, tuple[list[float], list[float]]]) -> str:

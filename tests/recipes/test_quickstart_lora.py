@@ -25,6 +25,7 @@ LORA = [
     "grpo.actor.lora.alpha=32",
     "grpo.actor.engine.optim.lr=1.0e-3",
     "grpo.rollout.temperature=0.7",
+    "grpo.actor.engine.optim.warmup_steps=0",  # as measured: full lr from the first step
     f"grpo.trainer.total_training_steps={GRPO_STEPS}",
     f"grpo.trainer.test_freq={GRPO_STEPS}",  # validate before and after GRPO only
     "grpo.trainer.progress_bar=false",

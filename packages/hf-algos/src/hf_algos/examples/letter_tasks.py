@@ -108,7 +108,9 @@ def score_letters(solution: str, expected: str) -> float:
     return 0.5 * right / len(expected)
 
 
-def write_letter_task_files(directory: Path, task: TaskConfig, letters: LetterTask) -> dict[str, Path]:
+def write_letter_task_files(
+    directory: Path, task: TaskConfig, letters: LetterTask
+) -> dict[str, Path]:
     """Write ``train.jsonl``, ``val.jsonl`` (prompts) and ``sft.jsonl`` (prompt + response).
 
     Validation prompts are drawn from their own seed and removed from the training set, so

@@ -33,8 +33,8 @@ from hf_algos.examples.letter_tasks import (
     LetterTask,
     TaskConfig,
     make_letter_rows,
-    register_letter_task,
     random_letters,
+    register_letter_task,
     score_letters,
     write_letter_task_files,
 )
