@@ -246,6 +246,9 @@ def hybridflow_column(argv: list[str]) -> int:
             f"grpo.trainer.test_freq={args.eval_every}",
             "grpo.trainer.progress_bar=false",
             "grpo.data.shuffle=false",
+            # the other columns' sampling and optimizer (the recipe ships 0.7 and a warm-up)
+            "grpo.rollout.temperature=1.0",
+            "grpo.actor.engine.optim.warmup_steps=0",
             # the benchmark tokenizer puts <bos> in front: 6 letters, "=" and <bos>
             f"grpo.data.max_prompt_length={task.PROMPT_LENGTH}",
         ],
