@@ -1,14 +1,16 @@
 """The CPU quickstart: teach a 0.53M-parameter model to reverse six letters, SFT then GRPO.
 
-What it really is:
+What it really is (``task.name=sort_letters`` swaps in the second task, sorting the letters):
 
 1. make a tiny random Qwen2, a character tokenizer and the task data (nothing downloaded);
 2. a short supervised warm-up on (``abcdef=``, ``fedcba``) pairs, so the policy learns the
    answer format but gets fewer than half of the held-out words exactly right;
-3. GRPO: 16 prompts x 8 samples a step, a partial-credit rule-based reward, advantages
-   normalised within each prompt's group, a clipped policy-gradient update, no KL, no
-   critic — through real worker groups (actor and rollout fused in one Ray worker, weights
-   handed over in memory), until greedy exact-match accuracy on held-out words passes 0.9;
+3. GRPO: 16 prompts x 8 samples a step at temperature 0.7, a rule-based reward (1 exact,
+   -0.5 for the wrong length, so dropping ``<eos>`` never pays, else partial credit),
+   advantages normalised within each prompt's group, a clipped policy-gradient update
+   (lr warmed up over 50 steps), no KL, no critic — through real worker groups (actor and
+   rollout fused in one Ray worker, weights handed over in memory), until greedy
+   exact-match accuracy on held-out words passes 0.9;
 4. save the trained model as a Hugging Face directory, metrics as jsonl and TensorBoard
    events, and a PNG of the reward, accuracy and response-length curves.
 
@@ -27,14 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from hf_algos.config import RLConfig, SFTConfig, load_config, load_mapping
-from hf_algos.examples.reverse_letters import (
-    ModelShape,
+from hf_algos.examples.letter_tasks import (
     TaskConfig,
-    build_model_dir,
-    read_metrics,
-    register_reward,
-    write_task_files,
+    register_letter_task,
+    write_letter_task_files,
 )
+from hf_algos.examples.reverse_letters import ModelShape, build_model_dir, read_metrics
+from hf_algos.examples.tasks import letter_task
 from hf_algos.tracking import metrics_path
 from hf_algos.trainers import PPOTrainer, SFTTrainer
 from recipes.cli import parse_recipe_args
@@ -106,9 +107,12 @@ def run_sft(config: SFTConfig, export_dir: Path) -> Path:
     return export_dir
 
 
-def run_grpo(config: RLConfig, export_dir: Path) -> list[dict[str, float]]:
-    """GRPO; exports the trained model to ``export_dir`` and returns the step metrics."""
-    register_reward()  # the trainer's reward manager scores "reverse_letters" rows with it
+def run_grpo(
+    config: RLConfig, export_dir: Path, task: str = "reverse_letters"
+) -> list[dict[str, float]]:
+    """GRPO on the letter task ``task``; exports the trained model to ``export_dir`` and
+    returns the step metrics."""
+    register_letter_task(letter_task(task))  # the reward manager scores the task's rows with it
     with PPOTrainer(config) as trainer:
         history = trainer.fit()
         trainer.roles.actor.export_hf(str(export_dir))
@@ -126,7 +130,7 @@ def run_quickstart(
     shape = load_config(ModelShape, base=raw.get("model", {}))
     print(f"quickstart: writing model, tokenizer and task data to {workdir}")
     model_dir = build_model_dir(workdir / "model_init", shape, task.seed)
-    files = write_task_files(workdir / "data", task)
+    files = write_letter_task_files(workdir / "data", task, letter_task(task.name))
     # Both stages are checked before anything trains, so a bad key fails in seconds (the
     # GRPO config is built again once the warmed-up model exists).
     warmup = sft_config(raw, workdir, model_dir, files)
@@ -137,12 +141,12 @@ def run_quickstart(
     print("stage 2/2: GRPO")
     final_dir = workdir / "model_grpo"
     grpo = grpo_config(raw, workdir, sft_dir, files)
-    run_grpo(grpo, final_dir)
+    run_grpo(grpo, final_dir, task.name)
 
     # this run's own metrics file (each run logs into a new run directory)
     records = read_metrics(run_metrics_path(grpo))
     accuracy = [r["val/accuracy"] for r in records if "val/accuracy" in r]
-    plot = plot_curves(records, workdir / "curves.png", "quickstart: GRPO on reverse-6-letters")
+    plot = plot_curves(records, workdir / "curves.png", f"quickstart: GRPO on {task.name}")
     result = QuickstartResult(
         accuracy_after_sft=accuracy[0],
         accuracy_after_grpo=accuracy[-1],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,32 @@ def plot_curves(records: Sequence[dict[str, Any]], path: Path, title: str) -> Pa
     axes[1].axhline(0.9, color="gray", linestyle="--", linewidth=0.8)
     axes[-1].set_xlabel("GRPO step")
     figure.suptitle(title)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def plot_seed_curves(
+    curves: Mapping[int, tuple[Sequence[float], Sequence[float]]], path: Path, title: str = ""
+) -> Path:
+    """Held-out accuracy against GRPO step, one line per seed (``seed -> (steps, acc)``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 4))
+    for seed, (steps, accuracy) in curves.items():
+        axis.plot(steps, accuracy, marker="o", markersize=3, linewidth=1.2, label=f"seed {seed}")
+    axis.axhline(0.9, color="gray", linestyle="--", linewidth=0.8)
+    axis.set_xlabel("GRPO step")
+    axis.set_ylabel("greedy exact-match accuracy (held out)")
+    axis.set_ylim(-0.02, 1.02)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    axis.set_title(title or "quickstart over seeds", fontsize=10)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)

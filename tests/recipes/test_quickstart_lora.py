@@ -25,6 +25,11 @@ LORA = [
     "grpo.actor.lora.alpha=32",
     "grpo.actor.engine.optim.lr=1.0e-3",
     "grpo.rollout.temperature=0.7",
+    # as measured: full lr from the first step, 8 samples per prompt (the shipped run: 16)
+    "grpo.actor.engine.optim.warmup_steps=0",
+    "grpo.rollout.n=8",
+    "grpo.actor.ppo_mini_batch_size=128",
+    "grpo.actor.engine.micro_batch.micro_batch_size=128",
     f"grpo.trainer.total_training_steps={GRPO_STEPS}",
     f"grpo.trainer.test_freq={GRPO_STEPS}",  # validate before and after GRPO only
     "grpo.trainer.progress_bar=false",

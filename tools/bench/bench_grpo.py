@@ -252,6 +252,13 @@ def hybridflow_column(argv: list[str]) -> int:
             f"grpo.trainer.test_freq={args.eval_every}",
             "grpo.trainer.progress_bar=false",
             "grpo.data.shuffle=false",
+            # the other columns' sampling and optimizer (the recipe ships 16 samples at 0.7
+            # and an lr warm-up)
+            "grpo.rollout.temperature=1.0",
+            "grpo.rollout.n=8",
+            "grpo.actor.ppo_mini_batch_size=128",
+            "grpo.actor.engine.micro_batch.micro_batch_size=128",
+            "grpo.actor.engine.optim.warmup_steps=0",
             # the benchmark tokenizer puts <bos> in front: 6 letters, "=" and <bos>
             f"grpo.data.max_prompt_length={task.PROMPT_LENGTH}",
             *args.override,

@@ -12,8 +12,9 @@ What lives here:
 * :func:`build_task_model`: that tokenizer and the quickstart's random-weight tiny Qwen2
   (``hf_algos.examples.reverse_letters.ModelShape``: hidden 128, 2 layers, 4 heads, tied embeddings,
   0.53M parameters) saved to one folder;
-* the task rows and the partial-credit reward (1 for an exact answer, else 0.5 x the
-  fraction of positions that hold the right letter), both the quickstart recipe's own
+* the task rows and the reward (1 for an exact answer, -0.5 for an answer of the wrong
+  length, e.g. no ``<eos>`` before the 7-token cap, else 0.5 x the fraction of positions
+  that hold the right letter), both the quickstart recipe's own
   (``hf_algos/examples/reverse_letters.py``);
 * KV-cached batched generation (sampled or greedy) and greedy exact-match evaluation, used
   by every column so accuracy is measured the same way for all of them.
@@ -107,12 +108,15 @@ def make_rows(count: int, seed: int) -> list[dict[str, str]]:
 
 
 def reverse_letters_reward(completion: str, answer: str) -> float:
-    """1.0 for an exact answer, else 0.5 x the fraction of positions holding the right letter.
+    """1.0 for an exact answer, -0.5 for one of the wrong length, else 0.5 x the fraction of
+    positions holding the right letter.
 
     The quickstart's reward,
     ``hf_algos.examples.reverse_letters.compute_reverse_letters_score``. The partial credit
     keeps a gradient when no sample of a group is exactly right; with exact match alone the
-    run collapsed at lr 3e-4 (see the issue's measurements).
+    run collapsed at lr 3e-4. The wrong-length penalty stops the policy from dropping
+    ``<eos>`` to fill the cap (:func:`completion_texts` cuts at the first ``<eos>``, so a
+    response without one is 7 letters long).
     """
     return compute_reverse_letters_score(completion, answer)
 

@@ -9,12 +9,20 @@ from pathlib import Path
 import pytest
 
 from hf_algos.data import build_char_tokenizer, write_rows
+from hf_algos.examples.letter_tasks import WRONG_LENGTH_SCORE
 from hf_algos.examples.reverse_letters import (
     REVERSE_LETTERS_SOURCE,
     compute_reverse_letters_score,
     make_reverse_letters_rows,
     register_reward,
 )
+from hf_algos.examples.sort_letters import (
+    SORT_LETTERS,
+    SORT_LETTERS_SOURCE,
+    compute_sort_letters_score,
+    make_sort_letters_rows,
+)
+from hf_algos.examples.tasks import letter_task
 from hf_algos.rewards import SCORING_FUNCTIONS, RewardManager, RewardManagerConfig
 from hf_protocol import DataProto, right_pad
 
@@ -43,13 +51,35 @@ def test_reverse_letters_rows_are_reproducible(tmp_path: Path) -> None:
 
 
 def test_reverse_letters_score() -> None:
+    # exact (surrounding whitespace ignored)
     assert compute_reverse_letters_score("fedcba", "fedcba") == 1.0
     assert compute_reverse_letters_score(" fedcba\n", "fedcba") == 1.0
+    # right length, some letters wrong: 0.5 x the fraction of right positions
     assert compute_reverse_letters_score("fedcbx", "fedcba") == pytest.approx(0.5 * 5 / 6)
-    assert compute_reverse_letters_score("fed", "fedcba") == pytest.approx(0.25)
-    assert compute_reverse_letters_score("fedcbaa", "fedcba") == pytest.approx(0.5)
-    assert compute_reverse_letters_score("", "fedcba") == 0.0
+    assert compute_reverse_letters_score("fedxyz", "fedcba") == pytest.approx(0.5 * 3 / 6)
     assert compute_reverse_letters_score("abcdef", "fedcba") == 0.0
+    # no <eos> before the 7-token cap: one letter too long, penalised even if the six are right
+    assert compute_reverse_letters_score("fedcbaa", "fedcba") == WRONG_LENGTH_SCORE == -0.5
+    assert compute_reverse_letters_score("fedcba fedcba", "fedcba") == -0.5
+    # stopped early: too short
+    assert compute_reverse_letters_score("fed", "fedcba") == -0.5
+    assert compute_reverse_letters_score("", "fedcba") == -0.5
+
+
+def test_sort_letters_rows_and_score() -> None:
+    rows = make_sort_letters_rows(4, length=6, seed=1)
+    assert rows == make_sort_letters_rows(4, length=6, seed=1)
+    for row in rows:
+        letters = row["prompt"][:-1]
+        assert row["reward_model"]["ground_truth"] == "".join(sorted(letters))
+        assert row["data_source"] == SORT_LETTERS_SOURCE
+    assert compute_sort_letters_score("abcdef", "abcdef") == 1.0
+    assert compute_sort_letters_score("abcdeg", "abcdef") == pytest.approx(0.5 * 5 / 6)
+    assert compute_sort_letters_score("abcdeff", "abcdef") == -0.5
+    assert compute_sort_letters_score("abcde", "abcdef") == -0.5
+    assert letter_task("sort_letters") is SORT_LETTERS
+    with pytest.raises(ValueError, match="reverse_letters"):
+        letter_task("reverse_words")
 
 
 def test_registered_reward_scores_the_task_in_worker_processes(unregistered: None) -> None:

@@ -6,8 +6,10 @@ the model and the data on first use through the ``${reverse_letters.*:...}`` res
 (:mod:`hf_algos.examples`); ``python -m recipes.quickstart.main`` uses the same code.
 
 Task: reverse six random lowercase letters, ``abcdef=`` -> ``fedcba``. The reward
-(:func:`compute_reverse_letters_score`) gives 1 for an exact answer and partial credit
-otherwise, so a policy that gets most letters right still learns which ones it got wrong.
+(:func:`compute_reverse_letters_score`) gives 1 for an exact answer, -0.5 for an answer of
+the wrong length (a response without ``<eos>`` is cut one letter too long) and partial
+credit for a right-length answer, so a policy that gets most letters right still learns
+which ones it got wrong but never gains by dropping ``<eos>``.
 :func:`register_reward` hands it to the reward manager for rows whose ``data_source`` is
 ``reverse_letters``, the way any user adds a scoring function.
 
@@ -18,8 +20,6 @@ with random weights, next to a character-level tokenizer, in one Hugging Face di
 from __future__ import annotations
 
 import json
-import random
-import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,16 +28,34 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase, Qwen2Config
 
-from hf_algos.data import build_char_tokenizer, write_rows
-from hf_algos.rewards import SCORING_FUNCTIONS, register_scoring_function
+from hf_algos.data import build_char_tokenizer
+from hf_algos.examples.letter_tasks import (
+    LetterTask,
+    TaskConfig,
+    make_letter_rows,
+    random_letters,
+    register_letter_task,
+    score_letters,
+    write_letter_task_files,
+)
+
+__all__ = [
+    "REVERSE_LETTERS",
+    "REVERSE_LETTERS_SOURCE",
+    "ModelShape",
+    "TaskConfig",
+    "build_model_dir",
+    "compute_reverse_letters_score",
+    "make_reverse_letters_rows",
+    "random_letters",
+    "read_metrics",
+    "register_reward",
+    "tiny_qwen2_config",
+    "write_task_files",
+]
 
 REVERSE_LETTERS_SOURCE = "reverse_letters"
 """The ``data_source`` of the task's rows (the name its scoring function is registered as)."""
-
-
-def random_letters(rng: random.Random, length: int) -> str:
-    """``length`` random lowercase letters drawn from ``rng``."""
-    return "".join(rng.choice(string.ascii_lowercase) for _ in range(length))
 
 
 def make_reverse_letters_rows(n: int, length: int = 6, seed: int = 0) -> list[dict[str, Any]]:
@@ -47,38 +65,28 @@ def make_reverse_letters_rows(n: int, length: int = 6, seed: int = 0) -> list[di
     "reward_model": {"ground_truth": "fedcba"}, "extra_info": {"index": i}}``; the prompt is
     raw text (a chat template, if the tokenizer has one, wraps it as a user message).
     """
-    if n < 0 or length < 1:
-        raise ValueError(f"need n >= 0 and length >= 1, got n={n}, length={length}")
-    rng = random.Random(seed)
-    words = [random_letters(rng, length) for _ in range(n)]
-    return [
-        {
-            "prompt": f"{letters}=",
-            "data_source": REVERSE_LETTERS_SOURCE,
-            "reward_model": {"ground_truth": letters[::-1]},
-            "extra_info": {"index": index},
-        }
-        for index, letters in enumerate(words)
-    ]
+    return make_letter_rows(REVERSE_LETTERS, n, length, seed)
 
 
 def compute_reverse_letters_score(
     solution: str, ground_truth: Any, extra_info: Mapping[str, Any] | None = None
 ) -> float:
-    """1.0 for the exact answer, else 0.5 x the fraction of right characters.
+    """1.0 for the exact answer, -0.5 for one of the wrong length (no ``<eos>`` before the
+    response cap, or stopped early), else 0.5 x the fraction of right characters.
 
-    The answer is ``solution`` with surrounding whitespace removed. Characters are compared
-    position by position over the expected length, so a partly right answer earns partial
-    credit that a small model can climb; extra characters only cost the exact-match bonus.
+    The rule of every letter task, :func:`hf_algos.examples.letter_tasks.score_letters`:
+    partial credit only for right-length answers, so filling the length cap instead of
+    ending with ``<eos>`` is never worth it.
     """
-    expected = str(ground_truth)
-    answer = solution.strip()
-    if answer == expected:
-        return 1.0
-    if not expected:
-        return 0.0
-    right = sum(1 for got, want in zip(answer, expected, strict=False) if got == want)
-    return 0.5 * right / len(expected)
+    return score_letters(solution, str(ground_truth))
+
+
+def _reversed(word: str) -> str:
+    return word[::-1]
+
+
+REVERSE_LETTERS = LetterTask(REVERSE_LETTERS_SOURCE, _reversed, compute_reverse_letters_score)
+"""The task: ``abcdef=`` -> ``fedcba``."""
 
 
 def register_reward() -> None:
@@ -88,24 +96,7 @@ def register_reward() -> None:
     the same process does nothing. The scoring processes import this module by name to
     unpickle the function (it is installed with hf-algos).
     """
-    if SCORING_FUNCTIONS.get(REVERSE_LETTERS_SOURCE) is not compute_reverse_letters_score:
-        register_scoring_function(REVERSE_LETTERS_SOURCE, compute_reverse_letters_score)
-
-
-@dataclass(frozen=True)
-class TaskConfig:
-    """How much task data to generate."""
-
-    word_length: int = 6
-    """Letters per prompt."""
-    train_prompts: int = 20_000
-    """Distinct training prompts (GRPO and the SFT warm-up draw from them)."""
-    sft_rows: int = 5_760
-    """Prompt + answer rows for the SFT warm-up (steps x batch size of the warm-up)."""
-    val_prompts: int = 256
-    """Held-out prompts for greedy exact-match accuracy."""
-    seed: int = 0
-    """Seed of the data and of the model's random initialisation."""
+    register_letter_task(REVERSE_LETTERS)
 
 
 @dataclass(frozen=True)
@@ -166,26 +157,9 @@ def build_model_dir(
 
 
 def write_task_files(directory: Path, task: TaskConfig) -> dict[str, Path]:
-    """Write ``train.jsonl``, ``val.jsonl`` (prompts) and ``sft.jsonl`` (prompt + response).
-
-    Validation prompts are drawn from their own seed and removed from the training set, so
-    accuracy is measured on words the policy never trained on.
-    """
-    directory.mkdir(parents=True, exist_ok=True)
-    val = make_reverse_letters_rows(task.val_prompts, task.word_length, seed=task.seed + 1)
-    held_out = {row["prompt"] for row in val}
-    train = [
-        row
-        for row in make_reverse_letters_rows(task.train_prompts, task.word_length, task.seed)
-        if row["prompt"] not in held_out
-    ]
-    sft = [
-        {**row, "response": row["reward_model"]["ground_truth"]} for row in train[: task.sft_rows]
-    ]
-    paths = {name: directory / f"{name}.jsonl" for name in ("train", "val", "sft")}
-    for name, rows in (("train", train), ("val", val), ("sft", sft)):
-        write_rows(rows, paths[name])
-    return paths
+    """Write the reverse-letters task's ``train.jsonl``, ``val.jsonl`` and ``sft.jsonl``
+    (see :func:`~hf_algos.examples.letter_tasks.write_letter_task_files`)."""
+    return write_letter_task_files(directory, task, REVERSE_LETTERS)
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
