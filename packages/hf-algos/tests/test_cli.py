@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from safetensors.torch import load_file
 
 import hf_algos
@@ -176,3 +177,17 @@ def test_packaged_quickstart_config_runs_from_any_directory(tmp_path: Path) -> N
     assert run.returncode == 0, run.stderr[-3000:]
     assert (tmp_path / "qs" / "model" / "config.json").is_file()
     assert (tmp_path / "qs" / "data" / "train.jsonl").is_file()
+
+
+PACKAGED = sorted(
+    p.stem for p in (Path(hf_algos.__file__).parent / "cli" / "configs").glob("*.yaml")
+)
+
+
+@pytest.mark.parametrize("name", PACKAGED)
+def test_every_packaged_config_resolves_and_validates(tmp_path: Path, name: str) -> None:
+    """``--cfg`` builds the typed config (every check of its sections) without training."""
+    command = "sft" if name.endswith("_sft") else "grpo"
+    shown = hybridflow(command, "--config-name", name, "--cfg", "vars.workdir=qs", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert "trainer:" in shown.stdout
