@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -95,6 +96,10 @@ def run_column(column: Column, args: argparse.Namespace, workdir: Path, repeat: 
         "trainer.progress_bar=false",
         f"trainer.seed={repeat}",
         f"rollout.max_new_tokens={args.max_new_tokens}",
+        f"rollout.n={args.n}",
+        f"data.train_batch_size={args.batch}",
+        f"actor.ppo_mini_batch_size={args.batch * args.n}",  # one update per step
+        f"actor.engine.micro_batch.micro_batch_size={args.batch * args.n}",
         *column.overrides,
     ]
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
@@ -154,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=8, help="rollout.n")
     parser.add_argument("--columns", default=",".join(COLUMNS), help="comma-separated names")
     parser.add_argument("--output", type=Path, help="write the block into this markdown file")
+    parser.add_argument("--section", default="async", help="marker key of the block in --output")
     args = parser.parse_args(argv)
     columns = [Column(name, COLUMNS[name]) for name in args.columns.split(",")]
     load_before = os.getloadavg()
@@ -167,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(HERE))
         from bench_support import machine_line, write_section
 
-        command = "python tools/bench/bench_async.py " + " ".join(argv or sys.argv[1:])
+        command = "python tools/bench/bench_async.py " + shlex.join(argv or sys.argv[1:])
         body = "\n".join(
             [
                 f"`{command}`; measured on {machine_line(['torch', 'ray'])}; "
@@ -179,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                 result,
             ]
         )
-        write_section(args.output, "async", "## Async modes: throughput", body)
+        write_section(args.output, args.section, "## Async modes: throughput", body)
     return 0
 
 
