@@ -90,6 +90,7 @@ def _chunk(responses: list[list[int]], pad: int = 0) -> DataProto:
             fields.POSITION_IDS: torch.arange(1 + width).repeat(len(responses), 1),
         },
         {fields.UID: np.array(["p"] * len(responses), dtype=object)},
+        {fields.TEMPERATURE: 1.0},  # as every rollout output carries it
     )
 
 

@@ -38,11 +38,18 @@ def sample_lags(versions: torch.Tensor, response_mask: torch.Tensor, version: in
 
     Shapes: ``versions`` ``(B, R)`` int64, ``response_mask`` ``(B, R)`` 0/1 -> ``(B,)`` int64.
     """
-    big = torch.iinfo(torch.long).max
-    masked = torch.where(response_mask.bool(), versions.long(), torch.full_like(versions, big))
-    oldest = masked.min(dim=-1).values
-    oldest = torch.where(oldest == big, versions[:, 0].long(), oldest)
+    oldest = _masked_extreme(versions, response_mask, largest=False)
+    oldest = torch.where(response_mask.bool().any(dim=-1), oldest, versions[:, 0].long())
     return version - oldest
+
+
+def _masked_extreme(versions: torch.Tensor, mask: torch.Tensor, largest: bool) -> torch.Tensor:
+    """Per row, the max (``largest``) or min of ``versions`` ``(B, R)`` over the tokens of
+    ``mask`` ``(B, R)`` -> ``(B,)`` int64; a row without tokens gives the sentinel
+    (-1 for the max, the int64 max for the min)."""
+    sentinel = -1 if largest else torch.iinfo(torch.long).max
+    filled = torch.where(mask.bool(), versions.long(), torch.full_like(versions, sentinel))
+    return filled.max(dim=-1).values if largest else filled.min(dim=-1).values
 
 
 def stale_rows(uids: np.ndarray, lags: torch.Tensor, max_staleness: int) -> np.ndarray:
@@ -70,11 +77,9 @@ def staleness_metrics(lags: torch.Tensor) -> Metrics:
 def mixed_version_rows(versions: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """Samples whose response tokens come from more than one policy version (a partial
     rollout continued after a push), ``(B,)`` bool; ``versions`` / ``response_mask`` ``(B, R)``."""
-    mask = response_mask.bool()
-    big = torch.iinfo(torch.long).max
-    low = torch.where(mask, versions, torch.full_like(versions, big)).min(dim=-1).values
-    high = torch.where(mask, versions, torch.full_like(versions, -1)).max(dim=-1).values
-    return mask.any(dim=-1) & (high > low)
+    low = _masked_extreme(versions, response_mask, largest=False)
+    high = _masked_extreme(versions, response_mask, largest=True)
+    return response_mask.bool().any(dim=-1) & (high > low)
 
 
 def to_plain(batch: DataProto) -> dict[str, Any]:

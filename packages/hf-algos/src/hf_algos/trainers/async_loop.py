@@ -51,6 +51,7 @@ from hf_algos.trainers.roles import RoleGroups, wait_together
 from hf_algos.trainers.steps import PROMPT_FIELDS, tensors
 from hf_protocol import DataProto, fields
 from hf_rollout import SamplingConfig
+from hf_rollout.base import stop_ids_for
 
 Metrics = dict[str, float]
 
@@ -66,11 +67,8 @@ class AsyncSpec:
     max_staleness: int | None
     """Drop prompt groups lagging by more versions than this; ``None``: keep all."""
     chunk_tokens: int | None = None
-    """Partial rollout: new tokens per call; ``None``: one call per generation."""
-    max_new_tokens: int = 32
-    """Response budget (partial rollout)."""
-    stop_ids: tuple[int, ...] = ()
-    """Tokens that end a response (partial rollout)."""
+    """Partial rollout: new tokens per call; ``None``: one call per generation (the response
+    budget and the stop tokens are the step's sampling config's)."""
     pad_id: int = 0
     """Pad id of prompts and responses (partial rollout)."""
 
@@ -170,9 +168,10 @@ class AsyncRollout:
     def _issue(self, job: GenerationJob) -> None:
         sampling, spec = self._sampling(job.index, 0), self.spec
         if spec.chunk_tokens is not None:
-            chunk = min(spec.chunk_tokens, sampling.max_new_tokens)
+            budget, stops = sampling.max_new_tokens, tuple(stop_ids_for(sampling))
+            chunk = min(spec.chunk_tokens, budget)
+            job.partial = PartialGeneration(budget, chunk, stops, spec.pad_id)
             sampling = dataclasses.replace(sampling, max_new_tokens=chunk)
-            job.partial = PartialGeneration(spec.max_new_tokens, chunk, spec.stop_ids, spec.pad_id)
         self._submit(job, job.prompts, sampling)
 
     def _submit(self, job: GenerationJob, prompts: DataProto, sampling: SamplingConfig) -> None:

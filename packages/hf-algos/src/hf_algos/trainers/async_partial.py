@@ -14,7 +14,8 @@ from __future__ import annotations
 import torch
 
 from hf_algos.trainers.async_batches import join_spans, unfinished_rows
-from hf_protocol import DataProto, continue_position_ids, fields, left_pad
+from hf_protocol import DataProto, fields, left_pad
+from hf_rollout.base import build_rollout_output
 
 Span = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -100,30 +101,29 @@ class PartialGeneration:
 
     def result(self) -> DataProto:
         """The joined samples: the first chunk's rows with every span concatenated into
-        ``responses`` / ``response_mask`` / ``rollout_log_probs`` / ``rollout_policy_version``
-        ``(B * n, max_new_tokens)`` and ``input_ids`` / ``attention_mask`` / ``position_ids``
-        rebuilt from them."""
+        ``responses`` / ``response_mask`` / ``rollout_log_probs`` ``(B * n, max_new_tokens)``
+        and the rollout's layout rebuilt from them (:func:`hf_rollout.base.
+        build_rollout_output`), plus ``rollout_policy_version`` ``(B * n, max_new_tokens)``."""
         assert self.base is not None and self.base.batch is not None
         joined = [join_spans(s, self.max_new_tokens, self.pad_id) for s in self.spans]
         responses, mask, log_probs, versions = (torch.stack(t) for t in zip(*joined, strict=True))
         base = self.base.batch
         width = base[fields.PROMPTS].shape[1]
-        prompt_mask = base[fields.ATTENTION_MASK][:, :width]
-        prompt_pos = base[fields.POSITION_IDS][:, :width]
-        tensors = {str(k): base[k] for k in base.keys()}  # noqa: SIM118 (TensorDict rows)
-        tensors.update(
-            {
-                fields.RESPONSES: responses,
-                fields.RESPONSE_MASK: mask,
-                fields.ROLLOUT_LOG_PROBS: log_probs,
-                fields.ROLLOUT_POLICY_VERSION: versions,
-                fields.INPUT_IDS: torch.cat([base[fields.PROMPTS], responses], dim=1),
-                fields.ATTENTION_MASK: torch.cat([prompt_mask, mask], dim=1),
-                fields.POSITION_IDS: torch.cat(
-                    [prompt_pos, continue_position_ids(prompt_pos, responses.shape[1])], dim=1
-                ),
-            }
+        prompt = (
+            base[fields.PROMPTS],
+            base[fields.ATTENTION_MASK][:, :width],
+            base[fields.POSITION_IDS][:, :width],
         )
-        return DataProto.from_dict(
-            tensors, dict(self.base.non_tensor_batch), dict(self.base.meta_info)
+        output = build_rollout_output(
+            self.base,
+            prompt,
+            responses,
+            mask,
+            log_probs,
+            n=1,
+            temperature=self.base.meta_info[fields.TEMPERATURE],
+            pad_token_id=self.pad_id,
         )
+        assert output.batch is not None
+        output.batch[fields.ROLLOUT_POLICY_VERSION] = versions
+        return output

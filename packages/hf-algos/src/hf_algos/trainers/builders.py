@@ -210,6 +210,13 @@ def rollout_class(
     return RayClassWithInitArgs(RolloutWorker, config)
 
 
+def step_seed(seed: int, step: int, draw: int = 0) -> int:
+    """The sampling seed of ``step``'s ``draw``-th generation in a run seeded ``seed``
+    (``trainer.seed``): fixed by the step, so a resumed or restarted run samples the same
+    responses, and distinct across steps and draws."""
+    return seed * 1_000_003 + step + draw * 7_919_993
+
+
 def sampling_config(
     rollout: RolloutSection,
     tokenizer: PreTrainedTokenizerBase,

@@ -138,7 +138,7 @@ class DPOTrainer(Trainer):
         """Online: ``n`` scored samples per prompt -> best/worst pairs (a multiple of the
         worker count, so every rank gets whole pairs)."""
         assert self.reward is not None
-        seed = self.config.trainer.seed * 1_000_003 + self.global_step
+        seed = builders.step_seed(self.config.trainer.seed, self.global_step)
         sampling = builders.sampling_config(self.config.rollout, self.tokenizer, seed=seed)
         batch = generate(self.roles.rollout, prompts, sampling, metrics)
         absorb(batch, self.reward.score(batch), metrics)

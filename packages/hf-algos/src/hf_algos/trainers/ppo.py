@@ -266,7 +266,7 @@ class PPOTrainer(Trainer):
     def generate(self, prompts: DataProto, metrics: Metrics, draw: int = 0) -> DataProto:
         """``rollout.n`` samples per prompt (seeded by the step and ``draw``, so a resumed
         run repeats)."""
-        seed = self.config.trainer.seed * 1_000_003 + self.global_step + draw * 7_919_993
+        seed = builders.step_seed(self.config.trainer.seed, self.global_step, draw)
         sampling = builders.sampling_config(self.config.rollout, self.tokenizer, seed=seed)
         batch = self._rollout(prompts, sampling, metrics)
         if self.estimator.needs_greedy_baseline:
@@ -437,13 +437,11 @@ def async_rollout(trainer: PPOTrainer) -> AsyncRollout:
             push_every=section.weight_push_every,
             max_staleness=section.max_staleness,
             chunk_tokens=config.rollout.partial_chunk_tokens if config.rollout.partial else None,
-            max_new_tokens=config.rollout.max_new_tokens,
-            stop_ids=(int(tokenizer.eos_token_id),) if tokenizer.eos_token_id is not None else (),
             pad_id=int(pad or 0),
         )
 
     def sampling(index: int, draw: int) -> SamplingConfig:
-        seed = section.seed * 1_000_003 + index + draw * 7_919_993  # as generate(): same seeds
+        seed = builders.step_seed(section.seed, index, draw)  # as generate(): same seeds
         return builders.sampling_config(config.rollout, tokenizer, seed=seed)
 
     return AsyncRollout(
