@@ -10,37 +10,51 @@ workers' default process groups are never touched.
 One sync is the weight-sync stream of DESIGN.md, ``(name, full tensor)`` in the actor's
 order, cut into buckets of at most ``bucket_bytes``. Per bucket the sender broadcasts
 
-1. ``sizes``: an int64 tensor ``[header_len, buffer_len]`` (``[0, 0]`` ends the sync);
-2. ``header``: the pickled list of ``(name, dtype, shape, offset)`` as uint8;
-3. ``buffer``: the tensors' bytes, packed, each at an offset aligned to :data:`ALIGN`.
+1. ``sizes``: an int64 tensor ``[header_len, packed_len]`` (``[0, 0]`` ends the sync);
+2. ``header``: the pickled list of ``(name, dtype, shape, offset, nbytes, direct)`` as uint8;
+3. ``packed``: the bytes of the bucket's small tensors, each at an offset aligned to
+   :data:`ALIGN` (left out when the bucket has none);
+4. each *direct* tensor (at least ``direct_bytes``, or as big as the bucket) on its own,
+   from its own memory: no packing copy on the sender, and a receiver that names a
+   destination (``receive(dest)``, e.g. the rollout model's parameters) gets it broadcast
+   straight into that tensor: no unpacking copy either.
 
-A tensor larger than the bucket goes alone, sent from its own memory without a copy. The
-sender packs the next bucket while the last one is on the wire (two reused buffers); the
-receiver yields views into one bucket buffer while the next bucket arrives in the other,
-so a consumer that copies them (a rollout engine's ``update_weights``) overlaps the
-transfer and the channel holds two buckets per side.
+Small tensors are packed because each collective has a fixed cost. The sender packs the next
+bucket while the last one is on the wire (two reused buffers); the receiver yields the tensors
+of one bucket while the next bucket arrives, so a consumer that copies them (a rollout
+engine's ``update_weights``) overlaps the transfer and the channel holds two buckets per side.
+
+:meth:`WeightChannel.send_buffered` takes a snapshot instead: every tensor is copied into
+reused buffers and the broadcasts run in the background (gloo's and NCCL's collectives are
+asynchronous), so the sender is free as soon as the copy is done and later changes of its
+tensors cannot reach the receivers (no torn update).
 """
 
 from __future__ import annotations
 
 import datetime
 import pickle
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["DEFAULT_TIMEOUT_S", "WeightChannel", "WeightChannelError"]
+__all__ = ["DEFAULT_TIMEOUT_S", "DIRECT_BYTES", "WeightChannel", "WeightChannelError"]
 
 DEFAULT_TIMEOUT_S = 300.0
 """How long a join or a collective waits for a peer before the channel gives up."""
+
+DIRECT_BYTES = 256 << 10
+"""Tensors of at least this many bytes travel on their own, unpacked (module docstring)."""
 
 ALIGN = 16
 """Byte alignment of each tensor in a bucket, so a slice can be viewed as any dtype."""
 
 _PREFIX = "hf_weight_channel"
+
+NamedTensors = Iterable[tuple[str, torch.Tensor]]
 
 
 class WeightChannelError(RuntimeError):
@@ -53,7 +67,19 @@ class _Entry:
     dtype: torch.dtype
     shape: tuple[int, ...]
     offset: int
+    """Byte offset in the bucket's packed bytes (sender's snapshot: in its buffer)."""
     nbytes: int
+    direct: bool
+    """Broadcast on its own, after the packed bytes."""
+
+
+@dataclass
+class _Bucket:
+    """A bucket ready to go: its header, packed bytes and direct tensors (flat uint8)."""
+
+    entries: list[_Entry]
+    packed: torch.Tensor | None
+    direct: list[torch.Tensor]
 
 
 class WeightChannel:
@@ -70,14 +96,19 @@ class WeightChannel:
         world_size: int,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         device: str | torch.device = "cpu",
+        direct_bytes: int = DIRECT_BYTES,
     ) -> None:
         self.host, self.port = host, int(port)
         self.rank, self.world_size = rank, world_size
         self.timeout_s = timeout_s
         self.device = torch.device(device)
+        self.direct_bytes = direct_bytes
         self._pg: Any = None
         self._store: Any = None
-        self._buffers: dict[int, torch.Tensor] = {}
+        self._buffers: dict[Any, torch.Tensor] = {}
+        self._in_flight: list[_Pending] = []  # a buffered send's broadcasts
+        self.last_buckets: list[list[str]] = []
+        """Names per bucket of the last sync sent or received (for tests and debugging)."""
 
     @classmethod
     def join(
@@ -88,19 +119,23 @@ class WeightChannel:
         world_size: int,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         device: str | torch.device = "cpu",
+        direct_bytes: int = DIRECT_BYTES,
     ) -> WeightChannel:
         """Join the channel at ``host:port`` as ``rank`` of ``world_size``.
 
         Rank 0 hosts the rendezvous store. Blocks until every member joined; raises
         :class:`WeightChannelError` naming the address and ranks after ``timeout_s``.
-        ``device="cuda"`` uses NCCL (tensors on the GPU), otherwise gloo.
+        ``device="cuda"`` uses NCCL (tensors on the GPU), otherwise gloo. ``direct_bytes``
+        (sender) is the size from which a tensor travels unpacked.
         """
         if world_size < 2 or not 0 <= rank < world_size:
             raise ValueError(
                 f"a weight channel needs world_size >= 2 (one sender, >= 1 receiver) and "
                 f"0 <= rank < world_size; got rank={rank}, world_size={world_size}"
             )
-        channel = cls(host, port, rank, world_size, timeout_s, device)
+        if direct_bytes < 1:
+            raise ValueError(f"direct_bytes must be positive, got {direct_bytes}")
+        channel = cls(host, port, rank, world_size, timeout_s, device, direct_bytes)
         channel._connect()
         return channel
 
@@ -139,6 +174,8 @@ class WeightChannel:
                 f"ranks are alive and that {self.host}:{self.port} is reachable"
             ) from error
 
+    # ------------------------------------------------------------------ collectives
+
     def _start(self, tensor: torch.Tensor, what: str) -> _Pending:
         """Issue a broadcast from rank 0 without waiting (gloo runs it in the background,
         in issue order)."""
@@ -168,7 +205,7 @@ class WeightChannel:
             f"longer than {self.timeout_s:.0f} s): {error}"
         )
 
-    def _bucket_buffer(self, slot: int, nbytes: int) -> torch.Tensor:
+    def _bucket_buffer(self, slot: Any, nbytes: int) -> torch.Tensor:
         """Buffer ``slot`` with room for ``nbytes``, reused across buckets and syncs (fresh
         memory would pay its page faults on every bucket)."""
         buffer = self._buffers.get(slot)
@@ -178,101 +215,231 @@ class WeightChannel:
             )
         return buffer[:nbytes]
 
-    def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> int:
+    # ------------------------------------------------------------------ sending
+
+    def send(self, named_tensors: NamedTensors, bucket_bytes: int) -> int:
         """Stream ``named_tensors`` to every receiver, then the end marker; rank 0 only.
 
-        Consecutive tensors are packed into buckets of at most ``bucket_bytes``; the
-        iterator is consumed lazily. Two bucket buffers alternate, so packing the next
-        bucket overlaps sending this one; the sender holds about two buckets. Returns the
-        number of tensor bytes sent.
+        Consecutive tensors are cut into buckets of at most ``bucket_bytes``; the iterator
+        is consumed lazily. Small tensors are packed into one of two alternating bucket
+        buffers (packing the next bucket overlaps sending this one), direct ones go from
+        their own memory; the sender holds about two buckets. Returns when every byte is
+        sent (waiting first for a buffered send); returns the number of tensor bytes.
         """
-        if self.rank != 0:
-            raise WeightChannelError(f"{self._describe()}: only rank 0 sends")
-        if bucket_bytes < 1:
-            raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
+        self._check_sender(bucket_bytes)
+        self.wait_sent()
         total, slot = 0, 0
         in_flight: list[list[_Pending]] = [[], []]
-        pending: list[tuple[str, torch.Tensor]] = []
-        pending_bytes = 0
+        self.last_buckets = []
         try:
-            for name, tensor in named_tensors:
-                nbytes = tensor.numel() * tensor.element_size()
-                if pending and pending_bytes + _aligned(nbytes) > bucket_bytes:
-                    self._finish(in_flight[slot])  # this slot's buffer is free again
-                    in_flight[slot] = self._send_bucket(pending, slot)
-                    pending, pending_bytes, slot = [], 0, 1 - slot
-                pending.append((name, tensor))
-                pending_bytes += _aligned(nbytes)
-                total += nbytes
-            if pending:
-                self._finish(in_flight[slot])
-                in_flight[slot] = self._send_bucket(pending, slot)
-            end = torch.zeros(2, dtype=torch.int64, device=self.device)
-            in_flight[slot].append(self._start(end, "end marker"))
+            for bucket in self._cut(named_tensors, bucket_bytes):
+                self._finish(in_flight[slot])  # this slot's buffer is free again
+                prepared = self._prepare(bucket, lambda n, s=slot: self._bucket_buffer(s, n))
+                in_flight[slot] = self._transmit(prepared)
+                total += sum(e.nbytes for e in prepared.entries)
+                slot = 1 - slot
+            in_flight[slot].append(self._start(self._end_marker(), "end marker"))
         finally:
             for items in in_flight:
                 self._finish(items)
         return total
 
-    def _send_bucket(self, tensors: list[tuple[str, torch.Tensor]], slot: int) -> list[_Pending]:
+    def send_buffered(self, named_tensors: NamedTensors, bucket_bytes: int) -> int:
+        """Copy ``named_tensors`` into reused snapshot buffers, issue the broadcasts and
+        return without waiting for the receivers; rank 0 only.
+
+        The receivers get the tensors as they were during this call, whatever the caller
+        changes afterwards. The sender holds a copy of the whole sync (its buffers are kept
+        for the next one). The next ``send``, ``send_buffered`` or :meth:`wait_sent` waits
+        for these broadcasts (and raises if one failed). Returns the number of tensor bytes.
+        """
+        self._check_sender(bucket_bytes)
+        self.wait_sent()
+        buckets, total = [], 0
+        self.last_buckets = []
+        for index, bucket in enumerate(self._cut(named_tensors, bucket_bytes)):
+            buffer = lambda n, i=index: self._bucket_buffer(("snapshot", i), n)  # noqa: E731
+            buckets.append(self._prepare(bucket, buffer, copy_direct=True))
+            total += sum(e.nbytes for e in buckets[-1].entries)
+        pending: list[_Pending] = []
+        try:
+            for prepared in buckets:
+                pending += self._transmit(prepared)
+            pending.append(self._start(self._end_marker(), "end marker"))
+        except BaseException:
+            self._finish(pending)
+            raise
+        self._in_flight = pending
+        return total
+
+    def wait_sent(self) -> None:
+        """Wait until the broadcasts of the last :meth:`send_buffered` are done (no-op when
+        there are none); raises :class:`WeightChannelError` if one failed."""
+        pending, self._in_flight = self._in_flight, []
+        self._finish(pending)
+
+    def _check_sender(self, bucket_bytes: int) -> None:
+        if self.rank != 0:
+            raise WeightChannelError(f"{self._describe()}: only rank 0 sends")
+        if bucket_bytes < 1:
+            raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
+
+    def _end_marker(self) -> torch.Tensor:
+        return torch.zeros(2, dtype=torch.int64, device=self.device)
+
+    def _cut(
+        self, named_tensors: NamedTensors, bucket_bytes: int
+    ) -> Iterator[list[tuple[str, torch.Tensor]]]:
+        """Consecutive runs of ``named_tensors`` of at most ``bucket_bytes`` (aligned); a
+        bigger tensor alone."""
+        bucket: list[tuple[str, torch.Tensor]] = []
+        size = 0
+        for name, tensor in named_tensors:
+            nbytes = _aligned(tensor.numel() * tensor.element_size())
+            if bucket and size + nbytes > bucket_bytes:
+                yield bucket
+                bucket, size = [], 0
+            bucket.append((name, tensor))
+            size += nbytes
+        if bucket:
+            yield bucket
+
+    def _prepare(
+        self,
+        tensors: list[tuple[str, torch.Tensor]],
+        buffer_for: Callable[[int], torch.Tensor],
+        copy_direct: bool = False,
+    ) -> _Bucket:
+        """Lay ``tensors`` out: small ones packed into ``buffer_for(n)``, direct ones as flat
+        views of their own memory (``copy_direct``: copied in after the packed bytes)."""
         entries, offset = [], 0
+        alone = len(tensors) == 1
         for name, tensor in tensors:
             nbytes = tensor.numel() * tensor.element_size()
-            entries.append(_Entry(name, tensor.dtype, tuple(tensor.shape), offset, nbytes))
-            offset += _aligned(nbytes)
-        if len(tensors) == 1:  # a lone tensor (e.g. bigger than a bucket) goes without a copy
-            buffer = _as_bytes(tensors[0][1]).to(self.device)
-        else:
-            buffer = self._bucket_buffer(slot, offset)
-            for entry, (_, tensor) in zip(entries, tensors, strict=True):
-                buffer[entry.offset : entry.offset + entry.nbytes].copy_(_as_bytes(tensor))
-        header = torch.frombuffer(bytearray(pickle.dumps(entries)), dtype=torch.uint8)
-        sizes = torch.tensor([header.numel(), buffer.numel()], dtype=torch.int64)
-        return [
+            direct = nbytes > 0 and (alone or nbytes >= self.direct_bytes)
+            entries.append(_Entry(name, tensor.dtype, tuple(tensor.shape), -1, nbytes, direct))
+            if not direct:
+                entries[-1] = _with_offset(entries[-1], offset)
+                offset += _aligned(nbytes)
+        packed_len = offset
+        if copy_direct:
+            for i, entry in enumerate(entries):
+                if entry.direct:
+                    entries[i] = _with_offset(entry, offset)
+                    offset += _aligned(entry.nbytes)
+        buffer = buffer_for(offset) if offset else None
+        direct_views: list[torch.Tensor] = []
+        for entry, (_, tensor) in zip(entries, tensors, strict=True):
+            raw = _as_bytes(tensor)
+            if buffer is not None and (copy_direct or not entry.direct):
+                view = buffer[entry.offset : entry.offset + entry.nbytes]
+                view.copy_(raw)
+                raw = view
+            if entry.direct:
+                direct_views.append(raw if raw.device == self.device else raw.to(self.device))
+        packed = buffer[:packed_len] if buffer is not None and packed_len else None
+        self.last_buckets.append([e.name for e in entries])
+        return _Bucket(entries, packed, direct_views)
+
+    def _transmit(self, bucket: _Bucket) -> list[_Pending]:
+        """Issue a prepared bucket's broadcasts (header first, then its bytes)."""
+        header = torch.frombuffer(bytearray(pickle.dumps(bucket.entries)), dtype=torch.uint8)
+        packed_len = 0 if bucket.packed is None else bucket.packed.numel()
+        sizes = torch.tensor([header.numel(), packed_len], dtype=torch.int64)
+        pending = [
             self._start(sizes.to(self.device), "bucket sizes"),
             self._start(header.to(self.device), "bucket header"),
-            self._start(buffer, "bucket"),
         ]
+        if bucket.packed is not None:
+            pending.append(self._start(bucket.packed, "bucket"))
+        pending += [self._start(raw, "direct tensor") for raw in bucket.direct]
+        return pending
 
-    def receive(self) -> Iterator[tuple[str, torch.Tensor]]:
+    # ------------------------------------------------------------------ receiving
+
+    def receive(
+        self, dest: Mapping[str, torch.Tensor] | None = None
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         """``(name, tensor)`` pairs of one sync, in the sender's order; ranks ``>= 1``.
 
-        The tensors are views into a bucket buffer (on this channel's device) that the
-        next bucket overwrites: copy each one before asking for the next (as a rollout
-        engine's ``update_weights`` does). Ends at the sender's end marker.
+        The tensors are views into a bucket buffer (on this channel's device) that a later
+        bucket overwrites: copy each one before asking for the next (as a rollout engine's
+        ``update_weights`` does). ``dest`` maps names to the tensors the sync is for (e.g.
+        the model's parameters): a direct tensor whose destination is contiguous, on this
+        channel's device and of its dtype and shape is broadcast straight into it, and the
+        pair yielded is ``(name, dest[name])`` itself, already loaded (so a consumer can
+        skip copying a tensor onto itself). Ends at the sender's end marker.
         """
         if self.rank == 0:
             raise WeightChannelError(f"{self._describe()}: rank 0 sends; receive on ranks >= 1")
+        self.last_buckets = []
         slot = 0
-        current = self._receive_head(slot)
+        current = self._receive_head(slot, dest or {})
         while current is not None:
-            entries, buffer, pending = current
+            views, pending = current
             self._finish(pending)
             # Post the next bucket into the other buffer before handing this one out, so it
             # arrives while the consumer copies this one.
             slot = 1 - slot
-            current = self._receive_head(slot)
-            for entry in entries:
-                raw = buffer[entry.offset : entry.offset + entry.nbytes]
-                yield entry.name, raw.view(entry.dtype).view(entry.shape)
+            current = self._receive_head(slot, dest or {})
+            yield from views
 
-    def _receive_head(self, slot: int) -> tuple[list[_Entry], torch.Tensor, list[_Pending]] | None:
-        """Sizes and header of the next bucket, and its buffer's broadcast in flight into
-        buffer ``slot``; ``None`` at the end marker."""
+    def _receive_head(
+        self, slot: int, dest: Mapping[str, torch.Tensor]
+    ) -> tuple[list[tuple[str, torch.Tensor]], list[_Pending]] | None:
+        """The next bucket's ``(name, tensor)`` pairs and its broadcasts in flight (into
+        buffer ``slot`` and the destinations); ``None`` at the end marker."""
         sizes = torch.zeros(2, dtype=torch.int64, device=self.device)
         self._broadcast(sizes, "bucket sizes")
-        header_len, buffer_len = (int(v) for v in sizes.tolist())
+        header_len, packed_len = (int(v) for v in sizes.tolist())
         if header_len == 0:
             return None
         header = torch.empty(header_len, dtype=torch.uint8, device=self.device)
         self._broadcast(header, "bucket header")
         entries: list[_Entry] = pickle.loads(header.cpu().numpy().tobytes())
-        buffer = self._bucket_buffer(slot, buffer_len)
-        return entries, buffer, [self._start(buffer, "bucket")]
+        self.last_buckets.append([e.name for e in entries])
+        targets = {e.name: self._destination(e, dest) for e in entries if e.direct}
+        scratch = packed_len + sum(
+            _aligned(e.nbytes) for e in entries if e.direct and targets[e.name] is None
+        )
+        buffer = self._bucket_buffer(slot, scratch)
+        pending = [self._start(buffer[:packed_len], "bucket")] if packed_len else []
+        views: list[tuple[str, torch.Tensor]] = []
+        offset = packed_len
+        for entry in entries:
+            if not entry.direct:
+                raw = buffer[entry.offset : entry.offset + entry.nbytes]
+                views.append((entry.name, _typed(raw, entry)))
+                continue
+            target = targets[entry.name]
+            if target is None:
+                raw = buffer[offset : offset + entry.nbytes]
+                offset += _aligned(entry.nbytes)
+                views.append((entry.name, _typed(raw, entry)))
+            else:
+                raw = _as_bytes(target)
+                views.append((entry.name, target))
+            pending.append(self._start(raw, "direct tensor"))
+        return views, pending
+
+    def _destination(self, entry: _Entry, dest: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
+        """``dest[entry.name]`` when the entry can be broadcast straight into it."""
+        target = dest.get(entry.name)
+        if (
+            target is None
+            or target.dtype != entry.dtype
+            or tuple(target.shape) != entry.shape
+            or target.device != self.device
+            or not target.is_contiguous()
+        ):
+            return None
+        return target
 
     def close(self) -> None:
-        """Leave the channel (idempotent); later sends and receives raise."""
+        """Leave the channel (idempotent); later sends and receives raise. A buffered send
+        still in flight is abandoned."""
         pg, self._pg = self._pg, None
+        self._in_flight = []
         if pg is not None:
             shutdown = getattr(pg, "shutdown", None)
             if callable(shutdown):
@@ -292,6 +459,15 @@ class _Pending:
 
 def _aligned(nbytes: int) -> int:
     return (nbytes + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _with_offset(entry: _Entry, offset: int) -> _Entry:
+    return _Entry(entry.name, entry.dtype, entry.shape, offset, entry.nbytes, entry.direct)
+
+
+def _typed(raw: torch.Tensor, entry: _Entry) -> torch.Tensor:
+    """Flat bytes ``raw`` as the entry's dtype and shape (a view)."""
+    return raw.view(entry.dtype).view(entry.shape)
 
 
 def _as_bytes(tensor: torch.Tensor) -> torch.Tensor:

@@ -151,7 +151,10 @@ class RolloutWorker(Worker):
                 "RolloutWorker.receive_weights: no weight channel; call "
                 "join_weight_channel(host, port, world_size) first"
             )
-        stream = self._channel.receive()
+        # An engine that names its tensors (the native one) gets them received in place;
+        # the others (vLLM's load_weights) get the stream of views as before.
+        destinations = getattr(self.engine, "weight_destinations", None)
+        stream = self._channel.receive(destinations() if callable(destinations) else None)
         self.engine.update_weights(stream)
         # An engine that stopped early leaves buckets in flight: drain them so the next sync
         # starts at a bucket boundary instead of reading this one's tail.

@@ -257,10 +257,15 @@ class AsyncRollout:
 
     def _start_push(self, version: int) -> None:
         """Stream the actor's weights to the rollout, non-blocking: the rollout loads them
-        after the calls already queued on it, so later calls use ``version``."""
+        after the calls already queued on it, so later calls use ``version``.
+
+        The send is buffered: the actor snapshots its weights and goes on to the next
+        training call while the rollout still generates the calls queued before the push;
+        the snapshot is taken before that call, so the rollout gets exactly ``version``."""
         roles = self._roles()
+        send = roles.actor.send_weights(roles.weight_bucket_bytes, buffered=True)
         self._push = [
-            ("send_weights", roles.actor, roles.actor.send_weights(roles.weight_bucket_bytes)),
+            ("send_weights", roles.actor, send),
             ("receive_weights", roles.rollout, roles.rollout.receive_weights()),
         ]
         self.rollout_version = version

@@ -98,8 +98,9 @@ class ActorGroup(TrainableGroup, Protocol):
         """Rank 0 joins the weight channel as its sender; non-blocking: one handle per rank."""
         ...
 
-    def send_weights(self, bucket_bytes: int) -> list[Any]:
-        """Stream the full weights into the channel; non-blocking: one handle per rank."""
+    def send_weights(self, bucket_bytes: int, buffered: bool = False) -> list[Any]:
+        """Stream the full weights into the channel; non-blocking: one handle per rank.
+        ``buffered``: rank 0 returns once it has copied them (the broadcasts go on)."""
         ...
 
     def close_weight_channel(self) -> list[None]:

@@ -78,11 +78,15 @@ class SyncActorWorker(ActorWorker):
             self._weight_channel = WeightChannel.join(host, port, 0, world_size, timeout_s, device)
 
     @register(Dispatch.ONE_TO_ALL, blocking=False)
-    def send_weights(self, bucket_bytes: int) -> None:
+    def send_weights(self, bucket_bytes: int, buffered: bool = False) -> None:
         """Stream ``iter_full_params()`` into the channel in buckets of ``bucket_bytes``.
 
         Every rank iterates (the gather is collective); rank 0 sends. Issued together with
-        the rollout's ``receive_weights``.
+        the rollout's ``receive_weights``. ``buffered``: rank 0 copies the weights into
+        reused buffers and returns while the broadcasts run in the background
+        (:meth:`~hf_rollout.WeightChannel.send_buffered`), so the actor's next call (e.g.
+        ``update_actor``) need not wait for a rollout busy generating; that call cannot
+        change what the rollout receives. Costs one copy of the weights on rank 0.
         """
         params = self.iter_full_params()
         if self.rank != 0:
@@ -94,7 +98,10 @@ class SyncActorWorker(ActorWorker):
                 "SyncActorWorker.send_weights: rank 0 has no weight channel; call "
                 "join_weight_channel(host, port, world_size) first"
             )
-        self._weight_channel.send(params, bucket_bytes)
+        if buffered:
+            self._weight_channel.send_buffered(params, bucket_bytes)
+        else:
+            self._weight_channel.send(params, bucket_bytes)
 
     @register(Dispatch.ONE_TO_ALL)
     def close_weight_channel(self) -> None:

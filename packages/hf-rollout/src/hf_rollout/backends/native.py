@@ -97,10 +97,27 @@ def copy_named_tensors(
                 f"update_weights: {name!r} has shape {tuple(tensor.shape)}, the rollout model "
                 f"expects {tuple(target.shape)}; are both sides the same architecture?"
             )
-        with torch.no_grad():
-            target.data.copy_(tensor.detach().to(device=target.device, dtype=target.dtype))
+        if not _same_memory(target, tensor):  # a weight channel may have loaded it in place
+            with torch.no_grad():
+                target.data.copy_(tensor.detach().to(device=target.device, dtype=target.dtype))
         count += 1
     return count
+
+
+def _same_memory(target: torch.Tensor, tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is ``target``'s own memory, same dtype and layout (a no-op copy)."""
+    return (
+        tensor.data_ptr() == target.data_ptr()
+        and tensor.dtype == target.dtype
+        and tensor.device == target.device
+        and tensor.stride() == target.stride()
+    )
+
+
+def weight_destinations(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``state_dict()`` name -> the model's own tensor (``.data``, no autograd), the
+    destinations a weight channel can receive straight into (tied weights under each name)."""
+    return {name: t.data for name, t in model.state_dict(keep_vars=True).items()}
 
 
 class NativeRollout:
@@ -227,8 +244,18 @@ class NativeRollout:
     # ------------------------------------------------------------------ weights and memory
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Load full tensors named as in the Hugging Face ``state_dict()`` (allowed asleep)."""
+        """Load full tensors named as in the Hugging Face ``state_dict()`` (allowed asleep).
+
+        A pair whose tensor is already the model's own (a weight channel received it in
+        place, see :meth:`weight_destinations`) costs no copy.
+        """
         copy_named_tensors(self.model, named_tensors)
+
+    def weight_destinations(self) -> dict[str, torch.Tensor]:
+        """The model's tensors by ``state_dict()`` name, for a weight channel to receive
+        straight into (``RolloutWorker.receive_weights``); then ``update_weights`` skips
+        them. Asleep on an accelerator they live on the host, and the channel copies."""
+        return weight_destinations(self.model)
 
     def sleep(self) -> None:
         """Free generation memory; on an accelerator the weights also move to host memory.
