@@ -9,8 +9,10 @@ One sync moves every ``state_dict()`` tensor from the sender into the receiver's
 time is the driver's wall time from issuing to both results. Three ways:
 
 * ``channel``: ``hf_rollout.WeightChannel`` (gloo on CPU), ``send`` on the sender streaming
-  ``state_dict().items()`` in buckets of ``--bucket-mb``, ``receive`` on the receiver
-  streamed into the copy; the driver gets ``None``s.
+  ``state_dict().items()`` in buckets of ``--bucket-mb`` (tensors of at least
+  ``hf_rollout.weight_channel.DIRECT_BYTES`` unpacked), ``receive`` on the receiver into the
+  model's own tensors (``weight_destinations``), the small ones copied out of their bucket;
+  the driver gets ``None``s.
 * ``bare broadcast``: one ``torch.distributed.broadcast`` of all the bytes as one flat
   uint8 tensor, already packed on the sender, nothing unpacked on the receiver: the floor
   the channel is held against (target: channel <= 1.5x).
@@ -19,7 +21,8 @@ time is the driver's wall time from issuing to both results. Three ways:
 
 Driver RSS growth: peak resident memory of the driver during one sync minus before it
 (``VmHWM`` reset through ``/proc/self/clear_refs``; target for the channel: < 50 MB at
-125M parameters). Medians of ``--repeats`` syncs after one warm-up.
+125M parameters). Medians of ``--repeats`` syncs after one warm-up each, the three ways
+taking turns (round-robin), so load on a shared machine reaches each alike.
 
 Run from the repository root::
 
@@ -103,10 +106,12 @@ class SyncPeer:
         self.channel.send(iter(self.model.state_dict().items()), bucket_bytes)
 
     def channel_receive(self) -> None:
-        """Load one sync from the channel into the model."""
-        from hf_rollout.backends.native import copy_named_tensors
+        """Load one sync from the channel into the model, as ``RolloutWorker`` does for the
+        native engine: tensors sent unpacked land in the model's own tensors."""
+        from hf_rollout.backends.native import copy_named_tensors, weight_destinations
 
-        copy_named_tensors(self.model, self.channel.receive())
+        stream = self.channel.receive(weight_destinations(self.model))
+        copy_named_tensors(self.model, stream)
 
     def bare_broadcast(self) -> None:
         """One broadcast of all the bytes as one flat tensor."""
@@ -172,11 +177,16 @@ def bench_size(ray: Any, label: str, args: argparse.Namespace) -> dict[str, Any]
         "via driver": lambda: driver_sync(ray, sender, receiver),
     }
     row: dict[str, Any] = {"label": label, "params": params, "bytes": nbytes}
-    for name, run in ways.items():
+    for run in ways.values():
         run()  # warm-up
-        samples = [peak_rss_growth(run) for _ in range(args.repeats)]
-        row[name] = statistics.median(s[0] for s in samples)
-        row[name + " rss"] = statistics.median(s[1] for s in samples)
+    # Round-robin over the ways, so a change in the machine's load reaches each alike.
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in ways}
+    for _ in range(args.repeats):
+        for name, run in ways.items():
+            samples[name].append(peak_rss_growth(run))
+    for name, measured in samples.items():
+        row[name] = statistics.median(s[0] for s in measured)
+        row[name + " rss"] = statistics.median(s[1] for s in measured)
     for actor in (sender, receiver):
         ray.kill(actor)
     print(row, flush=True)
