@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -18,19 +18,7 @@ import torch
 from hf_protocol import DataProto, fields, right_pad
 from hf_rollout.base import RolloutEngine, build_rollout_output, read_prompts
 from hf_rollout.config import SamplingConfig
-
-
-@runtime_checkable
-class Environment(Protocol):
-    """A tool or environment the model talks to, one episode at a time."""
-
-    def reset(self, prompt_text: str) -> None:
-        """Start an episode for the prompt."""
-        ...
-
-    def step(self, model_text: str) -> tuple[str, bool]:
-        """The reply to one model turn and whether the episode is done."""
-        ...
+from hf_rollout.multiturn.environment import Environment
 
 
 @runtime_checkable
@@ -72,6 +60,9 @@ class _Episode:
     log_probs: list[float] = field(default_factory=list)
     turns: int = 0
     done: bool = False
+    reward: float = 0.0
+    tool_calls: int = 0
+    error: str = ""
 
     def append(self, tokens: list[int], log_probs: list[float] | None) -> None:
         self.tokens += tokens
@@ -104,9 +95,10 @@ def run_agent_loop(
     episodes: list[_Episode] = []
     for row in range(input_ids.shape[0]):
         ids = input_ids[row][attention_mask[row].bool()].tolist()
+        info = episode_info(prompts, row)
         for _ in range(sampling.n):
             env = make_env()
-            env.reset(str(texts[row]) if texts is not None else codec.decode(ids))
+            env.reset(str(texts[row]) if texts is not None else codec.decode(ids), info)
             episodes.append(_Episode(prompt=ids, env=env))
     turn_sampling = dataclasses.replace(sampling, n=1)
     for turn in range(config.max_turns):
@@ -150,12 +142,14 @@ def _take_turn(
     log_probs = out.batch[fields.ROLLOUT_LOG_PROBS][index][keep].tolist()[:room]
     episode.append(tokens, log_probs)
     episode.turns += 1
-    reply, done = episode.env.step(codec.decode(tokens))
+    result = episode.env.step(codec.decode(tokens))
+    episode.reward += result.reward
+    episode.tool_calls += result.tool_calls
     room = config.max_response_tokens - len(episode.tokens)
-    if not done and reply:
-        episode.append(codec.encode(reply)[:room], None)
+    if not result.done and result.observation:
+        episode.append(codec.encode(result.observation)[:room], None)
         room = config.max_response_tokens - len(episode.tokens)
-    episode.done = done or room <= 0 or turn + 1 >= config.max_turns
+    episode.done = result.done or room <= 0 or turn + 1 >= config.max_turns
 
 
 def _episodes_to_output(
@@ -172,7 +166,24 @@ def _episodes_to_output(
         prompts, prompt_tensors, responses, mask, log_probs, sampling.n,
         sampling.effective_temperature, pad, response_attention_mask=present,
     )  # fmt: skip
-    output.non_tensor_batch[fields.NUM_TURNS] = np.array(
-        [e.turns for e in episodes], dtype=np.int64
-    )
+    columns = output.non_tensor_batch
+    columns[fields.NUM_TURNS] = np.array([e.turns for e in episodes], dtype=np.int64)
+    columns[fields.TOOL_CALLS] = np.array([e.tool_calls for e in episodes], dtype=np.int64)
+    columns[fields.ENV_REWARD] = np.array([e.reward for e in episodes], dtype=np.float64)
+    columns[fields.ENV_ERROR] = np.array([e.error for e in episodes], dtype=object)
     return output
+
+
+def episode_info(prompts: DataProto, row: int) -> dict[str, Any]:
+    """What an environment's ``reset`` gets for ``row``: its ``data_source``,
+    ``ground_truth`` (from ``reward_model``) and ``extra_info``, where the batch has them."""
+    columns = prompts.non_tensor_batch
+    info: dict[str, Any] = {}
+    if fields.DATA_SOURCE in columns:
+        info["data_source"] = columns[fields.DATA_SOURCE][row]
+    reward_model = columns.get(fields.REWARD_MODEL)
+    if reward_model is not None and isinstance(reward_model[row], dict):
+        info["ground_truth"] = reward_model[row].get("ground_truth")
+    if fields.EXTRA_INFO in columns:
+        info["extra_info"] = columns[fields.EXTRA_INFO][row]
+    return info
