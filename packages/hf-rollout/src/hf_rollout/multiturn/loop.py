@@ -42,13 +42,24 @@ class AgentLoopConfig:
     """Most model turns per episode."""
     max_response_tokens: int = 256
     """Most response tokens per episode, model and environment tokens together."""
+    max_observation_tokens: int | None = None
+    """Most tokens of one environment observation (longer ones are cut); None: no cap."""
+    step_timeout_s: float = 30.0
+    """How long one environment ``step`` may take before its episode ends with an error."""
+    concurrency: int = 8
+    """Most environment steps running at once (episodes of one turn step concurrently)."""
 
     def __post_init__(self) -> None:
-        if self.max_turns < 1 or self.max_response_tokens < 1:
-            raise ValueError(
-                "AgentLoopConfig needs max_turns >= 1 and max_response_tokens >= 1, got "
-                f"max_turns={self.max_turns}, max_response_tokens={self.max_response_tokens}"
-            )
+        limits = {
+            "max_turns": self.max_turns,
+            "max_response_tokens": self.max_response_tokens,
+            "max_observation_tokens": self.max_observation_tokens or 1,
+            "step_timeout_s": self.step_timeout_s,
+            "concurrency": self.concurrency,
+        }
+        bad = {name: value for name, value in limits.items() if not value > 0}
+        if bad:
+            raise ValueError(f"AgentLoopConfig limits must be positive, got {bad}")
 
 
 @dataclass
@@ -147,7 +158,8 @@ def _take_turn(
     episode.tool_calls += result.tool_calls
     room = config.max_response_tokens - len(episode.tokens)
     if not result.done and result.observation:
-        episode.append(codec.encode(result.observation)[:room], None)
+        observation = codec.encode(result.observation)[: config.max_observation_tokens]
+        episode.append(observation[:room], None)
         room = config.max_response_tokens - len(episode.tokens)
     episode.done = result.done or room <= 0 or turn + 1 >= config.max_turns
 
