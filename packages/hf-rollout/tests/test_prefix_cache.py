@@ -154,3 +154,16 @@ def test_cache_is_bounded_and_off_where_layers_are_not_full_attention(
     )
     assert not transformers_can_reuse(windowed)
     assert transformers_can_reuse(AutoConfig.for_model(**tiny_model_config("qwen2")))
+
+
+def test_prompts_at_custom_positions_are_prefilled_whole(tiny_models: dict[str, Path]) -> None:
+    prompts = make_prompts([[3, 4, 5, 6], [7, 8]], PAD)
+    assert prompts.batch is not None
+    prompts.batch["position_ids"] = prompts.batch["position_ids"] + 5
+    sampling = SamplingConfig(greedy=True, max_new_tokens=4)
+    engine = native(tiny_models["llama"], 8)
+    out = engine.generate(prompts, sampling)
+    # Keys kept at shifted positions would not fit a prompt counted from 0: none are kept.
+    assert engine.prefix_cache is not None and len(engine.prefix_cache) == 0
+    expected = native(tiny_models["llama"], 0).generate(prompts, sampling)
+    assert torch.equal(out.batch["responses"], expected.batch["responses"])

@@ -36,7 +36,12 @@ from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 from hf_controller import ConfigurationError
 from hf_protocol import DataProto
 from hf_rollout.backends.fast_decoder import LlamaFamilyDecoder, supports
-from hf_rollout.backends.prefix_cache import PastKV, PrefixCache, prefill_layout
+from hf_rollout.backends.prefix_cache import (
+    PastKV,
+    PrefixCache,
+    counts_from_zero,
+    prefill_layout,
+)
 from hf_rollout.backends.steppers import (
     LeanStepper,
     Stepper,
@@ -185,7 +190,7 @@ class NativeRollout:
         generator = self.generator
         if sampling.seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
-        if self.prefix_cache is None:
+        if self.prefix_cache is None or not counts_from_zero(attention_mask, prompt_tensors[2]):
             ids, mask, pos = self._dense_prefill(prompt_tensors, sampling.n)
             tokens, mask, log_probs, _ = self._decode(ids, mask, pos, sampling, budget, generator)
         else:

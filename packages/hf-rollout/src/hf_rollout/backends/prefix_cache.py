@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+from hf_protocol import position_ids_from_mask
+
 
 @dataclass
 class PastKV:
@@ -171,6 +173,16 @@ class PrefixCache:
                 snapshot.keys[:, row][:, :, columns],
                 snapshot.values[:, row][:, :, columns],
             )
+
+
+def counts_from_zero(attention_mask: torch.Tensor, position_ids: torch.Tensor) -> bool:
+    """Whether every row's real tokens sit at positions ``0, 1, 2, ...`` (``(B, P)`` each).
+
+    Kept keys carry their positions' rotary embedding, so prompts placed otherwise (custom
+    ``position_ids``) are prefilled whole and not kept.
+    """
+    real = attention_mask.bool()
+    return torch.equal(position_ids[real], position_ids_from_mask(attention_mask)[real])
 
 
 def prefill_layout(
