@@ -90,6 +90,7 @@ class Column:
     prefilled: int = 0
     cache_bytes: int = 0
     responses: torch.Tensor | None = None
+    log_probs: torch.Tensor | None = None
 
 
 def run_episodes(column: Column, prompts: DataProto, args: argparse.Namespace) -> float:
@@ -109,6 +110,7 @@ def run_episodes(column: Column, prompts: DataProto, args: argparse.Namespace) -
     seconds = time.perf_counter() - start
     assert out.batch is not None
     column.responses = out.batch["responses"]
+    column.log_probs = out.batch["rollout_log_probs"]
     rows, prompt = len(out), args_prompt_tokens(prompts)
     if cache is not None:
         column.prefilled = cache.prompt_tokens - cache.hit_tokens - before
@@ -151,17 +153,19 @@ def report(results: dict[int, list[Column]], args: argparse.Namespace) -> str:
     """The markdown table: median seconds per episode batch, speed-up, prefill and cache."""
     lines = [
         "| prompt tokens | re-prefill (s) | prefix reuse (s) | speed-up | tokens prefilled "
-        "(re-prefill / reuse) | kept cache | same samples |",
-        "|---|---|---|---|---|---|---|",
+        "(re-prefill / reuse) | kept cache | same samples | max log-prob diff |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for prompt_tokens, (full, reused) in results.items():
         full_s, reused_s = statistics.median(full.seconds), statistics.median(reused.seconds)
         assert full.responses is not None and reused.responses is not None
+        assert full.log_probs is not None and reused.log_probs is not None
         same = torch.equal(full.responses, reused.responses)
+        drift = float((full.log_probs - reused.log_probs).abs().max())
         lines.append(
             f"| {prompt_tokens} | {full_s:.3f} | {reused_s:.3f} | {full_s / reused_s:.2f}x | "
             f"{full.prefilled} / {reused.prefilled} | {reused.cache_bytes / 2**20:.2f} MiB | "
-            f"{'yes' if same else 'NO'} |"
+            f"{'yes' if same else 'NO'} | {drift:.1e} |"
         )
     return "\n".join(lines)
 
@@ -198,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
             length: measure(model, length, args)
             for length in (int(v) for v in args.prompt_tokens.split(","))
         }
-    command = "python tools/bench/bench_multiturn.py " + shlex.join(argv or sys.argv[1:])
+    command = " ".join(
+        ["python tools/bench/bench_multiturn.py", shlex.join(argv or sys.argv[1:])]
+    ).strip()
     body = (
         f"`{command}`; measured on {machine_line(['torch', 'transformers'])}; torch threads "
         f"{args.threads}; load average (1 min) {load_before[0]:.1f} before, "
