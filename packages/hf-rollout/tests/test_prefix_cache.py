@@ -117,6 +117,16 @@ def test_one_call_mixes_full_partial_and_no_hits(tiny_models: dict[str, Path]) -
     torch.testing.assert_close(
         out.batch["rollout_log_probs"], expected.batch["rollout_log_probs"], atol=1e-5, rtol=0
     )
+    # A turn with an empty reply: every row feeds one token (its last sampled one).
+    mask = out.batch["response_mask"].bool()
+    again = [
+        [*second[row // 2], *out.batch["responses"][row][mask[row]].tolist()] for row in (0, 3)
+    ]
+    before = reused.prefix_cache.hit_tokens  # type: ignore[union-attr]
+    out = reused.generate(raw_prompts(again), sampling)
+    assert reused.prefix_cache.hit_tokens - before == sum(map(len, again)) - 2  # type: ignore[union-attr]
+    expected = native(tiny_models["qwen3"], 0).generate(raw_prompts(again), sampling)
+    assert torch.equal(out.batch["responses"], expected.batch["responses"])
 
 
 def test_weight_update_and_sleep_drop_the_cache(tiny_models: dict[str, Path]) -> None:
