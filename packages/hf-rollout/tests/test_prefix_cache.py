@@ -99,6 +99,8 @@ def raw_prompts(token_lists: list[list[int]]) -> DataProto:
 def test_one_call_mixes_full_partial_and_no_hits(tiny_models: dict[str, Path]) -> None:
     sampling = SamplingConfig(n=2, max_new_tokens=6, stop_token_ids=STOPS, seed=5)
     reused = native(tiny_models["qwen3"], 64)
+    cache = reused.prefix_cache
+    assert cache is not None
     first = reused.generate(raw_prompts([[5, 6, 7], [9, 10, 11, 12, 13]]), sampling)
     rows = [
         [5, 6, 7, *first.batch["responses"][0][first.batch["response_mask"][0].bool()].tolist()],
@@ -109,10 +111,10 @@ def test_one_call_mixes_full_partial_and_no_hits(tiny_models: dict[str, Path]) -
         [70, 71, 72, 73, 74, 75, 76, 77],  # no hit: prefilled whole in the same call
         [*rows[1][:6], 50],  # shares 6 tokens with a kept sequence, then differs
     ]
-    before = reused.prefix_cache.hit_tokens  # type: ignore[union-attr]
+    before = cache.hit_tokens
     out = reused.generate(raw_prompts(second), sampling)
     expected = native(tiny_models["qwen3"], 0).generate(raw_prompts(second), sampling)
-    assert reused.prefix_cache.hit_tokens - before == len(rows[0]) - 1 + 6  # type: ignore[union-attr]
+    assert cache.hit_tokens - before == len(rows[0]) - 1 + 6
     assert torch.equal(out.batch["responses"], expected.batch["responses"])
     torch.testing.assert_close(
         out.batch["rollout_log_probs"], expected.batch["rollout_log_probs"], atol=1e-5, rtol=0
@@ -122,9 +124,9 @@ def test_one_call_mixes_full_partial_and_no_hits(tiny_models: dict[str, Path]) -
     again = [
         [*second[row // 2], *out.batch["responses"][row][mask[row]].tolist()] for row in (0, 3)
     ]
-    before = reused.prefix_cache.hit_tokens  # type: ignore[union-attr]
+    before = cache.hit_tokens
     out = reused.generate(raw_prompts(again), sampling)
-    assert reused.prefix_cache.hit_tokens - before == sum(map(len, again)) - 2  # type: ignore[union-attr]
+    assert cache.hit_tokens - before == sum(map(len, again)) - 2
     expected = native(tiny_models["qwen3"], 0).generate(raw_prompts(again), sampling)
     assert torch.equal(out.batch["responses"], expected.batch["responses"])
 
