@@ -127,7 +127,8 @@ class RolloutConfig:
     """Prefix reuse for multi-turn episodes: the native engine keeps the KV cache of this
     many recently generated sequences, and a prompt that extends one prefills only its new
     tokens; vLLM gets ``enable_prefix_caching=True`` (its own block cache, sized by its
-    memory). ``0`` turns it off. A kept cache is dropped at every weight update."""
+    memory); SGLang's radix cache is always on. ``0`` turns it off. Every backend drops its
+    cached prefixes at a weight update (they belong to the old weights)."""
 
     def __post_init__(self) -> None:
         if (self.model_path is None) == (self.model_config is None):
