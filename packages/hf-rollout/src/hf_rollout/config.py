@@ -123,6 +123,12 @@ class RolloutConfig:
     """Torch device; ``None`` picks ``cuda`` when available, else ``cpu``."""
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     """Backend-specific options, passed through to the backend (see its docstring)."""
+    prefix_cache_rows: int = 0
+    """Prefix reuse for multi-turn episodes: the native engine keeps the KV cache of this
+    many recently generated sequences, and a prompt that extends one prefills only its new
+    tokens; vLLM gets ``enable_prefix_caching=True`` (its own block cache, sized by its
+    memory); SGLang's radix cache is always on. ``0`` turns it off. Every backend drops its
+    cached prefixes at a weight update (they belong to the old weights)."""
 
     def __post_init__(self) -> None:
         if (self.model_path is None) == (self.model_config is None):
@@ -140,6 +146,11 @@ class RolloutConfig:
             raise ConfigurationError(
                 f"RolloutConfig.dtype {self.dtype!r} is not supported; "
                 f"choose from {sorted(_DTYPES)}"
+            )
+        if self.prefix_cache_rows < 0:
+            raise ConfigurationError(
+                f"RolloutConfig.prefix_cache_rows must be >= 0 (0 turns prefix reuse off), "
+                f"got {self.prefix_cache_rows}"
             )
         if self.max_model_len < 2:
             raise ConfigurationError(
