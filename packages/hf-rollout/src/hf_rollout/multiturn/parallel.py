@@ -73,17 +73,16 @@ def call_concurrently(
     for _ in range(min(concurrency, len(calls))):
         start_thread()
     with condition:
-        while not all(o.finished or o.timed_out for o in outcomes):
+        while True:
             now = time.monotonic()
-            running = [o for o in outcomes if o.started is not None and not o.finished]
-            running = [o for o in running if not o.timed_out]
-            for outcome in running:
-                assert outcome.started is not None
-                if now - outcome.started >= timeout_s:
+            running = [(o, o.started) for o in outcomes if not (o.finished or o.timed_out)]
+            for outcome, started in running:
+                if started is not None and now - started >= timeout_s:
                     outcome.timed_out = True
                     start_thread()
-            deadlines = [
-                o.started + timeout_s for o in running if o.started is not None and not o.timed_out
-            ]
-            condition.wait(timeout=max(0.0, min(deadlines) - now) if deadlines else None)
+            if all(o.finished or o.timed_out for o in outcomes):
+                break
+            deadlines = [s + timeout_s for o, s in running if s is not None and not o.timed_out]
+            # No deadline yet: the calls left are queued, and a start notifies.
+            condition.wait(timeout=min(deadlines) - now if deadlines else None)
     return outcomes
