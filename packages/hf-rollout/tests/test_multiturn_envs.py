@@ -105,6 +105,14 @@ def test_python_sandbox_reuses_its_processes_and_leaves_none() -> None:
         box.run("sum(range(100))")
     warm = (time.perf_counter() - start) / 20
     assert descendant_pids() - before == children  # reused, not restarted
+    # A child started for a short-lived thread (as the loop's step threads are) outlives it.
+    box.close()
+    box = PythonSandbox(max_workers=1)
+    thread = threading.Thread(target=box.run, args=("1",))
+    thread.start()
+    thread.join()
+    children = descendant_pids() - before
+    assert box.run("2") == "2" and descendant_pids() - before == children
     assert warm < cold  # measured: ~30 ms to start a child, ~0.2 ms a warm call
     with ThreadPoolExecutor(8) as pool:
         values = list(pool.map(box.run, [f"{i} * 3" for i in range(24)]))

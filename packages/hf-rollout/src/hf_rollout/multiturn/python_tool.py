@@ -18,14 +18,17 @@ ends them; a child also dies with its parent (``PR_SET_PDEATHSIG``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import queue
 import select
 import subprocess
 import sys
 import threading
 import time
 import weakref
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +82,45 @@ class _Child:
         self.process.wait()
         for pipe in (self.process.stdin, self.process.stdout):
             if pipe is not None:
-                pipe.close()
+                with contextlib.suppress(OSError):  # a request still buffered, child dead
+                    pipe.close()
+
+
+class _Spawner:
+    """Starts sandbox children from one long-lived thread.
+
+    A child's ``PR_SET_PDEATHSIG`` fires when the *thread* that started it ends, not the
+    process: children started by the agent loop's short-lived step threads would die with
+    them. This thread (a daemon) lives as long as the process.
+    """
+
+    def __init__(self) -> None:
+        self._requests: queue.SimpleQueue[tuple[int, Future[_Child]]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def spawn(self, max_memory_mb: int) -> _Child:
+        """A new child, started on the spawner thread."""
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._serve, name="hf-python-sandbox-spawner", daemon=True
+                )
+                self._thread.start()
+        result: Future[_Child] = Future()
+        self._requests.put((max_memory_mb, result))
+        return result.result()
+
+    def _serve(self) -> None:
+        while True:
+            max_memory_mb, result = self._requests.get()
+            try:
+                result.set_result(_Child(max_memory_mb))
+            except BaseException as error:  # OSError and the like: the caller raises it
+                result.set_exception(error)
+
+
+_spawner = _Spawner()
 
 
 def _close_children(children: list[_Child], lock: threading.Lock) -> None:
@@ -165,9 +206,12 @@ class PythonSandbox:
         with self._lock:
             if self._closed:
                 raise ToolError("the python sandbox is closed")
-            if self._idle:
-                return self._idle.pop()
-        return _Child(self.max_memory_mb)
+            while self._idle:
+                child = self._idle.pop()
+                if child.process.poll() is None:
+                    return child
+                child.kill()  # died while idle (killed from outside): reap it, take another
+        return _spawner.spawn(self.max_memory_mb)
 
     def _give_back(self, child: _Child) -> None:
         with self._lock:
