@@ -106,6 +106,7 @@ def environment_factory(spec: str, **kwargs: Any) -> Callable[[], Environment]:
         environment: Environment = cls(**kwargs)
         return environment
 
+    make.__name__ = make.__qualname__ = cls.__name__  # what an episode's error names
     return make
 
 
