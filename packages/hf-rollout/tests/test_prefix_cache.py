@@ -3,7 +3,7 @@ the samples and log-probs equal those of prefilling the whole conversation."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from hf_protocol import DataProto
 from hf_rollout import RolloutConfig, SamplingConfig
 from hf_rollout.backends.native import NativeRollout
 from hf_rollout.backends.steppers import transformers_can_reuse
-from hf_rollout.multiturn import AgentLoopConfig, run_agent_loop
+from hf_rollout.multiturn import AgentLoopConfig, StepResult, run_agent_loop
 from hf_rollout.testing import make_prompts, tiny_model_config
 
 PAD = 0
@@ -35,21 +35,21 @@ class AsciiCodec:
 
 
 class UnevenEnvironment:
-    """Replies of different lengths per episode and turn; done after ``turns`` turns."""
+    """Replies of different lengths per prompt and turn; done after ``turns`` turns.
 
-    count = 0
+    The width comes from the prompt, not from a construction counter: the loop builds
+    environments on worker threads, so construction order is not fixed."""
 
     def __init__(self, turns: int = 4) -> None:
-        UnevenEnvironment.count += 1
-        self.width = UnevenEnvironment.count % 4 + 1
-        self.turns, self.seen = turns, 0
+        self.turns, self.seen, self.width = turns, 0, 1
 
-    def reset(self, prompt_text: str) -> None:
-        self.seen = 0
+    def reset(self, prompt: str, info: Mapping[str, Any]) -> None:
+        self.seen, self.width = 0, len(prompt) % 4 + 1
 
-    def step(self, model_text: str) -> tuple[str, bool]:
+    def step(self, model_text: str) -> StepResult:
         self.seen += 1
-        return "<" + "r" * (self.width + self.seen) + ">", self.seen >= self.turns
+        reply = "<" + "r" * (self.width + self.seen) + ">"
+        return StepResult(reply, done=self.seen >= self.turns)
 
 
 def native(model: Path, rows: int, **engine_kwargs: Any) -> NativeRollout:
@@ -60,7 +60,6 @@ def native(model: Path, rows: int, **engine_kwargs: Any) -> NativeRollout:
 
 
 def episodes(engine: NativeRollout, sampling: SamplingConfig) -> DataProto:
-    UnevenEnvironment.count = 0
     prompts = make_prompts([AsciiCodec().encode(t) for t in ["Hi!", "2+2=", "a longer prompt"]])
     config = AgentLoopConfig(max_turns=4, max_response_tokens=60)
     return run_agent_loop(engine, prompts, UnevenEnvironment, AsciiCodec(), sampling, config)
@@ -86,8 +85,8 @@ def test_multi_turn_reuse_equals_full_prefill(
     cache = reused.prefix_cache
     # Every turn after the first reused all of the conversation but its newest tokens.
     assert cache.hit_tokens > 0.6 * cache.prompt_tokens
-    # One entry per episode (its latest turn); greedy twins share one, the other stays.
-    assert len(cache) == (9 if greedy else 6) and cache.nbytes > 0
+    # One entry per conversation (its latest turn); greedy twins of a prompt are one.
+    assert len(cache) == (3 if greedy else 6) and cache.nbytes > 0
 
 
 def raw_prompts(token_lists: list[list[int]]) -> DataProto:

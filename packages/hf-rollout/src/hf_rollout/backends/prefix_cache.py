@@ -142,7 +142,11 @@ class PrefixCache:
 
     def add(self, tokens: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> None:
         """Keep ``tokens`` ``(L,)`` with their ``(layers, kv_heads, L, head_dim)`` keys and
-        values, evicting the least recently added entries beyond ``max_rows``."""
+        values, evicting the least recently added entries beyond ``max_rows``. A sequence
+        already kept (greedy twins of one prompt) is not kept twice."""
+        for entry in self.entries.values():
+            if len(entry.tokens) == len(tokens) and torch.equal(entry.tokens, tokens):
+                return
         self.entries[self._next_key] = CachedSequence(tokens, keys, values)
         self._next_key += 1
         while len(self.entries) > self.max_rows:
