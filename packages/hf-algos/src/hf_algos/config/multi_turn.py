@@ -57,7 +57,10 @@ class MultiTurnSection:
     step_timeout_s: float = 30.0
     """Seconds one environment step may take before its episode ends with an error."""
     reward: Literal["function", "environment", "both"] = "function"
-    """What scores an episode (see the module docstring)."""
+    """``function``: the reward function scores the decoded WHOLE response (model turns and
+    environment replies, as verl); ``environment``: the episode's summed ``env_reward`` (no
+    reward function runs); ``both``: their sum. The score sits on the last model token; an
+    episode with an ``env_error`` is scored alike and counted in ``multi_turn/env_errors``."""
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
