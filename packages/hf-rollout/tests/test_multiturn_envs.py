@@ -257,10 +257,12 @@ def test_multi_turn_metrics() -> None:
     out = DataProto.from_dict(non_tensors={k: np.array(v) for k, v in columns.items()})
     assert multi_turn_metrics(out) == {
         "multi_turn/num_turns/mean": 2.0,
+        "multi_turn/num_turns/max": 3.0,
         "multi_turn/tool_calls/mean": 0.75,
         "multi_turn/tool_call_rate": 0.5,
         "multi_turn/env_errors": 1.0,
         "multi_turn/env_reward/mean": 0.5,
+        "multi_turn/env_tokens/mean": 0.0,  # no response tensors in this batch
     }
     with pytest.raises(KeyError, match=r"needs the columns \['num_turns'"):
         multi_turn_metrics(DataProto.from_dict(non_tensors={"x": np.array(columns["env_error"])}))
