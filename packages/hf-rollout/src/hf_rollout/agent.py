@@ -15,7 +15,12 @@ from typing import Any
 from hf_protocol import DataProto
 from hf_rollout.base import RolloutEngine
 from hf_rollout.config import MultiTurnConfig, SamplingConfig
-from hf_rollout.multiturn import Environment, environment_factory, run_agent_loop
+from hf_rollout.multiturn import (
+    AgentLoopConfig,
+    Environment,
+    environment_factory,
+    run_agent_loop,
+)
 
 __all__ = ["AgentRollout", "TokenizerCodec"]
 
@@ -79,7 +84,13 @@ class AgentRollout:
         Returns ``run_agent_loop``'s output: the rollout fields with ``response_mask`` 0 on
         environment tokens, and the columns ``num_turns``, ``tool_calls``, ``env_reward``,
         ``env_error``."""
-        limits = self.config.agent_loop_config(max_response_tokens=sampling.max_new_tokens)
+        limits = AgentLoopConfig(
+            max_turns=self.config.max_turns,
+            max_response_tokens=sampling.max_new_tokens,
+            max_observation_tokens=self.config.max_observation_tokens,
+            step_timeout_s=self.config.step_timeout_s,
+            concurrency=self.config.concurrency,
+        )
         per_turn = self.config.max_tokens_per_turn
         if per_turn is not None:  # the loop caps a turn at sampling's max_new_tokens
             sampling = dataclasses.replace(

@@ -139,24 +139,14 @@ class MultiTurnConfig:
                 f"MultiTurnConfig.max_tokens_per_turn must be >= 1 or None, got "
                 f"{self.max_tokens_per_turn}"
             )
-        self.agent_loop_config(max_response_tokens=1)  # the loop's own limit checks, now
-
-    def agent_loop_config(self, max_response_tokens: int) -> Any:
-        """The ``hf_rollout.multiturn.AgentLoopConfig`` of these limits, for episodes of at
-        most ``max_response_tokens`` response tokens."""
-        # Imported here: the agent loop imports this module (SamplingConfig).
-        from hf_rollout.multiturn import AgentLoopConfig
-
-        try:
-            return AgentLoopConfig(
-                max_turns=self.max_turns,
-                max_response_tokens=max_response_tokens,
-                max_observation_tokens=self.max_observation_tokens,
-                step_timeout_s=self.step_timeout_s,
-                concurrency=self.concurrency,
-            )
-        except ValueError as error:
-            raise ConfigurationError(f"MultiTurnConfig: {error}") from error
+        limits = {
+            "max_observation_tokens": self.max_observation_tokens or 1,
+            "step_timeout_s": self.step_timeout_s,
+            "concurrency": self.concurrency,
+        }
+        bad = {name: value for name, value in limits.items() if not value > 0}
+        if bad:
+            raise ConfigurationError(f"MultiTurnConfig limits must be positive, got {bad}")
 
 
 @dataclass
