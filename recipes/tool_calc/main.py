@@ -73,10 +73,16 @@ class ToolCalcResult:
 
 
 def arm_configs(
-    raw: dict[str, Any], arm: str, workdir: Path, model_dir: Path, files: dict[str, Path]
+    raw: dict[str, Any],
+    arm: str,
+    workdir: Path,
+    model_dir: Path,
+    files: dict[str, Path],
+    grpo_model: Path | None = None,
 ) -> tuple[SFTConfig, RLConfig]:
     """The warm-up and GRPO configs of ``arm``: the shared ``sft`` / ``grpo`` sections, the
-    arm's ``rollout`` keys (YAML section named after the arm) and the recipe's paths."""
+    arm's ``rollout`` keys (YAML section named after the arm) and the recipe's paths. GRPO
+    starts from ``grpo_model`` (the warmed-up model; ``model_dir`` until it exists)."""
     if arm not in ARMS:
         raise ConfigurationError(f"unknown arm {arm!r} in arms; choose from {list(ARMS)}")
     logs, checkpoints = workdir / "logs", workdir / "checkpoints"
@@ -97,7 +103,7 @@ def arm_configs(
         RLConfig,
         section,
         {
-            "actor.engine.model.path": workdir / f"model_sft_{arm}",
+            "actor.engine.model.path": grpo_model or model_dir,
             "data.train_files": f"[{files['train']}]",
             "data.val_files": f"[{files['val']}]",
             "reward.function_path": REWARD_PATH,
@@ -109,9 +115,13 @@ def arm_configs(
     return sft, grpo
 
 
-def run_arm(sft: SFTConfig, grpo: RLConfig, workdir: Path, arm: str) -> list[dict[str, Any]]:
+def run_arm(
+    raw: dict[str, Any], arm: str, workdir: Path, model_dir: Path, files: dict[str, Path]
+) -> list[dict[str, Any]]:
     """Warm up, then GRPO, for one arm; return the GRPO metric records."""
-    run_sft(sft, workdir / f"model_sft_{arm}")
+    sft, _ = arm_configs(raw, arm, workdir, model_dir, files)
+    warm = run_sft(sft, workdir / f"model_sft_{arm}")
+    _, grpo = arm_configs(raw, arm, workdir, model_dir, files, grpo_model=warm)
     with PPOTrainer(grpo) as trainer:
         trainer.fit()
         trainer.roles.actor.export_hf(str(workdir / f"model_grpo_{arm}"))
@@ -129,14 +139,15 @@ def run_tool_calc(overrides: Sequence[str] = (), config_path: Path = CONFIG_PATH
     model_dir = build_model_dir(workdir / "model_init", shape, task.seed, build_tokenizer())
     files = write_task_files(workdir / "data", task)
     # every arm's configs are checked before anything trains: a bad key fails in seconds
-    configs = {arm: arm_configs(raw, arm, workdir, model_dir, files) for arm in raw["arms"]}
+    for arm in raw["arms"]:
+        arm_configs(raw, arm, workdir, model_dir, files)
 
     records: dict[str, list[dict[str, Any]]] = {}
     results: dict[str, ArmResult] = {}
-    for arm, (sft, grpo) in configs.items():
+    for arm in raw["arms"]:
         print(f"arm {arm}: supervised warm-up, then GRPO")
         arm_started = time.perf_counter()
-        records[arm] = run_arm(sft, grpo, workdir, arm)
+        records[arm] = run_arm(raw, arm, workdir, model_dir, files)
         rows = records[arm]
         results[arm] = ArmResult(
             steps=[float(r["step"]) for r in rows if "val/accuracy" in r],
