@@ -97,6 +97,60 @@ class SamplingConfig:
         return _from_dict(cls, values)
 
 
+@dataclass(frozen=True)
+class MultiTurnConfig:
+    """A multi-turn (agent) rollout: the environment each episode talks to and its limits.
+
+    Set as :attr:`RolloutConfig.multi_turn`, it makes ``RolloutWorker.generate_sequences`` run
+    ``hf_rollout.multiturn.run_agent_loop``; the request's ``sampling.max_new_tokens`` bounds
+    each episode's whole response (model and environment tokens together).
+    """
+
+    tokenizer_path: str
+    """Local tokenizer directory: the environment reads the model's text through it, and its
+    observations are encoded with it (no special tokens added)."""
+    environment: str = "tools"
+    """A name in ``hf_rollout.multiturn.ENVIRONMENTS``, ``path/to/file.py:Class`` or
+    ``package.module:Class`` (a class registered only in the driver's code does not exist in
+    a worker process: name it by module or file)."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the environment class (e.g. ``{"tools": ["calc"]}``)."""
+    max_turns: int = 4
+    """Most model turns per episode."""
+    max_observation_tokens: int | None = 64
+    """Most tokens of one environment reply (longer ones are cut); ``None``: no cap."""
+    step_timeout_s: float = 30.0
+    """How long one environment step may take before its episode ends with an error."""
+    concurrency: int = 8
+    """Most environment steps running at once."""
+    trust_remote_code: bool = False
+    """Let the tokenizer directory run its own code."""
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1:
+            raise ConfigurationError(
+                f"MultiTurnConfig.max_turns must be >= 1, got {self.max_turns}"
+            )
+        self.agent_loop_config(max_response_tokens=1)  # the loop's own limit checks, now
+
+    def agent_loop_config(self, max_response_tokens: int) -> Any:
+        """The ``hf_rollout.multiturn.AgentLoopConfig`` of these limits, for episodes of at
+        most ``max_response_tokens`` response tokens."""
+        # Imported here: the agent loop imports this module (SamplingConfig).
+        from hf_rollout.multiturn import AgentLoopConfig
+
+        try:
+            return AgentLoopConfig(
+                max_turns=self.max_turns,
+                max_response_tokens=max_response_tokens,
+                max_observation_tokens=self.max_observation_tokens,
+                step_timeout_s=self.step_timeout_s,
+                concurrency=self.concurrency,
+            )
+        except ValueError as error:
+            raise ConfigurationError(f"MultiTurnConfig: {error}") from error
+
+
 @dataclass
 class RolloutConfig:
     """Which rollout engine to build and on what model."""
@@ -123,8 +177,13 @@ class RolloutConfig:
     """Torch device; ``None`` picks ``cuda`` when available, else ``cpu``."""
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     """Backend-specific options, passed through to the backend (see its docstring)."""
+    multi_turn: MultiTurnConfig | None = None
+    """Run multi-turn episodes against an environment (a dict of its fields is accepted);
+    ``None``: one response per sample."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.multi_turn, Mapping):
+            self.multi_turn = _from_dict(MultiTurnConfig, self.multi_turn)
         if (self.model_path is None) == (self.model_config is None):
             raise ConfigurationError(
                 "RolloutConfig needs exactly one of model_path (a local HF directory) or "
