@@ -2,7 +2,7 @@
 
 Everything is made on the spot (nothing is downloaded):
 
-* **data**: prompts ``a*b=`` with ``a`` and ``b`` drawn from 100..999, the product as the
+* **data**: prompts ``a*b=`` with ``a`` and ``b`` drawn from 317..999, the product as the
   ground truth; held-out prompts come from their own seed and never appear in training;
 * **demonstrations** for the supervised warm-up. With the tool, one episode
   ``a*b=`` -> ``<calc>a*b</calc><eos>`` [environment: ``<result>P</result>``] ``P<eos>`` is
@@ -51,8 +51,12 @@ SPECIAL_TOKENS: tuple[str, ...] = ("<pad>", "<unk>", "<bos>", "<eos>")
 class TaskConfig:
     """How much of the task's data to generate."""
 
-    digits: int = 3
-    """Digits of each factor (3: 100..999, products of 5-6 digits)."""
+    low: int = 317
+    """Smallest factor. 317..999 are 3-digit numbers whose products all have 6 digits
+    (317 x 317 = 100489): with 100..999, 17 % of products have 5 digits, and the 0.5M model
+    kept copying those as 6 (held-out accuracy stuck at 0.83 after 120 GRPO steps, measured)."""
+    high: int = 999
+    """Largest factor."""
     train_prompts: int = 20_000
     """Distinct training prompts for GRPO."""
     demonstrations: int = 4_000
@@ -64,16 +68,15 @@ class TaskConfig:
     """Seed of the data and of the model's random initialisation."""
 
 
-def make_rows(n: int, digits: int, seed: int) -> list[dict[str, Any]]:
+def make_rows(n: int, low: int, high: int, seed: int) -> list[dict[str, Any]]:
     """``n`` task rows in the ``hf_algos.data`` row format, reproducible from ``seed``.
 
     Each row: ``{"prompt": "123*456=", "data_source": "tool_calc", "reward_model":
     {"ground_truth": "56088"}, "extra_info": {"index": i}}``.
     """
-    if n < 0 or digits < 1:
-        raise ValueError(f"need n >= 0 and digits >= 1, got n={n}, digits={digits}")
+    if n < 0 or not 0 <= low <= high:
+        raise ValueError(f"need n >= 0 and 0 <= low <= high, got n={n}, low={low}, high={high}")
     rng = random.Random(seed)
-    low, high = 10 ** (digits - 1), 10**digits - 1
     rows = []
     for index in range(n):
         a, b = rng.randint(low, high), rng.randint(low, high)
@@ -115,11 +118,11 @@ def write_task_files(directory: Path, task: TaskConfig) -> dict[str, Path]:
     The warm-up episodes are the first training prompts; the no-tool arm's rows are the
     first ``2 x demonstrations`` training prompts, so both arms train on as many rows.
     """
-    val = make_rows(task.val_prompts, task.digits, seed=task.seed + 1)
+    val = make_rows(task.val_prompts, task.low, task.high, seed=task.seed + 1)
     held_out = {row["prompt"] for row in val}
     train = [
         row
-        for row in make_rows(task.train_prompts, task.digits, task.seed)
+        for row in make_rows(task.train_prompts, task.low, task.high, task.seed)
         if row["prompt"] not in held_out
     ]
     tool = [turn for row in train[: task.demonstrations] for turn in tool_demonstration(row)]

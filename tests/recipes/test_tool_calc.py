@@ -46,7 +46,7 @@ def test_tool_demonstration_holds_the_rollout_tokens(tmp_path: Path) -> None:
     the prompt, the sampled call and its <eos>, then the calculator's reply, encoded."""
     tokenizer = build_tokenizer()
     assert all(len(tokenizer.encode(tag, add_special_tokens=False)) == 1 for tag in TOOL_TAGS)
-    row = make_rows(1, 3, seed=0)[0]
+    row = make_rows(1, 317, 999, seed=0)[0]
     first, second = tool_demonstration(row)
     assert second["response"] == row["reward_model"]["ground_truth"]
     environment = CalculatorEnvironment()
