@@ -8,6 +8,7 @@ is decoded once per turn for the environment to read, never re-encoded.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -74,8 +75,14 @@ class AgentRollout:
         self, engine: RolloutEngine, prompts: DataProto, sampling: SamplingConfig, pad: int
     ) -> DataProto:
         """Episodes for ``prompts``; ``sampling.max_new_tokens`` bounds each whole response
-        (model and environment tokens). Returns ``run_agent_loop``'s output: the rollout
-        fields with ``response_mask`` 0 on environment tokens, and the columns
-        ``num_turns``, ``tool_calls``, ``env_reward``, ``env_error``."""
+        (model and environment tokens), ``config.max_tokens_per_turn`` each model turn.
+        Returns ``run_agent_loop``'s output: the rollout fields with ``response_mask`` 0 on
+        environment tokens, and the columns ``num_turns``, ``tool_calls``, ``env_reward``,
+        ``env_error``."""
         limits = self.config.agent_loop_config(max_response_tokens=sampling.max_new_tokens)
+        per_turn = self.config.max_tokens_per_turn
+        if per_turn is not None:  # the loop caps a turn at sampling's max_new_tokens
+            sampling = dataclasses.replace(
+                sampling, max_new_tokens=min(per_turn, sampling.max_new_tokens)
+            )
         return run_agent_loop(engine, prompts, self.make_env, self.codec, sampling, limits, pad)

@@ -117,6 +117,9 @@ class MultiTurnConfig:
     """Keyword arguments of the environment class (e.g. ``{"tools": ["calc"]}``)."""
     max_turns: int = 4
     """Most model turns per episode."""
+    max_tokens_per_turn: int | None = None
+    """Most tokens of one model turn; ``None``: what is left of the episode's budget (a
+    model that does not stop after its tool call then spends the budget in one turn)."""
     max_observation_tokens: int | None = 64
     """Most tokens of one environment reply (longer ones are cut); ``None``: no cap."""
     step_timeout_s: float = 30.0
@@ -130,6 +133,11 @@ class MultiTurnConfig:
         if self.max_turns < 1:
             raise ConfigurationError(
                 f"MultiTurnConfig.max_turns must be >= 1, got {self.max_turns}"
+            )
+        if self.max_tokens_per_turn is not None and self.max_tokens_per_turn < 1:
+            raise ConfigurationError(
+                f"MultiTurnConfig.max_tokens_per_turn must be >= 1 or None, got "
+                f"{self.max_tokens_per_turn}"
             )
         self.agent_loop_config(max_response_tokens=1)  # the loop's own limit checks, now
 

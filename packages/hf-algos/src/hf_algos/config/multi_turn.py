@@ -39,6 +39,9 @@ class MultiTurnSection:
     """Run the agent loop instead of one response per sample."""
     max_turns: int = 4
     """Most model turns per episode (verl: ``max_assistant_turns``)."""
+    max_tokens_per_turn: int | None = None
+    """Most tokens of one model turn; ``None``: what is left of ``rollout.max_new_tokens``
+    (a model that does not stop after its tool call then spends it all in one turn)."""
     max_tool_response_tokens: int = 64
     """Most tokens of one environment reply; longer ones are cut (verl:
     ``max_tool_response_length``)."""
@@ -54,7 +57,10 @@ class MultiTurnSection:
     step_timeout_s: float = 30.0
     """Seconds one environment step may take before its episode ends with an error."""
     reward: Literal["function", "environment", "both"] = "function"
-    """What scores an episode (see the module docstring)."""
+    """``function``: the reward function scores the decoded WHOLE response (model turns and
+    environment replies, as verl); ``environment``: the episode's summed ``env_reward`` (no
+    reward function runs); ``both``: their sum. The score sits on the last model token; an
+    episode with an ``env_error`` is scored alike and counted in ``multi_turn/env_errors``."""
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
@@ -66,6 +72,11 @@ class MultiTurnSection:
             raise ConfigurationError(
                 f"rollout.multi_turn.max_tool_response_tokens={self.max_tool_response_tokens!r}"
                 " must be >= 1"
+            )
+        if self.max_tokens_per_turn is not None and self.max_tokens_per_turn < 1:
+            raise ConfigurationError(
+                f"rollout.multi_turn.max_tokens_per_turn={self.max_tokens_per_turn!r} must be "
+                ">= 1, or null for the whole remaining budget"
             )
         if self.step_timeout_s <= 0:
             raise ConfigurationError(
