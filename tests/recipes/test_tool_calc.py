@@ -1,7 +1,7 @@
 """recipes/tool_calc on CPU: a short run of both arms through real Ray worker groups.
 
-The learning test runs the recipe with fewer GRPO steps and held-out products than shipped
-and checks what the issue asks: with the calculator, held-out accuracy rises clearly above
+The learning test runs the recipe as shipped but stops GRPO after 40 of its 60 steps, and
+checks what the issue asks: with the calculator, held-out accuracy rises clearly above
 its warm-up level and above the no-tool arm trained with the same budget; the tool-call
 rate is logged and the figure is written. The other tests check the task's pieces: the
 demonstrations hold exactly the tokens a rollout would, and the reward reads the final answer.
@@ -26,10 +26,11 @@ from recipes.tool_calc.task import (
     write_task_files,
 )
 
-IMPROVEMENT = 0.3
-"""How far the tool arm's final held-out accuracy must clear its warm-up level and the
-no-tool arm (measured: ~0.2 -> ~0.9 against 0.0; 100 held-out products, so one standard
-error is at most 0.05)."""
+OVER_WARM_UP = 0.2
+"""How far the tool arm's held-out accuracy after 40 GRPO steps must clear its warm-up level
+(measured: 0.68 -> 1.00; 200 held-out products, one standard error at most 0.035)."""
+OVER_NO_TOOL = 0.5
+"""How far it must clear the no-tool arm with the same budget (measured: 1.00 against 0.00)."""
 
 
 def test_reward_reads_the_final_answer() -> None:
@@ -74,20 +75,16 @@ def test_tool_calc_tool_arm_learns_beyond_the_no_tool_arm(
     result = run_tool_calc(
         [
             f"workdir={tmp_path}",
-            "task.val_prompts=100",
-            "task.train_prompts=4000",
-            "grpo.trainer.total_training_steps=30",
-            "grpo.trainer.test_freq=15",
+            "grpo.trainer.total_training_steps=40",  # the shipped run's first 40 steps
+            "grpo.trainer.test_freq=20",
         ]
     )
     tool, no_tool = result.arms["tool"], result.arms["no_tool"]
-    assert tool.steps == no_tool.steps == [0.0, 15.0, 30.0]
-    assert tool.accuracy[-1] >= tool.accuracy[0] + IMPROVEMENT, (tool.accuracy, no_tool.accuracy)
-    assert tool.accuracy[-1] >= no_tool.accuracy[-1] + IMPROVEMENT, (
-        tool.accuracy,
-        no_tool.accuracy,
-    )
-    assert len(tool.tool_call_rate) == 30 and not no_tool.tool_call_rate
+    assert tool.steps == no_tool.steps == [0.0, 20.0, 40.0]
+    curves = (tool.accuracy, no_tool.accuracy)
+    assert tool.accuracy[-1] >= tool.accuracy[0] + OVER_WARM_UP, curves
+    assert tool.accuracy[-1] >= no_tool.accuracy[-1] + OVER_NO_TOOL, curves
+    assert len(tool.tool_call_rate) == 40 and not no_tool.tool_call_rate
     assert min(tool.tool_call_rate) > 0.5, tool.tool_call_rate  # it keeps using the tool
     png = result.plot.read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
