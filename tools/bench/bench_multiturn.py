@@ -31,9 +31,10 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from bench_support import machine_line, write_section
@@ -41,7 +42,7 @@ from bench_support import machine_line, write_section
 from hf_protocol import DataProto
 from hf_rollout import RolloutConfig, SamplingConfig
 from hf_rollout.backends.native import NativeRollout
-from hf_rollout.multiturn import AgentLoopConfig, run_agent_loop
+from hf_rollout.multiturn import AgentLoopConfig, StepResult, run_agent_loop
 from hf_rollout.testing import build_tiny_model, make_prompts, random_prompt_ids
 
 SECTION_KEY = "multiturn_prefix_reuse"
@@ -70,14 +71,14 @@ class FixedReplyEnvironment:
         self.width = width
         self.turn = 0
 
-    def reset(self, prompt_text: str) -> None:
+    def reset(self, prompt: str, info: Mapping[str, Any]) -> None:
         """Start an episode."""
         self.turn = 0
 
-    def step(self, model_text: str) -> tuple[str, bool]:
+    def step(self, model_text: str) -> StepResult:
         """A ``width``-character tool reply; the loop's ``max_turns`` ends the episode."""
         self.turn += 1
-        return ("<tool " + str(self.turn) + ">" + "x" * self.width)[: self.width], False
+        return StepResult(("<tool " + str(self.turn) + ">" + "x" * self.width)[: self.width])
 
 
 @dataclass
