@@ -102,12 +102,30 @@ def load_online_dpo(path: Path, root: Path) -> list[object]:
     return [config, *roles]
 
 
+def load_tool_calc(path: Path, root: Path) -> list[object]:
+    """Task, model shape, and each arm's SFT and GRPO configs, as ``run_tool_calc`` builds them."""
+    from hf_algos.config import load_config
+    from hf_algos.examples.reverse_letters import ModelShape
+    from recipes.tool_calc.main import arm_configs, load_recipe_config
+    from recipes.tool_calc.task import TaskConfig
+
+    raw = load_recipe_config(path, [f"workdir={root}"])
+    task = load_config(TaskConfig, base=raw.get("task", {}))
+    shape = load_config(ModelShape, base=raw.get("model", {}))
+    names = ("train", "val", "sft_tool", "sft_direct")
+    files = {name: placeholder_file(root, f"{name}.jsonl") for name in names}
+    model = placeholder_model(root)
+    stages = [config for arm in raw["arms"] for config in arm_configs(raw, arm, root, model, files)]
+    return [task, shape, *stages]
+
+
 LOADERS: dict[str, Callable[[Path, Path], list[object]]] = {
     "dpo": load_dpo,
     "gsm8k_grpo": load_gsm8k,
     "gsm8k_ppo": load_gsm8k,
     "online_dpo": load_online_dpo,
     "quickstart": load_quickstart,
+    "tool_calc": load_tool_calc,
 }
 """Recipe directory -> ``loader(config_path, tmp_path)`` returning the config objects it built."""
 

@@ -1,14 +1,18 @@
-"""The start-up phase arithmetic of bench_startup.py and the over-seeds table of bench_grpo.py."""
+"""The start-up phase arithmetic of bench_startup.py, the over-seeds table of bench_grpo.py,
+and a tiny run of bench_multiturn.py."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH_DIR = Path(__file__).resolve().parents[2] / "tools" / "bench"
 if str(BENCH_DIR) not in sys.path:
     sys.path.insert(0, str(BENCH_DIR))
 
+import bench_multiturn  # noqa: E402
 import grpo_task  # noqa: E402
 from bench_startup import phase_seconds  # noqa: E402
 from grpo_report import ColumnResult, summary_table  # noqa: E402
@@ -60,3 +64,16 @@ def test_the_table_takes_medians_over_seeds_and_counts_the_runs_that_reached_the
     assert hybrid_row[5] == "7.0"  # start-up: median of 8, 6, 7
     assert hybrid_row[7:10] == ["2/3", "38", "8.0"]  # reached; median steps, train s of those
     assert rows["HybridFlow fully_async"][1:3] == ["0", "failed (exit 1); log x"]
+
+
+def test_the_multiturn_bench_reports_reuse_with_the_same_samples(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    tiny = "--episodes 2 --turns 3 --new-tokens 4 --reply-tokens 3 --prompt-tokens 6 --hidden 64"
+    assert bench_multiturn.main([*tiny.split(), "--layers", "1", "--repeats", "1"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| 6 "))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    # Re-prefill feeds the conversation each turn (6 + 13 + 20 per episode); reuse feeds
+    # the prompt once, then the last sampled token and the reply (1 + 3) per later turn.
+    assert cells[4] == f"{2 * (6 + 13 + 20)} / {2 * (6 + 4 + 4)}"
+    assert cells[6] == "yes" and float(cells[7]) < 1e-5

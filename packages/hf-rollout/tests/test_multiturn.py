@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +15,12 @@ from hf_rollout.multiturn import (
     AgentLoopConfig,
     CalculatorEnvironment,
     Environment,
+    EnvironmentSpecError,
+    StepResult,
+    environment_factory,
     evaluate_arithmetic,
     run_agent_loop,
+    tool_schemas,
 )
 from hf_rollout.testing import make_prompts
 
@@ -41,12 +45,12 @@ class CountingEnvironment:
         self.seen: list[str] = []
         self.prompt = ""
 
-    def reset(self, prompt_text: str) -> None:
-        self.prompt, self.seen = prompt_text, []
+    def reset(self, prompt: str, info: Mapping[str, Any]) -> None:
+        self.prompt, self.seen = prompt, []
 
-    def step(self, model_text: str) -> tuple[str, bool]:
+    def step(self, model_text: str) -> StepResult:
         self.seen.append(model_text)
-        return f"#{len(self.seen)}", len(self.seen) >= self.turns
+        return StepResult(f"#{len(self.seen)}", reward=0.5, done=len(self.seen) >= self.turns)
 
 
 def test_calculator_evaluates_safely() -> None:
@@ -61,12 +65,18 @@ def test_calculator_evaluates_safely() -> None:
 def test_calculator_environment_replies_and_ends() -> None:
     env = CalculatorEnvironment()
     assert isinstance(env, Environment)
-    env.reset("What is 12 * 7?")
-    assert env.step("let me compute <calc>12 * 7</calc>") == ("<result>84</result>", False)
-    assert env.step("<calc>1/0</calc>") == ("<error>division by zero</error>", False)
-    assert env.step("<calc>8 / 4</calc>") == ("<result>2</result>", False)
-    assert env.step("The answer is 84.") == ("", True)
-    assert env.calls == 3
+    env.reset("What is 12 * 7?", {})
+    assert env.step("let me compute <calc>12 * 7</calc>") == StepResult(
+        "<result>84</result>", tool_calls=1
+    )
+    assert env.step("<calc>1/0</calc>") == StepResult(
+        "<error>division by zero</error>", tool_calls=1
+    )
+    assert env.step("<calc>8 / 4</calc>") == StepResult("<result>2</result>", tool_calls=1)
+    assert env.step("<calc>8 / 4") == StepResult(
+        "<error>unclosed <calc> call: end it with </calc></error>", tool_calls=1
+    )
+    assert env.step("The answer is 84.") == StepResult(done=True)
 
 
 def engine(model: Path) -> NativeRollout:
@@ -89,6 +99,9 @@ def test_agent_loop_masks_tool_tokens_and_keeps_log_probs(
     out = run_agent_loop(rollout, prompts, make_env, AsciiCodec(), sampling, config)
     assert len(out) == 4 and out.non_tensor_batch["num_turns"].tolist() == [3, 3, 3, 3]
     assert [env.prompt for env in envs] == ["Hi!", "Hi!", "2+2=", "2+2="]
+    assert out.non_tensor_batch["env_reward"].tolist() == [1.5] * 4
+    assert out.non_tensor_batch["tool_calls"].tolist() == [0] * 4
+    assert out.non_tensor_batch["env_error"].tolist() == [""] * 4
     for row in range(4):
         tokens = out.batch["responses"][row].tolist()
         mask = out.batch["response_mask"][row].tolist()
@@ -138,3 +151,30 @@ def test_agent_loop_with_the_calculator_ends_on_an_answer(tiny_models: dict[str,
     # A random model writes no <calc> call, so its first turn is its final answer.
     assert out.non_tensor_batch["num_turns"].tolist() == [1]
     assert out.batch["response_mask"].sum() == 6
+
+
+def test_environment_factory_loads_registered_and_file_environments(tmp_path: Path) -> None:
+    assert isinstance(environment_factory("calculator")(), CalculatorEnvironment)
+    tools = environment_factory("tools", tools=["calc"])()
+    assert tools.step("<calc>2*3</calc>") == StepResult("<result>6</result>", tool_calls=1)
+    source = tmp_path / "my_env.py"
+    source.write_text(
+        "from hf_rollout.multiturn import StepResult\n"
+        "class Echo:\n"
+        "    def reset(self, prompt, info):\n"
+        "        self.answer = info.get('ground_truth')\n"
+        "    def step(self, text):\n"
+        "        return StepResult(done=True, reward=float(text == self.answer))\n"
+    )
+    echo = environment_factory(f"{source}:Echo")()
+    echo.reset("q", {"ground_truth": "42"})
+    assert echo.step("42") == StepResult(reward=1.0, done=True)
+    with pytest.raises(EnvironmentSpecError, match=r"unknown environment 'nope'.*calculator"):
+        environment_factory("nope")
+    with pytest.raises(EnvironmentSpecError, match="has no class 'Missing'"):
+        environment_factory(f"{source}:Missing")
+    with pytest.raises(EnvironmentSpecError, match="cannot be built with arguments"):
+        environment_factory("calculator", tools=["calc"])
+    with pytest.raises(ValueError, match=r"unknown tools \['shell'\]"):
+        environment_factory("tools", tools=["shell"])
+    assert tool_schemas(["calc"])[0]["function"]["name"] == "calc"

@@ -101,3 +101,34 @@ def test_update_weights_switches_model(
     check_greedy(engine, hf, wide_head_models["b"], prompts)
     engine.update_weights(hf.model(wide_head_models["a"]).state_dict().items())
     check_greedy(engine, hf, wide_head_models["a"], prompts)
+
+
+def test_prefix_caching_serves_a_follow_up_turn_and_resets_on_update(
+    hf: Any, wide_head_models: dict[str, Path]
+) -> None:
+    """``prefix_cache_rows`` turns on vLLM's prefix cache; a turn that extends the last one
+    samples what transformers does, also right after a weight update (the cache is reset)."""
+    rollout = build_rollout(
+        RolloutConfig(
+            backend="vllm",
+            model_path=str(wide_head_models["a"]),
+            pad_token_id=PAD,
+            max_model_len=128,
+            prefix_cache_rows=16,
+            engine_kwargs={"kv_cache_space_gib": 1},
+        )
+    )
+    try:
+        assert rollout.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching
+        first = random_prompt_ids(6, min_length=40, max_length=48, seed=7)
+        sampling = SamplingConfig(greedy=True, max_new_tokens=16)
+        out = rollout.generate(make_prompts(first, PAD), sampling)
+        responses, mask = out.batch["responses"], out.batch["response_mask"].bool()
+        follow_up = [
+            [*ids, *responses[row][mask[row]].tolist(), 11, 12] for row, ids in enumerate(first)
+        ]
+        hf.check_greedy(rollout, wide_head_models["a"], make_prompts(follow_up, PAD))
+        rollout.update_weights(hf.model(wide_head_models["b"]).state_dict().items())
+        hf.check_greedy(rollout, wide_head_models["b"], make_prompts(follow_up, PAD))
+    finally:
+        rollout.shutdown()

@@ -144,6 +144,20 @@ NUM_TURNS: Final = "num_turns"
 """int64 count of model turns of a multi-turn episode. Written by the multi-turn rollout,
 for metrics and logging."""
 
+ENV_REWARD: Final = "env_reward"
+"""float64 sum of the rewards an environment gave over a multi-turn episode (0.0 when it
+gives none). Written by the multi-turn rollout; added to the reward function's score by
+``RewardManager`` when ``rollout.multi_turn.reward`` includes the environment."""
+
+TOOL_CALLS: Final = "tool_calls"
+"""int64 count of tool calls the model made in a multi-turn episode (well-formed or not).
+Written by the multi-turn rollout, for metrics (the tool-call rate)."""
+
+ENV_ERROR: Final = "env_error"
+"""str: why a multi-turn episode was ended by its environment (it raised, hung past its
+timeout, or returned malformed output), ``""`` when it was not. Written by the multi-turn
+rollout; counted in the metrics, never raised."""
+
 IS_CHOSEN: Final = "is_chosen"
 """bool: the row holds the chosen (True) or rejected (False) response of a DPO pair.
 Written by the preference collate, for logging and checks."""

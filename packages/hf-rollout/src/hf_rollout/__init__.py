@@ -9,7 +9,7 @@ from hf_rollout.base import (
     read_prompts,
     stop_ids_for,
 )
-from hf_rollout.config import RolloutConfig, SamplingConfig
+from hf_rollout.config import MultiTurnConfig, RolloutConfig, SamplingConfig
 from hf_rollout.registry import (
     ROLLOUT_BACKENDS,
     build_rollout,
@@ -22,6 +22,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ROLLOUT_BACKENDS",
+    "MultiTurnConfig",
     "RolloutConfig",
     "RolloutEngine",
     "SamplingConfig",

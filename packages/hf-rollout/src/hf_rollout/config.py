@@ -97,6 +97,58 @@ class SamplingConfig:
         return _from_dict(cls, values)
 
 
+@dataclass(frozen=True)
+class MultiTurnConfig:
+    """A multi-turn (agent) rollout: the environment each episode talks to and its limits.
+
+    Set as :attr:`RolloutConfig.multi_turn`, it makes ``RolloutWorker.generate_sequences`` run
+    ``hf_rollout.multiturn.run_agent_loop``; the request's ``sampling.max_new_tokens`` bounds
+    each episode's whole response (model and environment tokens together).
+    """
+
+    tokenizer_path: str
+    """Local tokenizer directory: the environment reads the model's text through it, and its
+    observations are encoded with it (no special tokens added)."""
+    environment: str = "tools"
+    """A name in ``hf_rollout.multiturn.ENVIRONMENTS``, ``path/to/file.py:Class`` or
+    ``package.module:Class`` (a class registered only in the driver's code does not exist in
+    a worker process: name it by module or file)."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the environment class (e.g. ``{"tools": ["calc"]}``)."""
+    max_turns: int = 4
+    """Most model turns per episode."""
+    max_tokens_per_turn: int | None = None
+    """Most tokens of one model turn; ``None``: what is left of the episode's budget (a
+    model that does not stop after its tool call then spends the budget in one turn)."""
+    max_observation_tokens: int | None = 64
+    """Most tokens of one environment reply (longer ones are cut); ``None``: no cap."""
+    step_timeout_s: float = 30.0
+    """How long one environment step may take before its episode ends with an error."""
+    concurrency: int = 8
+    """Most environment steps running at once."""
+    trust_remote_code: bool = False
+    """Let the tokenizer directory run its own code."""
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1:
+            raise ConfigurationError(
+                f"MultiTurnConfig.max_turns must be >= 1, got {self.max_turns}"
+            )
+        if self.max_tokens_per_turn is not None and self.max_tokens_per_turn < 1:
+            raise ConfigurationError(
+                f"MultiTurnConfig.max_tokens_per_turn must be >= 1 or None, got "
+                f"{self.max_tokens_per_turn}"
+            )
+        limits = {
+            "max_observation_tokens": self.max_observation_tokens or 1,
+            "step_timeout_s": self.step_timeout_s,
+            "concurrency": self.concurrency,
+        }
+        bad = {name: value for name, value in limits.items() if not value > 0}
+        if bad:
+            raise ConfigurationError(f"MultiTurnConfig limits must be positive, got {bad}")
+
+
 @dataclass
 class RolloutConfig:
     """Which rollout engine to build and on what model."""
@@ -123,8 +175,19 @@ class RolloutConfig:
     """Torch device; ``None`` picks ``cuda`` when available, else ``cpu``."""
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     """Backend-specific options, passed through to the backend (see its docstring)."""
+    prefix_cache_rows: int = 0
+    """Prefix reuse for multi-turn episodes: the native engine keeps the KV cache of this
+    many recently generated sequences, and a prompt that extends one prefills only its new
+    tokens; vLLM gets ``enable_prefix_caching=True`` (its own block cache, sized by its
+    memory); SGLang's radix cache is always on. ``0`` turns it off. Every backend drops its
+    cached prefixes at a weight update (they belong to the old weights)."""
+    multi_turn: MultiTurnConfig | None = None
+    """Run multi-turn episodes against an environment (a dict of its fields is accepted);
+    ``None``: one response per sample."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.multi_turn, Mapping):
+            self.multi_turn = _from_dict(MultiTurnConfig, self.multi_turn)
         if (self.model_path is None) == (self.model_config is None):
             raise ConfigurationError(
                 "RolloutConfig needs exactly one of model_path (a local HF directory) or "
@@ -140,6 +203,11 @@ class RolloutConfig:
             raise ConfigurationError(
                 f"RolloutConfig.dtype {self.dtype!r} is not supported; "
                 f"choose from {sorted(_DTYPES)}"
+            )
+        if self.prefix_cache_rows < 0:
+            raise ConfigurationError(
+                f"RolloutConfig.prefix_cache_rows must be >= 0 (0 turns prefix reuse off), "
+                f"got {self.prefix_cache_rows}"
             )
         if self.max_model_len < 2:
             raise ConfigurationError(

@@ -11,6 +11,7 @@ import torch
 
 from hf_controller import Dispatch, Worker, register
 from hf_protocol import DataProto, fields, left_pad
+from hf_rollout.agent import AgentRollout
 from hf_rollout.base import RolloutEngine, pad_responses_to
 from hf_rollout.config import RolloutConfig, SamplingConfig
 from hf_rollout.registry import build_rollout
@@ -43,6 +44,7 @@ class RolloutWorker(Worker):
         self.config = config
         self._engine: RolloutEngine | None = None
         self._channel: WeightChannel | None = None
+        self._agent: AgentRollout | None = None
 
     @property
     def engine(self) -> RolloutEngine:
@@ -53,7 +55,10 @@ class RolloutWorker(Worker):
 
     @register(Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        """Build the engine named by ``config.backend``."""
+        """Build the engine named by ``config.backend`` (and, with ``config.multi_turn``,
+        the environment factory and tokenizer of its episodes)."""
+        if self.config.multi_turn is not None:  # a bad environment fails before the model loads
+            self._agent = AgentRollout.from_config(self.config.multi_turn)
         self._engine = build_rollout(self.config)
         reseed = getattr(self._engine, "reseed", None)
         if callable(reseed):
@@ -83,12 +88,23 @@ class RolloutWorker(Worker):
     @register(Dispatch.DP_COMPUTE_PROTO)
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Sampled responses for this rank's prompts (fields of ``build_rollout_output``),
-        with ``meta_info["metrics"]`` ``rollout/generate_s`` and ``rollout/response_length``."""
+        with ``meta_info["metrics"]`` ``rollout/generate_s`` and ``rollout/response_length``
+        (model tokens: ``response_mask`` 1).
+
+        With ``config.multi_turn`` each sample is an episode of the agent loop
+        (:class:`~hf_rollout.agent.AgentRollout`): ``sampling.max_new_tokens`` bounds its
+        whole response, model and environment tokens, and the output has the columns
+        ``num_turns``, ``tool_calls``, ``env_reward`` and ``env_error``."""
         sampling = self._sampling_for(prompts)
-        start = time.perf_counter()
-        output = self.engine.generate(self._pad_raw_prompts(prompts), sampling)
-        elapsed = time.perf_counter() - start
         pad = int(getattr(self.engine, "pad_token_id", self.config.pad_token_id or 0))
+        start = time.perf_counter()
+        if self._agent is not None:
+            output = self._agent.generate(
+                self.engine, self._pad_raw_prompts(prompts), sampling, pad
+            )
+        else:
+            output = self.engine.generate(self._pad_raw_prompts(prompts), sampling)
+        elapsed = time.perf_counter() - start
         output = pad_responses_to(output, sampling.max_new_tokens, pad)
         assert output.batch is not None
         lengths = output.batch[fields.RESPONSE_MASK].sum(dim=-1).float()

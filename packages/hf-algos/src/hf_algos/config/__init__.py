@@ -12,6 +12,7 @@ from hf_algos.config.loading import (
     merge_config,
     resolve_config,
 )
+from hf_algos.config.multi_turn import MultiTurnSection
 from hf_algos.config.sections import (
     ActorSection,
     AlgorithmSection,
@@ -45,6 +46,7 @@ __all__ = [
     "DataSection",
     "FilterGroupsSection",
     "KLControlSection",
+    "MultiTurnSection",
     "RLConfig",
     "RewardSection",
     "RolloutCorrectionSection",

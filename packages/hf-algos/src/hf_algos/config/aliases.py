@@ -210,6 +210,17 @@ VERL_ALIASES: tuple[Alias, ...] = (
     _renamed(f"{_ROLL}.enforce_eager", "rollout.engine_kwargs.enforce_eager", note="vllm"),
     _ignored(f"{_ROLL}.log_prob_micro_batch_size_per_gpu", "uses the actor's micro-batches"),
     _unsupported(f"{_ROLL}.val_kwargs", "validation decodes greedily"),
+    _renamed(f"{_ROLL}.multi_turn.enable", "rollout.multi_turn.enable"),
+    _renamed(f"{_ROLL}.multi_turn.max_assistant_turns", "rollout.multi_turn.max_turns"),
+    _renamed(
+        f"{_ROLL}.multi_turn.max_tool_response_length",
+        "rollout.multi_turn.max_tool_response_tokens",
+    ),
+    _unsupported(
+        f"{_ROLL}.multi_turn.tool_config_path",
+        "name registered tools in rollout.multi_turn.tools, or an environment class in "
+        "rollout.multi_turn.environment ('path/to/file.py:Class')",
+    ),
     # critic
     _renamed("critic.optim.lr", "critic.engine.optim.lr"),
     _renamed("critic.model.path", "critic.engine.model.path"),

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hf_algos.config.correction import RolloutCorrectionSection
+from hf_algos.config.multi_turn import MultiTurnSection
 from hf_controller import ConfigurationError
 from hf_engines.config import EngineConfig, LoRAConfig, check_lora_backend
 from hf_engines.hub import resolve_model_path
@@ -112,11 +113,12 @@ class RolloutSection:
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     """Backend-specific options, passed through."""
     partial: bool = False
-    """``trainer.async_mode=fully_async``: generate in chunks of ``partial_chunk_tokens`` and
-    continue an unfinished response with the newest weights after a push (partial rollout);
-    ``false``: a generation in flight finishes with the weights it started with."""
+    """``trainer.async_mode=fully_async``: generate in chunks of ``partial_chunk_tokens``, going
+    on with the newest weights after a push; ``false``: a generation ends on its weights."""
     partial_chunk_tokens: int = 16
     """``partial=true``: new tokens per generation chunk."""
+    multi_turn: MultiTurnSection = field(default_factory=MultiTurnSection)
+    """Multi-turn tool use: episodes against an environment (off by default)."""
 
     def __post_init__(self) -> None:
         _positive("rollout.partial_chunk_tokens", self.partial_chunk_tokens)
@@ -388,8 +390,7 @@ class TrainerSection:
     (and when it fails); a relative path is inside the run directory. Open it in
     https://ui.perfetto.dev."""
     ray_dashboard: bool = False
-    """Start the Ray dashboard with the local Ray the trainer starts (needs
-    ``pip install 'ray[default]'``); a cluster started with ``ray start`` has its own."""
+    """Start the Ray dashboard with the trainer's local Ray (``pip install 'ray[default]'``)."""
     progress_bar: bool = True
     """Show a tqdm progress bar over the steps."""
     test_freq: int = 0

@@ -19,6 +19,7 @@ from hf_algos.advantages.registry import (
     get_advantage_estimator,
 )
 from hf_algos.config.correction import check_rollout_correction
+from hf_algos.config.multi_turn import check_multi_turn
 from hf_algos.config.sections import (
     ActorSection,
     AlgorithmSection,
@@ -113,6 +114,7 @@ def validate_rl_config(
     _check_loop(trainer, bool(data.val_files))
     _check_placement(trainer, rows)
     check_async(trainer, rollout, algorithm)
+    check_multi_turn(rollout.multi_turn, trainer.async_mode, rollout.partial)
     check_tokenizer_source(data, actor)
 
 
@@ -193,6 +195,11 @@ def validate_dpo_config(
     trainer: TrainerSection,
 ) -> None:
     """Checks across the sections of a :class:`~hf_algos.config.DPOConfig`."""
+    if rollout.multi_turn.enable:
+        raise ConfigurationError(
+            "rollout.multi_turn.enable=true is for the RL trainers (PPO / GRPO); DPO pairs "
+            "single responses: set rollout.multi_turn.enable=false"
+        )
     pairs = data.train_batch_size
     if dpo.online and rollout.n < 2:
         raise ConfigurationError(

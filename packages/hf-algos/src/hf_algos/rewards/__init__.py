@@ -1,24 +1,57 @@
-"""Rewards: rule-based scoring by ``data_source`` in worker processes, and reward models."""
+"""Rewards: rule-based scoring by ``data_source`` in worker processes, and reward models.
 
-from hf_algos.rewards.gsm8k import compute_gsm8k_score, extract_gsm8k_answer
-from hf_algos.rewards.manager import RewardManager, RewardManagerConfig
-from hf_algos.rewards.math_boxed import (
-    compute_math_score,
-    last_boxed_content,
-    math_answers_equal,
-    normalize_math_answer,
-)
-from hf_algos.rewards.placement import last_token_index, place_on_last_token
-from hf_algos.rewards.pool import RewardError
-from hf_algos.rewards.registry import (
-    SCORING_FUNCTIONS,
-    BatchedScoringFunction,
-    ScoreFn,
-    get_scoring_function,
-    register_scoring_function,
-)
-from hf_algos.rewards.reward_model import RewardModelScorer
-from hf_algos.rewards.signature import ACCEPTED_FORMS, ScoringCall, scoring_call
+Public names are imported on first use (``hf_algos._lazy``), so importing one light
+submodule does not import torch."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hf_algos._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from hf_algos.rewards.gsm8k import compute_gsm8k_score, extract_gsm8k_answer
+    from hf_algos.rewards.manager import RewardManager, RewardManagerConfig
+    from hf_algos.rewards.math_boxed import (
+        compute_math_score,
+        last_boxed_content,
+        math_answers_equal,
+        normalize_math_answer,
+    )
+    from hf_algos.rewards.placement import last_token_index, place_on_last_token
+    from hf_algos.rewards.pool import RewardError
+    from hf_algos.rewards.registry import (
+        SCORING_FUNCTIONS,
+        BatchedScoringFunction,
+        ScoreFn,
+        get_scoring_function,
+        register_scoring_function,
+    )
+    from hf_algos.rewards.reward_model import RewardModelScorer
+    from hf_algos.rewards.signature import ACCEPTED_FORMS, ScoringCall, scoring_call
+
+_WHERE = {
+    "ACCEPTED_FORMS": "hf_algos.rewards.signature",
+    "BatchedScoringFunction": "hf_algos.rewards.registry",
+    "RewardError": "hf_algos.rewards.pool",
+    "RewardManager": "hf_algos.rewards.manager",
+    "RewardManagerConfig": "hf_algos.rewards.manager",
+    "RewardModelScorer": "hf_algos.rewards.reward_model",
+    "SCORING_FUNCTIONS": "hf_algos.rewards.registry",
+    "ScoreFn": "hf_algos.rewards.registry",
+    "ScoringCall": "hf_algos.rewards.signature",
+    "compute_gsm8k_score": "hf_algos.rewards.gsm8k",
+    "compute_math_score": "hf_algos.rewards.math_boxed",
+    "extract_gsm8k_answer": "hf_algos.rewards.gsm8k",
+    "get_scoring_function": "hf_algos.rewards.registry",
+    "last_boxed_content": "hf_algos.rewards.math_boxed",
+    "last_token_index": "hf_algos.rewards.placement",
+    "math_answers_equal": "hf_algos.rewards.math_boxed",
+    "normalize_math_answer": "hf_algos.rewards.math_boxed",
+    "place_on_last_token": "hf_algos.rewards.placement",
+    "register_scoring_function": "hf_algos.rewards.registry",
+    "scoring_call": "hf_algos.rewards.signature",
+}
 
 __all__ = [
     "ACCEPTED_FORMS",
@@ -42,3 +75,4 @@ __all__ = [
     "register_scoring_function",
     "scoring_call",
 ]
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

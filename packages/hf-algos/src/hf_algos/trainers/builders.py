@@ -24,6 +24,7 @@ from hf_algos.losses import critic_loss, ppo_actor_loss
 from hf_algos.rewards import RewardManager, RewardManagerConfig
 from hf_algos.rewards.registry import scoring_call_of
 from hf_algos.rewards.user_file import FileScoringFunction
+from hf_algos.trainers.multi_turn import rollout_multi_turn
 from hf_algos.trainers.roles import SyncActorWorker
 from hf_controller import RayClassWithInitArgs
 from hf_engines import EngineConfig, LossFn
@@ -193,7 +194,8 @@ def rollout_class(
     tokenizer: PreTrainedTokenizerBase,
 ) -> RayClassWithInitArgs:
     """The rollout role on the actor's architecture (weights arrive by sync); each
-    ``generate_sequences`` call brings its :func:`sampling_config`."""
+    ``generate_sequences`` call brings its :func:`sampling_config`. With
+    ``rollout.multi_turn.enable`` its samples are agent-loop episodes."""
     model = actor.engine.model
     config = RolloutConfig(
         backend=rollout.backend,
@@ -206,6 +208,8 @@ def rollout_class(
         seed=trainer.seed,
         device="cuda" if trainer.use_gpu else "cpu",
         engine_kwargs=dict(rollout.engine_kwargs),
+        multi_turn=rollout_multi_turn(rollout.multi_turn, tokenizer, model.trust_remote_code),
+        prefix_cache_rows=rollout.multi_turn.prefix_cache_rows if rollout.multi_turn.enable else 0,
     )
     return RayClassWithInitArgs(RolloutWorker, config)
 

@@ -53,6 +53,7 @@ from hf_algos.trainers import builders
 from hf_algos.trainers.async_loop import AsyncRollout, AsyncSpec
 from hf_algos.trainers.base import Metrics, Trainer, WorkerClasses
 from hf_algos.trainers.groups import RewardScorer
+from hf_algos.trainers.multi_turn import MultiTurnScorer, data_with_tools
 from hf_algos.trainers.steps import (
     MODEL_FIELDS,
     absorb,
@@ -93,7 +94,10 @@ class PPOTrainer(Trainer):
         super().__init__(config.trainer, config_to_dict(config))
         self.config = config
         self.tokenizer = builders.load_tokenizer(config.data, config.actor)
-        rules = config.reward.model is None  # rule-based scoring reads data_source, ground truth
+        turns = config.rollout.multi_turn
+        env_only = turns.enable and turns.reward == "environment"  # no reward function runs
+        # rule-based scoring reads data_source, ground truth
+        rules = config.reward.model is None and not env_only
         self.reward: RewardScorer
         manager: RewardManager | None = None
         if rules:
@@ -103,12 +107,15 @@ class PPOTrainer(Trainer):
             manager = builders.reward_manager(config.reward, self.tokenizer)
             self.reward = manager
             manager.start()
+        if env_only:
+            self.reward = MultiTurnScorer(None, "environment")
+        elif manager is not None and turns.enable:
+            self.reward = MultiTurnScorer(manager, turns.reward)
         try:
-            self.loader = builders.rl_loader(config.data, self.tokenizer, rules)
+            data = data_with_tools(config.data, turns)
+            self.loader = builders.rl_loader(data, self.tokenizer, rules)
             self.val_data = (
-                builders.val_dataset(config.data, self.tokenizer, rules)
-                if config.data.val_files
-                else None
+                builders.val_dataset(data, self.tokenizer, rules) if data.val_files else None
             )
             check = manager.check_async(builders.check_row(self._check_rows())) if manager else None
             self.kl_ctrl = build_kl_controller(config)
@@ -136,8 +143,10 @@ class PPOTrainer(Trainer):
         self.roles.sync_weights()
         if self.roles.fused:  # steady state between steps: the rollout sleeps
             self.roles.rollout.sleep()
-        if self.roles.has("reward_model"):
-            self.reward = RewardModelScorer(self.roles.reward_model)
+        turns = self.config.rollout.multi_turn
+        if self.roles.has("reward_model") and not (turns.enable and turns.reward == "environment"):
+            scorer = RewardModelScorer(self.roles.reward_model)
+            self.reward = MultiTurnScorer(scorer, turns.reward) if turns.enable else scorer
 
     def _role_classes(self) -> dict[str, RayClassWithInitArgs]:
         config = self.config

@@ -15,10 +15,18 @@ finished, and the loop ends as soon as every row has.
   Python per step; other models, or ``False``, use the transformers forward.
 * ``compact_fraction`` (float, default ``0.5``): drop finished rows from the KV cache when at
   least this fraction of the active rows has finished (``1.0`` never drops).
+
+Prefix reuse (``RolloutConfig.prefix_cache_rows`` > 0, for multi-turn episodes): the engine
+keeps the keys and values of the last ``prefix_cache_rows`` sequences it generated, and a
+prompt that starts with one of them prefills only its new tokens on top of them (see
+:mod:`~hf_rollout.backends.prefix_cache`). Both forwards support it; the transformers one
+only for models whose cache layers are all full attention (else it is off, with a warning).
+The kept cache is dropped by ``update_weights``, ``sleep`` and ``shutdown``.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -28,7 +36,18 @@ from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 from hf_controller import ConfigurationError
 from hf_protocol import DataProto
 from hf_rollout.backends.fast_decoder import LlamaFamilyDecoder, supports
-from hf_rollout.backends.steppers import LeanStepper, Stepper, TransformersStepper
+from hf_rollout.backends.prefix_cache import (
+    PastKV,
+    PrefixCache,
+    counts_from_zero,
+    prefill_layout,
+)
+from hf_rollout.backends.steppers import (
+    LeanStepper,
+    Stepper,
+    TransformersStepper,
+    transformers_can_reuse,
+)
 from hf_rollout.base import (
     build_rollout_output,
     check_prompt_lengths,
@@ -39,6 +58,7 @@ from hf_rollout.config import RolloutConfig, SamplingConfig
 from hf_rollout.sampling import sample_next_tokens
 
 _KWARGS = {"attn_implementation", "compact_fraction", "lean_forward"}
+_LOG = logging.getLogger(__name__)
 
 
 def load_causal_lm(config: RolloutConfig) -> PreTrainedModel:
@@ -144,6 +164,17 @@ class NativeRollout:
         lean = config.engine_kwargs.get("lean_forward", True)
         if lean and supports(model, config.max_model_len) is None:
             self.decoder = LlamaFamilyDecoder(self.model, config.max_model_len)
+        self.prefix_cache: PrefixCache | None = None
+        if config.prefix_cache_rows > 0:
+            if self.decoder is not None or transformers_can_reuse(self.hf_config):
+                self.prefix_cache = PrefixCache(config.prefix_cache_rows)
+            else:
+                _LOG.warning(
+                    "native rollout: prefix_cache_rows=%d ignored: the cache of model_type "
+                    "%r has layers other than full attention; every prompt is prefilled whole",
+                    config.prefix_cache_rows,
+                    getattr(self.hf_config, "model_type", None),
+                )
 
     def _resolve_pad_id(self) -> int:
         if self.config.pad_token_id is not None:
@@ -173,20 +204,70 @@ class NativeRollout:
                 sampling.effective_temperature, self.pad_token_id,
             )  # fmt: skip
         budget = min(sampling.max_new_tokens, self.config.max_model_len - longest)
-        # Columns that are padding in every row cost compute and change nothing.
-        keep_from = int((attention_mask.sum(dim=0) > 0).long().argmax())
-        ids, mask, pos = (
-            t[:, keep_from:].repeat_interleave(sampling.n, dim=0).to(self.device)
-            for t in prompt_tensors
-        )
         generator = self.generator
         if sampling.seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
-        tokens, mask, log_probs = self._decode(ids, mask, pos, sampling, budget, generator)
+        if self.prefix_cache is None or not counts_from_zero(attention_mask, prompt_tensors[2]):
+            ids, mask, pos = self._dense_prefill(prompt_tensors, sampling.n)
+            tokens, mask, log_probs, _ = self._decode(ids, mask, pos, sampling, budget, generator)
+        else:
+            tokens, mask, log_probs = self._decode_reusing(
+                prompt_tensors, sampling, budget, generator
+            )
         return build_rollout_output(
             prompts, prompt_tensors, tokens.cpu(), mask.cpu(), log_probs.cpu(), sampling.n,
             sampling.effective_temperature, self.pad_token_id,
         )  # fmt: skip
+
+    def _dense_prefill(
+        self, prompt_tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor], n: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The prompt tensors ``(B, P)``, each row ``n`` times, on the engine's device."""
+        attention_mask = prompt_tensors[1]
+        # Columns that are padding in every row cost compute and change nothing.
+        keep_from = int((attention_mask.sum(dim=0) > 0).long().argmax())
+        ids, mask, pos = (
+            t[:, keep_from:].repeat_interleave(n, dim=0).to(self.device) for t in prompt_tensors
+        )
+        return ids, mask, pos
+
+    def _decode_reusing(
+        self,
+        prompt_tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        sampling: SamplingConfig,
+        budget: int,
+        generator: torch.Generator,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`_decode` with prefix reuse: prompts that extend kept sequences prefill only
+        their new tokens; every generated sequence is kept afterwards."""
+        cache = self.prefix_cache
+        assert cache is not None
+        input_ids, attention_mask, _ = prompt_tensors
+        prompts = [
+            ids[real.bool()].tolist() for ids, real in zip(input_ids, attention_mask, strict=True)
+        ]
+        found = cache.lookup(prompts)
+        rows = [prompt for prompt in prompts for _ in range(sampling.n)]
+        past: PastKV | None = None
+        if any(reused for _, reused in found):
+            found = [hit for hit in found for _ in range(sampling.n)]
+            layout = prefill_layout(cache, rows, found, self.pad_token_id)
+            cache.discard([key for key, reused in found if reused])
+            ids, mask, pos = layout.input_ids, layout.attention_mask, layout.position_ids
+            past = layout.past
+        else:
+            ids, mask, pos = self._dense_prefill(prompt_tensors, sampling.n)
+        tokens, out_mask, log_probs, snapshots = self._decode(
+            ids, mask, pos, sampling, budget, generator, past=past, keep=True
+        )
+        lengths = out_mask.sum(dim=1).tolist()
+        for out_rows, snapshot in snapshots:
+            # The last sampled token of a row was never fed, so it has no keys and values.
+            sequences = [
+                rows[row] + tokens[row, : lengths[row] - 1].tolist() for row in out_rows.tolist()
+            ]
+            cache.add_rows(sequences, snapshot)
+        return tokens, out_mask, log_probs
 
     def _stepper(self, capacity: int) -> Stepper:
         if self.decoder is not None:
@@ -201,8 +282,14 @@ class NativeRollout:
         sampling: SamplingConfig,
         budget: int,
         generator: torch.Generator,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The decode loop; returns ``(B, R)`` tokens, response mask and log-probs."""
+        past: PastKV | None = None,
+        keep: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[tuple[torch.Tensor, PastKV]]]:
+        """The decode loop; returns ``(B, R)`` tokens, response mask and log-probs, and with
+        ``keep`` the cache of every row as ``(output rows, snapshot)`` pairs.
+
+        ``past`` are reused keys and values the prompts continue (``attention_mask`` then
+        covers them too)."""
         rows = input_ids.shape[0]
         stop_ids = torch.tensor(stop_ids_for(sampling, self.eos_ids), device=self.device)
         out_tokens = torch.full((rows, budget), self.pad_token_id, device=self.device)
@@ -210,9 +297,10 @@ class NativeRollout:
         out_log_probs = torch.zeros((rows, budget), dtype=torch.float32, device=self.device)
         active = torch.arange(rows, device=self.device)  # output row of each cache row
         finished = torch.zeros(rows, dtype=torch.bool, device=self.device)
-        stepper = self._stepper(input_ids.shape[1] + budget)
+        stepper = self._stepper(attention_mask.shape[1] + budget)
+        snapshots: list[tuple[torch.Tensor, PastKV]] = []
         next_pos = position_ids[:, -1] + 1
-        logits = stepper.prefill(input_ids, attention_mask, position_ids)
+        logits = stepper.prefill(input_ids, attention_mask, position_ids, past)
         steps = budget
         for step in range(budget):
             uniform = None
@@ -229,13 +317,18 @@ class NativeRollout:
                 steps = step + 1
                 break
             if n_finished and n_finished >= self.compact_fraction * len(active):
-                keep = (~finished).nonzero().flatten()
-                stepper.keep_rows(keep)
-                active, tokens, finished = active[keep], tokens[keep], finished[keep]
-                next_pos = next_pos[keep]
+                if keep:  # finished rows leave the cache: save theirs first
+                    done = finished.nonzero().flatten()
+                    snapshots.append((active[done], stepper.snapshot(done)))
+                kept = (~finished).nonzero().flatten()
+                stepper.keep_rows(kept)
+                active, tokens, finished = active[kept], tokens[kept], finished[kept]
+                next_pos = next_pos[kept]
             logits = stepper.step(tokens, next_pos)
             next_pos = next_pos + 1
-        return out_tokens[:, :steps], out_mask[:, :steps], out_log_probs[:, :steps]
+        if keep:
+            snapshots.append((active, stepper.snapshot(torch.arange(len(active)))))
+        return out_tokens[:, :steps], out_mask[:, :steps], out_log_probs[:, :steps], snapshots
 
     def reseed(self, seed: int) -> None:
         """Restart the sampling generator from ``seed`` (a worker passes ``seed + rank``)."""
@@ -246,9 +339,12 @@ class NativeRollout:
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load full tensors named as in the Hugging Face ``state_dict()`` (allowed asleep).
 
-        A pair whose tensor is already the model's own (a weight channel received it in
-        place, see :meth:`weight_destinations`) costs no copy.
+        Drops the kept prefix cache: its keys and values belong to the old weights. A pair
+        whose tensor is already the model's own (a weight channel received it in place, see
+        :meth:`weight_destinations`) costs no copy.
         """
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
         copy_named_tensors(self.model, named_tensors)
 
     def weight_destinations(self) -> dict[str, torch.Tensor]:
@@ -260,10 +356,12 @@ class NativeRollout:
     def sleep(self) -> None:
         """Free generation memory; on an accelerator the weights also move to host memory.
 
-        The KV cache lives only inside ``generate`` (the stepper that holds it is a local of
-        ``_decode``), so once ``generate`` returns it is already freed; sleep drops the lean
-        forward's rotary tables too. On CPU the weights stay where they are.
+        The decoding KV cache lives only inside ``generate`` (the stepper that holds it is a
+        local of ``_decode``); sleep drops the kept prefix cache (sequences kept for reuse)
+        and the lean forward's rotary tables. On CPU the weights stay where they are.
         """
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
         if self.asleep:
             return
         if self.decoder is not None:
@@ -283,6 +381,8 @@ class NativeRollout:
 
     def shutdown(self) -> None:
         """Drop the model; the engine is unusable afterwards."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
         del self.model
         self.closed = True
 

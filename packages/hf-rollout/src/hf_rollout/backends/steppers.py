@@ -3,7 +3,10 @@
 ``TransformersStepper`` calls the transformers model with a ``DynamicCache`` (any causal LM);
 ``LeanStepper`` runs :class:`~hf_rollout.backends.fast_decoder.LlamaFamilyDecoder` over a
 preallocated cache (Llama-family models, much less Python per step). Both keep one cache row
-per active sequence and can drop finished rows.
+per active sequence and can drop finished rows. Both can also start from reused keys and
+values (``past``, see :mod:`~hf_rollout.backends.prefix_cache`) and hand out the cache of
+chosen rows (``snapshot``); the transformers one only when every cache layer is a plain
+full-attention ``DynamicLayer`` (:func:`transformers_can_reuse`).
 """
 
 from __future__ import annotations
@@ -12,17 +15,27 @@ from typing import Any, Protocol
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from hf_rollout.backends.fast_decoder import KVCache, LlamaFamilyDecoder
+from hf_rollout.backends.prefix_cache import PastKV
 
 
 class Stepper(Protocol):
     """Prefill once, then extend every active row by one token per step."""
 
     def prefill(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        past: PastKV | None = None,
     ) -> torch.Tensor:
-        """Last-position logits ``(B, V)`` of the left-padded prompts ``(B, P)``."""
+        """Last-position logits ``(B, V)`` of the left-padded prompts ``(B, P)``.
+
+        With ``past`` (``H`` columns), the prompts continue those keys and values and
+        ``attention_mask`` is ``(B, H + P)``.
+        """
         ...
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -32,6 +45,21 @@ class Stepper(Protocol):
     def keep_rows(self, rows: torch.Tensor) -> None:
         """Drop every cache row not in ``rows``."""
         ...
+
+    def snapshot(self, rows: torch.Tensor) -> PastKV:
+        """Keys, values and column mask of cache ``rows`` (every column fed so far)."""
+        ...
+
+
+def transformers_can_reuse(config: Any) -> bool:
+    """Whether a ``DynamicCache`` of ``config`` holds only plain full-attention layers,
+    whose keys and values can be handed between calls (sliding-window, linear-attention
+    and other layer kinds cannot)."""
+    try:
+        layers = DynamicCache(config=config).layers
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
 
 class TransformersStepper:
@@ -55,9 +83,16 @@ class TransformersStepper:
         return logits
 
     def prefill(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        past: PastKV | None = None,
     ) -> torch.Tensor:
         """See :class:`Stepper`."""
+        if past is not None:
+            for index in range(past.keys.shape[0]):
+                self.cache.update(past.keys[index], past.values[index], index)
         self.attention_mask = attention_mask
         return self._forward(input_ids, position_ids)
 
@@ -72,6 +107,13 @@ class TransformersStepper:
         self.cache.batch_select_indices(rows)
         self.attention_mask = self.attention_mask[rows]
 
+    def snapshot(self, rows: torch.Tensor) -> PastKV:
+        """See :class:`Stepper`."""
+        layers: Any = self.cache.layers
+        keys = torch.stack([layer.keys[rows] for layer in layers])
+        values = torch.stack([layer.values[rows] for layer in layers])
+        return PastKV(keys, values, self.attention_mask[rows].bool())
+
 
 class LeanStepper:
     """Steps through :class:`LlamaFamilyDecoder` over a cache sized for the whole call."""
@@ -83,14 +125,23 @@ class LeanStepper:
         self.key_mask = torch.zeros(0, 0, dtype=torch.bool)
 
     def prefill(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        past: PastKV | None = None,
     ) -> torch.Tensor:
-        """See :class:`Stepper`."""
-        rows, width = input_ids.shape
+        """See :class:`Stepper` (``capacity`` counts the past columns too)."""
+        rows = input_ids.shape[0]
         like = self.decoder.lm_head
         self.cache = self.decoder.new_cache(rows, self.capacity, like)
+        if past is not None:
+            start = past.keys.shape[3]
+            self.cache.keys[:, :, :, :start] = past.keys
+            self.cache.values[:, :, :, :start] = past.values
+            self.cache.length = start
         self.key_mask = torch.zeros(rows, self.capacity, dtype=torch.bool, device=like.device)
-        self.key_mask[:, :width] = attention_mask.bool()
+        self.key_mask[:, : attention_mask.shape[1]] = attention_mask.bool()
         return self.decoder.forward(input_ids, position_ids, self.key_mask, self.cache)
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -104,3 +155,13 @@ class LeanStepper:
         assert self.cache is not None
         self.cache.select_rows(rows)
         self.key_mask = self.key_mask[rows]
+
+    def snapshot(self, rows: torch.Tensor) -> PastKV:
+        """See :class:`Stepper`."""
+        assert self.cache is not None
+        length = self.cache.length
+        return PastKV(
+            self.cache.keys[:, rows, :, :length],
+            self.cache.values[:, rows, :, :length],
+            self.key_mask[rows, :length],
+        )

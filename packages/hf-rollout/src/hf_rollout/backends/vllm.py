@@ -35,6 +35,9 @@ ignores the call), so ``sleep`` / ``wake_up`` only mark the engine asleep and lo
   memory one update needs.
 * ``sleep_level`` (int, default 1): vLLM sleep level on GPU (1 keeps weights in host memory,
   2 drops them: only for when ``update_weights`` follows every sleep).
+* ``enable_prefix_caching``: set to True when ``RolloutConfig.prefix_cache_rows`` > 0 (vLLM's
+  block-level prefix cache, so a multi-turn turn reuses the conversation's KV cache); the
+  prefix cache is reset after every ``update_weights``.
 * ``kv_cache_space_gib`` (int, default 1): KV cache of the CPU build in whole GiB (sets
   ``VLLM_CPU_KVCACHE_SPACE`` unless already set; without it vLLM takes 4 GiB).
 
@@ -246,6 +249,8 @@ class VLLMRollout:
 
         self.on_cpu = bool(current_platform.is_cpu())
         options: dict[str, Any] = {"logprobs_mode": "processed_logprobs"}
+        if self.config.prefix_cache_rows > 0:  # multi-turn: a turn reuses the conversation's
+            options["enable_prefix_caching"] = True
         if self.on_cpu:
             options["enforce_eager"] = True  # torch.compile of a small model costs minutes
         else:
@@ -324,6 +329,9 @@ class VLLMRollout:
             self.llm.collective_rpc(
                 "reload_weights", kwargs={"weights_path": str(stage), "is_checkpoint_format": True}
             )
+            # Cached prefix blocks hold keys and values of the old weights; vLLM would reuse
+            # them for a prompt it has seen (its cache is keyed by tokens only).
+            self.llm.reset_prefix_cache()
         finally:
             # The engine keeps the directory as its model path; only the files go.
             for file in stage.glob("*.safetensors"):

@@ -1,12 +1,14 @@
-"""An example environment: a calculator tool the model calls with ``<calc>EXPR</calc>``."""
+"""The calculator tool (``<calc>EXPR</calc>``) and its environment."""
 
 from __future__ import annotations
 
 import ast
 import operator
-import re
 from collections.abc import Callable
 from typing import Any
+
+from hf_rollout.multiturn.environment import register_environment
+from hf_rollout.multiturn.tools import Tool, ToolEnvironment, ToolError, register_tool
 
 _BINARY: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
@@ -17,7 +19,6 @@ _BINARY: dict[type, Callable[[Any, Any], Any]] = {
     ast.Mod: operator.mod,
 }
 _UNARY: dict[type, Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
-_CALL = re.compile(r"<calc>(.*?)</calc>", re.DOTALL)
 
 
 def evaluate_arithmetic(expression: str) -> int | float:
@@ -47,7 +48,37 @@ def _evaluate(node: ast.AST) -> int | float:
     raise ValueError(f"unsupported element {type(node).__name__} in arithmetic expression")
 
 
-class CalculatorEnvironment:
+def calculate(expression: str) -> str:
+    """The calculator tool: the value of ``expression`` as text (``"84"``, ``"2.5"``).
+
+    Integral floats print as integers; a bad expression or a division by zero is a
+    :class:`ToolError` the model sees.
+    """
+    try:
+        value = evaluate_arithmetic(expression)
+    except (ValueError, ZeroDivisionError) as error:
+        raise ToolError(str(error)) from error
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value)
+
+
+CALCULATOR = register_tool(
+    Tool(
+        name="calc",
+        description="Evaluate an arithmetic expression: numbers, + - * / // %, parentheses.",
+        run=calculate,
+        parameters={
+            "type": "object",
+            "properties": {"expression": {"type": "string", "description": "e.g. 123 * 456"}},
+            "required": ["expression"],
+        },
+    )
+)
+
+
+@register_environment("calculator")
+class CalculatorEnvironment(ToolEnvironment):
     """Answers ``<calc>EXPR</calc>`` in a model turn with ``<result>VALUE</result>``.
 
     A turn without a call is the model's final answer: the episode is done. A call that
@@ -55,24 +86,4 @@ class CalculatorEnvironment:
     """
 
     def __init__(self) -> None:
-        self.prompt_text = ""
-        self.calls = 0
-
-    def reset(self, prompt_text: str) -> None:
-        """Start an episode for ``prompt_text``."""
-        self.prompt_text = prompt_text
-        self.calls = 0
-
-    def step(self, model_text: str) -> tuple[str, bool]:
-        """The reply to one model turn, and whether the episode is done."""
-        calls = _CALL.findall(model_text)
-        if not calls:
-            return "", True
-        self.calls += 1
-        try:
-            value = evaluate_arithmetic(calls[-1])
-        except (ValueError, ZeroDivisionError) as error:
-            return f"<error>{error}</error>", False
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        return f"<result>{value}</result>", False
+        super().__init__(tools=("calc",))
