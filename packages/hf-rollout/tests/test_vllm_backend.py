@@ -6,7 +6,7 @@ build). One engine serves the whole module: starting one takes tens of seconds.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,8 @@ import torch
 
 from hf_protocol import DataProto
 from hf_rollout import RolloutConfig, SamplingConfig, build_rollout
+from hf_rollout.backends.native import NativeRollout
+from hf_rollout.multiturn import AgentLoopConfig, StepResult, run_agent_loop
 from hf_rollout.testing import make_prompts, random_prompt_ids
 
 pytest.importorskip("vllm")
@@ -103,6 +105,41 @@ def test_update_weights_switches_model(
     check_greedy(engine, hf, wide_head_models["a"], prompts)
 
 
+class ReplyEnvironment:
+    """Replies with the token ids 11, 12 (as text of the 1-char codec) for three turns."""
+
+    def reset(self, prompt: str, info: Mapping[str, Any]) -> None:
+        self.turns = 0
+
+    def step(self, model_text: str) -> StepResult:
+        self.turns += 1
+        return StepResult(chr(11) + chr(12), done=self.turns >= 3)
+
+
+class CharCodec:
+    """One token per character code (the tiny models' ids are below 128)."""
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(char) for char in text]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return "".join(chr(i) for i in ids)
+
+
+def check_agent_loop_matches_native(rollout: Any, path: Path, prompts: list[list[int]]) -> None:
+    """A greedy 3-turn agent loop on vLLM (prefix cache on) equals the native engine's."""
+    sampling = SamplingConfig(greedy=True, max_new_tokens=8)
+    config = AgentLoopConfig(max_turns=3, max_response_tokens=40)
+    native = NativeRollout(RolloutConfig(model_path=str(path), pad_token_id=PAD))
+    batch = make_prompts(prompts, PAD)
+    out = run_agent_loop(rollout, batch, ReplyEnvironment, CharCodec(), sampling, config)
+    expected = run_agent_loop(native, batch, ReplyEnvironment, CharCodec(), sampling, config)
+    assert out.non_tensor_batch["num_turns"].tolist() == [3] * len(prompts)
+    assert torch.equal(out.batch["responses"], expected.batch["responses"])
+    assert torch.equal(out.batch["response_mask"], expected.batch["response_mask"])
+    assert (out.batch["response_mask"] == 0).any()  # the replies are in, masked
+
+
 def test_prefix_caching_serves_a_follow_up_turn_and_resets_on_update(
     hf: Any, wide_head_models: dict[str, Path]
 ) -> None:
@@ -128,6 +165,7 @@ def test_prefix_caching_serves_a_follow_up_turn_and_resets_on_update(
             [*ids, *responses[row][mask[row]].tolist(), 11, 12] for row, ids in enumerate(first)
         ]
         hf.check_greedy(rollout, wide_head_models["a"], make_prompts(follow_up, PAD))
+        check_agent_loop_matches_native(rollout, wide_head_models["a"], first)
         rollout.update_weights(hf.model(wide_head_models["b"]).state_dict().items())
         hf.check_greedy(rollout, wide_head_models["b"], make_prompts(follow_up, PAD))
     finally:
