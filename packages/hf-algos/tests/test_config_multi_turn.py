@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from hf_algos.config import DPOConfig, MultiTurnSection, RLConfig, load_config
+from hf_algos.config import DPOConfig, MultiTurnSection, load_config
 from hf_algos.data import build_char_tokenizer
 from hf_algos.trainers.multi_turn import (
     data_with_tools,
@@ -18,15 +18,7 @@ from hf_algos.trainers.multi_turn import (
 from hf_controller import ConfigurationError
 from hf_rollout.multiturn import tool_schemas
 
-MODEL = [
-    "actor.engine.model.hf_config.model_type=llama",
-    f"data.tokenizer_path={Path(__file__).parent}",
-]
-BASE = [*MODEL, "rollout.n=4", "data.train_batch_size=4", "actor.ppo_mini_batch_size=8"]
-
-
-def load(*overrides: str) -> RLConfig:
-    return load_config(RLConfig, overrides=[*BASE, *overrides])
+from .test_config import MODEL, load
 
 
 def test_off_by_default_and_verl_keys_map() -> None:
