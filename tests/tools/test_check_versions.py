@@ -97,3 +97,14 @@ def test_suggest_range(requirement: str, version: str, expected: str) -> None:
 
     assert Requirement(suggested) == Requirement(expected)
     assert Requirement(suggested).specifier.contains(version)
+
+
+def test_each_package_reports_its_pyproject_version() -> None:
+    """``hf_x.__version__`` comes from the installed distribution, so it follows bumps."""
+    import importlib
+
+    from workspace import discover
+
+    for package in discover().packages.values():
+        module = importlib.import_module(package.name.replace("-", "_"))
+        assert module.__version__ == str(package.version), package.name

@@ -5,6 +5,8 @@ submodule does not import torch."""
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _distribution_version
 from typing import TYPE_CHECKING
 
 from hf_algos._lazy import lazy_exports
@@ -31,7 +33,10 @@ if TYPE_CHECKING:
     )
     from hf_algos.rewards import SCORING_FUNCTIONS, RewardManager, RewardModelScorer
 
-__version__ = "0.1.0"
+try:  # the installed distribution's version, so it cannot drift from pyproject.toml
+    __version__ = _distribution_version("hf-algos")
+except PackageNotFoundError:  # a source tree on sys.path that was never installed
+    __version__ = "0+unknown"
 
 _WHERE = {
     "ADVANTAGE_ESTIMATORS": "hf_algos.advantages",

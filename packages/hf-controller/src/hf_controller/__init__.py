@@ -6,6 +6,9 @@ gathered back (collect). Needs only Ray; DataProto support comes with
 ``hf-controller[protocol]``.
 """
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _distribution_version
+
 from hf_controller.colocation import create_colocated_worker_cls, create_colocated_worker_cls_fused
 from hf_controller.decorator import Dispatch, Execute, register
 from hf_controller.dispatch import (
@@ -35,7 +38,10 @@ from hf_controller.worker import Worker
 from hf_controller.worker_class import ClassWithInitArgs, RayClassWithInitArgs
 from hf_controller.worker_group import ResourcePool, WorkerGroup
 
-__version__ = "0.1.0"
+try:  # the installed distribution's version, so it cannot drift from pyproject.toml
+    __version__ = _distribution_version("hf-controller")
+except PackageNotFoundError:  # a source tree on sys.path that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "CallTiming",

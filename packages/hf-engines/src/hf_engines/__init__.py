@@ -1,5 +1,7 @@
 """hf-engines: training engines behind one small interface (FSDP2 and Megatron-core)."""
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _distribution_version
 from typing import TYPE_CHECKING
 
 from hf_engines.config import (
@@ -40,7 +42,10 @@ from hf_engines.workers import (
 if TYPE_CHECKING:  # the real import is lazy (see __getattr__): megatron-core is optional
     from hf_engines.megatron import MegatronEngine
 
-__version__ = "0.1.0"
+try:  # the installed distribution's version, so it cannot drift from pyproject.toml
+    __version__ = _distribution_version("hf-engines")
+except PackageNotFoundError:  # a source tree on sys.path that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "ActorConfig",

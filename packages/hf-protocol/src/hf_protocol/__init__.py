@@ -4,6 +4,9 @@ Also the batch contract: :mod:`hf_protocol.fields` names the fields, :mod:`hf_pr
 pads prompts and responses into them.
 """
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _distribution_version
+
 from hf_protocol import fields
 from hf_protocol.data_proto import DataProto, DataProtoItem
 from hf_protocol.distributed import all_gather_data_proto
@@ -19,7 +22,10 @@ from hf_protocol.layout import (
 from hf_protocol.padding import pad_dataproto_to_divisor, unpad_dataproto
 from hf_protocol.unions import union_numpy_dict, union_tensor_dict
 
-__version__ = "0.1.0"
+try:  # the installed distribution's version, so it cannot drift from pyproject.toml
+    __version__ = _distribution_version("hf-protocol")
+except PackageNotFoundError:  # a source tree on sys.path that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "DataProto",

@@ -1,5 +1,8 @@
 """hf-rollout: generation engines (native torch, vLLM, SGLang) behind one small interface."""
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _distribution_version
+
 from hf_rollout.base import (
     RolloutEngine,
     build_output_from_samples,
@@ -18,7 +21,10 @@ from hf_rollout.registry import (
 )
 from hf_rollout.weight_channel import WeightChannel, WeightChannelError
 
-__version__ = "0.1.0"
+try:  # the installed distribution's version, so it cannot drift from pyproject.toml
+    __version__ = _distribution_version("hf-rollout")
+except PackageNotFoundError:  # a source tree on sys.path that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "ROLLOUT_BACKENDS",
