@@ -11,6 +11,7 @@ import torch
 import torch.multiprocessing as mp
 
 from hf_controller.worker import master_address
+from hf_rollout.testing import run_ranks
 from hf_rollout.weight_channel import WeightChannel, WeightChannelError
 
 pytestmark = pytest.mark.timeout(120)
@@ -37,7 +38,7 @@ def named_tensors(case: str) -> list[tuple[str, torch.Tensor]]:
     return mixed
 
 
-def _member(rank: int, world: int, port: int, case: str, results: Any) -> None:
+def _member(rank: int, world: int, port: int, results: Any, case: str) -> None:
     try:
         channel = WeightChannel.join("127.0.0.1", port, rank, world, timeout_s=30)
         got: list[list[Any]] = []
@@ -54,22 +55,7 @@ def _member(rank: int, world: int, port: int, case: str, results: Any) -> None:
 
 
 def run_members(world: int, case: str) -> dict[int, list[list[Any]]]:
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    _, port = master_address()
-    procs = [
-        ctx.Process(target=_member, args=(r, world, port, case, results)) for r in range(world)
-    ]
-    for proc in procs:
-        proc.start()
-    out = {}
-    for _ in procs:
-        rank, got, error = results.get(timeout=90)
-        assert error is None, f"rank {rank} failed:\n{error}"
-        out[rank] = got
-    for proc in procs:
-        proc.join(timeout=30)
-    return out
+    return run_ranks(_member, world, case)
 
 
 @pytest.mark.parametrize(("world", "case"), [(3, "mixed"), (2, "empty")])

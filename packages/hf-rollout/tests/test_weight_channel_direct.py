@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from hf_controller.worker import master_address
+from hf_rollout.testing import run_ranks
 from hf_rollout.weight_channel import WeightChannel
 
 pytestmark = pytest.mark.timeout(180)
@@ -115,23 +115,8 @@ def _expected(step: int) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module", params=[2, 3], ids=["1 receiver", "2 receivers"])
 def synced(request: pytest.FixtureRequest) -> dict[int, list[Any]]:
-    world = request.param
     ctx = mp.get_context("spawn")
-    results, modified = ctx.Queue(), ctx.Event()
-    _, port = master_address()
-    procs = [
-        ctx.Process(target=_member, args=(r, world, port, results, modified)) for r in range(world)
-    ]
-    for proc in procs:
-        proc.start()
-    out = {}
-    for _ in procs:
-        rank, got, error = results.get(timeout=150)
-        assert error is None, f"rank {rank} failed:\n{error}"
-        out[rank] = got
-    for proc in procs:
-        proc.join(timeout=30)
-    return out
+    return run_ranks(_member, request.param, ctx.Event(), timeout_s=150, ctx=ctx)
 
 
 def test_received_in_place_bit_identical_for_every_bucket_size(

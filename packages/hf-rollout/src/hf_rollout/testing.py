@@ -9,11 +9,14 @@ so that greedy decoding of a tiny model does not just repeat one token, which wo
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.multiprocessing as mp
 
+from hf_controller.worker import master_address
 from hf_protocol import DataProto, fields, left_pad
 from hf_protocol.testing import save_tiny_model, tiny_decoder_config
 
@@ -73,3 +76,41 @@ def make_prompts(token_lists: list[list[int]], pad_token_id: int = 0) -> DataPro
             fields.POSITION_IDS: position_ids,
         }
     )
+
+
+def run_ranks(
+    target: Callable[..., None],
+    world: int,
+    *args: Any,
+    timeout_s: float = 90.0,
+    ctx: Any = None,
+) -> dict[int, Any]:
+    """Run ``target(rank, world, port, results, *args)`` in ``world`` spawned processes.
+
+    ``port`` is a free port on loopback for a ``torch.distributed`` rendezvous; each rank
+    puts ``(rank, payload, error)`` on ``results`` (``error`` a traceback string or None).
+    Returns ``{rank: payload}``; a rank that reports an error fails the caller with its
+    traceback. ``ctx`` is the ``spawn`` context, to pass when ``args`` hold its Events.
+    """
+    ctx = ctx or mp.get_context("spawn")
+    results = ctx.Queue()
+    _, port = master_address()
+    procs = [
+        ctx.Process(target=target, args=(rank, world, port, results, *args))
+        for rank in range(world)
+    ]
+    for proc in procs:
+        proc.start()
+    out: dict[int, Any] = {}
+    try:
+        for _ in procs:
+            rank, payload, error = results.get(timeout=timeout_s)
+            if error is not None:
+                raise AssertionError(f"rank {rank} of {world} failed:\n{error}")
+            out[rank] = payload
+    finally:
+        for proc in procs:
+            proc.join(timeout=30)
+            if proc.is_alive():  # a rank stuck after another failed: do not orphan it
+                proc.kill()
+    return out
