@@ -18,7 +18,7 @@ from hf_rollout import (
     read_prompts,
     stop_ids_for,
 )
-from hf_rollout.backends.vllm import pad_id_for_dir
+from hf_rollout.backends.vllm import fit_max_model_len, pad_id_for_dir
 from hf_rollout.config import SamplingConfig
 
 
@@ -120,3 +120,17 @@ def test_pad_id_for_dir_prefers_config_then_model_then_eos(tmp_path: Path) -> No
     (tmp_path / "config.json").write_text(json.dumps({}))
     assert pad_id_for_dir(None, tmp_path, [2, 5]) == 2
     assert pad_id_for_dir(None, tmp_path, []) == 0
+
+
+def test_fit_max_model_len_caps_at_the_models_positions(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 64}))
+    with caplog.at_level("WARNING"):
+        assert fit_max_model_len(2048, tmp_path) == 64
+    assert "max_model_len=2048" in caplog.text and "max_position_embeddings=64" in caplog.text
+    assert fit_max_model_len(32, tmp_path) == 32
+    nested = {"text_config": {"max_position_embeddings": 128}}
+    (tmp_path / "config.json").write_text(json.dumps(nested))
+    assert fit_max_model_len(2048, tmp_path) == 128
+    assert fit_max_model_len(2048, tmp_path / "missing") == 2048

@@ -97,6 +97,32 @@ def model_vocab_size_from_dir(path: str | os.PathLike[str]) -> int | None:
     return None if size is None else int(size)
 
 
+def fit_max_model_len(requested: int, path: str | os.PathLike[str]) -> int:
+    """``requested``, capped at the model's ``max_position_embeddings`` (``config.json``).
+
+    vLLM refuses a ``max_model_len`` beyond the positions the model was built for, while the
+    rollout's default (2048) is larger than a tiny model's; the cap keeps the default usable
+    and is logged. Prompts and responses longer than the cap are still refused per request
+    (``check_prompt_lengths``) and budgeted (``max_new_tokens``) against it.
+    """
+    file = Path(path) / "config.json"
+    if not file.is_file():
+        return requested
+    config = json.loads(file.read_text())
+    limit = config.get("max_position_embeddings")
+    limit = config.get("text_config", {}).get("max_position_embeddings") if limit is None else limit
+    if limit is None or requested <= int(limit):
+        return requested
+    logger.warning(
+        "vllm rollout: max_model_len=%d is more than the model's max_position_embeddings=%d; "
+        "using %d",
+        requested,
+        int(limit),
+        int(limit),
+    )
+    return int(limit)
+
+
 def in_vocab(token_ids: Iterable[int], vocab_size: int | None) -> list[int]:
     """The ids a model can emit: ``[0, vocab_size)``; others could never stop a sample.
 
@@ -230,6 +256,7 @@ class VLLMRollout:
         self.eos_ids = model_eos_ids_from_dir(model_dir)
         self.vocab_size = model_vocab_size_from_dir(model_dir)
         self.pad_token_id = pad_id_for_dir(self.config.pad_token_id, model_dir, self.eos_ids)
+        self.max_model_len = fit_max_model_len(self.config.max_model_len, model_dir)
         self.llm = self._start_engine(model_dir, kwargs)
         self.asleep = False
         self._weights_awake = True
@@ -260,7 +287,7 @@ class VLLMRollout:
             model=model_dir,
             skip_tokenizer_init=True,
             dtype=self.config.dtype,
-            max_model_len=self.config.max_model_len,
+            max_model_len=self.max_model_len,
             seed=self.config.seed,
             trust_remote_code=self.config.trust_remote_code,
         )
@@ -273,12 +300,12 @@ class VLLMRollout:
         self._check_usable()
         prompt_tensors = read_prompts(prompts, self.pad_token_id)
         input_ids, attention_mask, _ = prompt_tensors
-        longest = check_prompt_lengths(attention_mask, self.config.max_model_len)
+        longest = check_prompt_lengths(attention_mask, self.max_model_len)
         if input_ids.shape[0] == 0:
             return build_output_from_samples(
                 prompts, prompt_tensors, [], [], sampling, self.pad_token_id
             )
-        budget = min(sampling.max_new_tokens, self.config.max_model_len - longest)
+        budget = min(sampling.max_new_tokens, self.max_model_len - longest)
         stop_ids = in_vocab(stop_ids_for(sampling, self.eos_ids), self.vocab_size)
         token_lists = [
             ids[mask.bool()].tolist() for ids, mask in zip(input_ids, attention_mask, strict=True)
