@@ -1,16 +1,16 @@
 """The CPU quickstart: teach a 0.53M-parameter model to reverse six letters, SFT then GRPO.
 
-What it really is (``task.name=sort_letters`` swaps in the second task, sorting the letters):
+What it really is (``task.name=deal_letters`` swaps in the second task, ``abcdef=`` -> ``acebdf``):
 
 1. make a tiny random Qwen2, a character tokenizer and the task data (nothing downloaded);
 2. a short supervised warm-up on (``abcdef=``, ``fedcba``) pairs, so the policy learns the
    answer format but gets fewer than half of the held-out words exactly right;
-3. GRPO: 16 prompts x 8 samples a step at temperature 0.7, a rule-based reward (1 exact,
+3. GRPO: 16 prompts x 16 samples a step at temperature 0.7, a rule-based reward (1 exact,
    -0.5 for the wrong length, so dropping ``<eos>`` never pays, else partial credit),
    advantages normalised within each prompt's group, a clipped policy-gradient update
    (lr warmed up over 50 steps), no KL, no critic — through real worker groups (actor and
-   rollout fused in one Ray worker, weights handed over in memory), until greedy
-   exact-match accuracy on held-out words passes 0.9;
+   rollout fused in one Ray worker, weights handed over in memory), 300 steps, by which
+   greedy exact-match accuracy on held-out words passes 0.9 (on 4 of 5 seeds);
 4. save the trained model as a Hugging Face directory, metrics as jsonl and TensorBoard
    events, and a PNG of the reward, accuracy and response-length curves.
 

@@ -7,7 +7,7 @@ validation, the minimum after the first GRPO step, the final value) and draws on
 seed::
 
     python -m recipes.quickstart.seeds --seeds 0 1 2 3 4 --out outputs/seeds
-    python -m recipes.quickstart.seeds --seeds 0 1 2 --out outputs/seeds_sort task.name=sort_letters
+    python -m recipes.quickstart.seeds --seeds 0 1 2 --out outputs/seeds_deal task.name=deal_letters
 """
 
 from __future__ import annotations

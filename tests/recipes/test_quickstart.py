@@ -4,7 +4,7 @@ The smoke test runs a few steps of each stage and checks every output the README
 The full test runs the recipe as shipped and checks that the RL stage itself teaches:
 held-out greedy accuracy below 0.5 after the warm-up, never more than noise below that level
 during GRPO (the old partial-credit reward let it collapse to 0 for ~250 steps), at least 0.9
-after GRPO. The second task (``task.name=sort_letters``) runs a few steps end to end.
+after GRPO. The second task (``task.name=deal_letters``) runs a few steps end to end.
 """
 
 from __future__ import annotations
@@ -95,14 +95,14 @@ def test_quickstart_as_shipped_learns_the_task(tmp_path: Path) -> None:
     assert accuracy[-1] >= 0.9, f"GRPO did not reach 0.9 held-out accuracy: {accuracy}"
 
 
-def test_quickstart_second_task_sort_letters_runs(ray_session: object, tmp_path: Path) -> None:
-    """``task.name=sort_letters`` trains and validates on the sort task end to end (a few
-    steps; with the shipped settings it does not learn past its warm-up, see
+def test_quickstart_second_task_deal_letters_runs(ray_session: object, tmp_path: Path) -> None:
+    """``task.name=deal_letters`` trains and validates on the second task end to end (a few
+    steps; over 3 seeds the shipped settings take it from its warm-up level to >= 0.9, see
     docs/benchmarks.md "Quickstart over seeds")."""
     run_quickstart(
         [
             f"workdir={tmp_path}",
-            "task.name=sort_letters",
+            "task.name=deal_letters",
             "task.train_prompts=400",
             "task.sft_rows=128",
             "task.val_prompts=32",
@@ -112,7 +112,9 @@ def test_quickstart_second_task_sort_letters_runs(ray_session: object, tmp_path:
         ]
     )
     rows = [json.loads(line) for line in (tmp_path / "data" / "val.jsonl").open()]
-    assert all(r["reward_model"]["ground_truth"] == "".join(sorted(r["prompt"][:-1])) for r in rows)
+    for row in rows:
+        letters = row["prompt"][:-1]
+        assert row["reward_model"]["ground_truth"] == letters[0::2] + letters[1::2]
     records = [json.loads(line) for line in grpo_metrics(tmp_path).open()]
-    assert any("val/sort_letters/score/mean" in record for record in records)
+    assert any("val/deal_letters/score/mean" in record for record in records)
     assert all(record.get("reward/errors", 0) == 0 for record in records)

@@ -9,6 +9,12 @@ from pathlib import Path
 import pytest
 
 from hf_algos.data import build_char_tokenizer, write_rows
+from hf_algos.examples.deal_letters import (
+    DEAL_LETTERS,
+    DEAL_LETTERS_SOURCE,
+    compute_deal_letters_score,
+    make_deal_letters_rows,
+)
 from hf_algos.examples.letter_tasks import WRONG_LENGTH_SCORE
 from hf_algos.examples.reverse_letters import (
     REVERSE_LETTERS_SOURCE,
@@ -80,6 +86,20 @@ def test_sort_letters_rows_and_score() -> None:
     assert letter_task("sort_letters") is SORT_LETTERS
     with pytest.raises(ValueError, match="reverse_letters"):
         letter_task("reverse_words")
+
+
+def test_deal_letters_rows_and_score() -> None:
+    rows = make_deal_letters_rows(4, length=6, seed=1)
+    assert rows == make_deal_letters_rows(4, length=6, seed=1)
+    assert DEAL_LETTERS.answer("abcdef") == "acebdf"
+    for row in rows:
+        letters = row["prompt"][:-1]
+        assert row["reward_model"]["ground_truth"] == letters[0::2] + letters[1::2]
+        assert row["data_source"] == DEAL_LETTERS_SOURCE
+    assert compute_deal_letters_score("acebdf", "acebdf") == 1.0
+    assert compute_deal_letters_score("acebdg", "acebdf") == pytest.approx(0.5 * 5 / 6)
+    assert compute_deal_letters_score("acebd", "acebdf") == -0.5
+    assert letter_task("deal_letters") is DEAL_LETTERS
 
 
 def test_registered_reward_scores_the_task_in_worker_processes(unregistered: None) -> None:

@@ -6,7 +6,10 @@ checked on a task they were not tuned on: ``python -m recipes.quickstart.main
 task.name=sort_letters``. Reversing only moves letters by position; sorting has to compare
 them, so the answer at each position depends on every letter of the prompt. Measured: the
 quickstart's settings do not teach it (the warm-up already reaches ~0.7 and GRPO drifts
-down; docs/benchmarks.md, "Quickstart over seeds").
+down). Not for want of exploration: the quickstart's 2-layer model fails on words with a
+repeated letter (it has to count copies), and supervised training on the right answers
+climbs just as slowly, so the quickstart's second task is
+:mod:`hf_algos.examples.deal_letters` (docs/benchmarks.md, "Quickstart over seeds").
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hf_algos.examples.deal_letters import DEAL_LETTERS
 from hf_algos.examples.letter_tasks import LetterTask
 from hf_algos.examples.reverse_letters import REVERSE_LETTERS
 from hf_algos.examples.sort_letters import SORT_LETTERS
@@ -10,6 +11,7 @@ __all__ = ["LETTER_TASKS", "letter_task"]
 
 LETTER_TASKS: dict[str, LetterTask] = {
     REVERSE_LETTERS.data_source: REVERSE_LETTERS,
+    DEAL_LETTERS.data_source: DEAL_LETTERS,
     SORT_LETTERS.data_source: SORT_LETTERS,
 }
 """Task name (its ``data_source``) -> task."""
