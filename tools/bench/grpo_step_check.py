@@ -135,7 +135,9 @@ def make_batch(model_dir: Path, seed: int = 0) -> dict[str, Any]:
 def to_dataproto(batch: dict[str, Any]) -> DataProto:
     """The batch in HybridFlow's layout, reward on each completion's last token, uid column."""
     mask = batch["completion_mask"]
-    responses = [row[: int(m.sum())].tolist() for row, m in zip(batch["completion_ids"], mask)]
+    responses = [
+        row[: int(m.sum())].tolist() for row, m in zip(batch["completion_ids"], mask, strict=True)
+    ]
     count = len(responses)
     data = build_prompt_response_batch(
         batch["prompt_ids"].tolist(),
