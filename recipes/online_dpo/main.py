@@ -10,6 +10,11 @@ What it really is, one step:
 5. **DPO update**: one optimizer step on ``-log sigmoid(beta * margin)`` of the pairs;
 6. the new weights go to the rollout engine (in the same process).
 
+Before the first step, and every ``eval_every`` steps, the held-out prompts are sampled
+and scored (``val/score/mean``). With no ``model_path`` the recipe makes a tiny random
+Qwen2 and, by default, warms it up with 90 supervised steps on the task (``warmup.py``):
+from random weights online DPO has nothing learnable to prefer.
+
 Actor, reference and rollout are three roles fused into one worker group (one process per
 GPU or CPU slot); the loop below calls them like local objects. ``DPOTrainer`` (with
 ``dpo.online=true``) runs the same steps with checkpoints, resume and validation; this
@@ -17,6 +22,7 @@ script spells them out. Run from the repository root (about a minute on 2 CPU co
 
     python -m recipes.online_dpo.main
     python -m recipes.online_dpo.main steps=100 beta=0.2
+    python -m recipes.online_dpo.curve --seeds 0 1 2   # the held-out curve of 3 seeds
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ from hf_protocol import DataProto, fields
 from hf_rollout import RolloutConfig, SamplingConfig
 from hf_rollout.workers import RolloutWorker
 from recipes.cli import parse_recipe_args
+from recipes.online_dpo.warmup import sft_warmup
 
 CONFIG_PATH = Path(__file__).with_name("config.yaml")
 
@@ -79,6 +86,11 @@ class OnlineDPOConfig:
     """Held-out prompt rows; empty with generated training rows: generated ones (other seed)."""
     word_length: int = 6
     """Letters per generated prompt (the quickstart's task uses 6)."""
+    warmup_steps: int = 0
+    """Supervised steps (32 rows each) on the generated task before online DPO, applied to
+    the generated tiny model only (see ``warmup.py``); 0 starts from random weights."""
+    warmup_lr: float = 3e-3
+    """AdamW learning rate of the warm-up."""
     steps: int = 30
     """Training steps (one DPO optimizer step each)."""
     prompts_per_step: int = 16
@@ -145,6 +157,10 @@ def prepare(config: OnlineDPOConfig) -> tuple[str, list[str], list[str]]:
     if model_path is None:
         model_path = str(build_tiny_model(workdir / "tiny_model", "qwen2", config.seed))
         build_char_tokenizer(model_path, chat_template=None)
+        if config.warmup_steps > 0:
+            # Other rows than the DPO prompts': a seed of their own.
+            rows = make_reverse_letters_rows(4096, config.word_length, config.seed + 1)
+            sft_warmup(model_path, rows, config.warmup_steps, lr=config.warmup_lr)
     files, val_files = list(config.train_files), list(config.val_files)
     if not files:
         rows = make_reverse_letters_rows(4096, length=config.word_length, seed=config.seed)
