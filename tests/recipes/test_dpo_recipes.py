@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 import torch
 
-MIN_GAIN = 0.05
-"""Least rise of the held-out online DPO score over the CI run (seeds 0-2 gain GAINS)."""
+MIN_GAIN = 0.02
+"""Least rise of the held-out online DPO score over the CI run's 16 steps (seed 0, the
+default; on seeds 1 and 2 the same 16 steps gain 0.038 and 0.072, docs/benchmarks.md)."""
 
 
 def read_jsonl_metrics(log_dir: Path) -> list[dict[str, Any]]:
