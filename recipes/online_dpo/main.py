@@ -10,6 +10,11 @@ What it really is, one step:
 5. **DPO update**: one optimizer step on ``-log sigmoid(beta * margin)`` of the pairs;
 6. the new weights go to the rollout engine (in the same process).
 
+Before the first step, and every ``eval_every`` steps, the held-out prompts are sampled
+and scored (``val/score/mean``). With no ``model_path`` the recipe makes a tiny random
+Qwen2 and, by default, warms it up with 90 supervised steps on the task (``warmup.py``):
+from random weights online DPO has nothing learnable to prefer.
+
 Actor, reference and rollout are three roles fused into one worker group (one process per
 GPU or CPU slot); the loop below calls them like local objects. ``DPOTrainer`` (with
 ``dpo.online=true``) runs the same steps with checkpoints, resume and validation; this
@@ -17,6 +22,7 @@ script spells them out. Run from the repository root (about a minute on 2 CPU co
 
     python -m recipes.online_dpo.main
     python -m recipes.online_dpo.main steps=100 beta=0.2
+    python -m recipes.online_dpo.curve --seeds 0 1 2   # the held-out curve of 3 seeds
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ from hf_protocol import DataProto, fields
 from hf_rollout import RolloutConfig, SamplingConfig
 from hf_rollout.workers import RolloutWorker
 from recipes.cli import parse_recipe_args
+from recipes.online_dpo.warmup import sft_warmup
 
 CONFIG_PATH = Path(__file__).with_name("config.yaml")
 
@@ -75,14 +82,29 @@ class OnlineDPOConfig:
     """Local tokenizer directory; ``None`` reads the tokenizer from ``model_path``."""
     train_files: tuple[str, ...] = ()
     """Prompt rows (``hf_algos.data`` format); empty generates reverse-letters prompts."""
+    val_files: tuple[str, ...] = ()
+    """Held-out prompt rows; empty with generated training rows: generated ones (other seed)."""
     word_length: int = 6
     """Letters per generated prompt (the quickstart's task uses 6)."""
+    warmup_steps: int = 0
+    """Supervised steps (32 rows each) on the generated task before online DPO, applied to
+    the generated tiny model only (see ``warmup.py``); 0 starts from random weights."""
+    warmup_lr: float = 3e-3
+    """AdamW learning rate of the warm-up."""
     steps: int = 30
     """Training steps (one DPO optimizer step each)."""
     prompts_per_step: int = 16
     """Prompts sampled per step."""
     samples_per_prompt: int = 4
     """Responses per prompt; the best and the worst become a pair."""
+    eval_every: int = 5
+    """Score the held-out prompts before training, every this many steps and at the end;
+    0 never."""
+    eval_prompts: int = 64
+    """Held-out prompts scored (the first of ``val_files``, or generated)."""
+    eval_samples: int = 4
+    """Responses sampled per held-out prompt (same seed every time, so only the policy
+    changes between evaluations)."""
     max_prompt_length: int = 16
     """Longer prompts are dropped from the data."""
     max_new_tokens: int = 7
@@ -123,18 +145,31 @@ class Roles(NamedTuple):
     pool: RayResourcePool
 
 
-def prepare(config: OnlineDPOConfig) -> tuple[str, list[str]]:
-    """The model directory and prompt files, made in ``workdir`` when the config gives none."""
+VAL_SEED_OFFSET = 10_000
+"""Generated held-out prompts use ``seed + VAL_SEED_OFFSET`` (training ones ``seed``)."""
+
+
+def prepare(config: OnlineDPOConfig) -> tuple[str, list[str], list[str]]:
+    """The model directory, training and held-out prompt files; made in ``workdir`` when the
+    config gives none (held-out rows only when the training rows are generated too)."""
     workdir = Path(config.workdir)
     model_path = config.model_path
     if model_path is None:
         model_path = str(build_tiny_model(workdir / "tiny_model", "qwen2", config.seed))
         build_char_tokenizer(model_path, chat_template=None)
-    files = list(config.train_files)
+        if config.warmup_steps > 0:
+            # Other rows than the DPO prompts': a seed of their own.
+            rows = make_reverse_letters_rows(4096, config.word_length, config.seed + 1)
+            sft_warmup(model_path, rows, config.warmup_steps, lr=config.warmup_lr)
+    files, val_files = list(config.train_files), list(config.val_files)
     if not files:
         rows = make_reverse_letters_rows(4096, length=config.word_length, seed=config.seed)
         files = [str(write_rows(rows, workdir / "data" / "train.jsonl"))]
-    return model_path, files
+        if not val_files and config.eval_every > 0:
+            seed = config.seed + VAL_SEED_OFFSET
+            rows = make_reverse_letters_rows(config.eval_prompts, config.word_length, seed)
+            val_files = [str(write_rows(rows, workdir / "data" / "val.jsonl"))]
+    return model_path, files, val_files
 
 
 class RoleConfigs(NamedTuple):
@@ -221,6 +256,18 @@ def online_dpo_step(
     return metrics
 
 
+def evaluate(
+    roles: Roles, reward: RewardManager, prompts: DataProto, sampling: SamplingConfig
+) -> Metrics:
+    """Mean score of responses sampled for the held-out ``prompts``: ``val/score/mean``."""
+    prompts = prompts.slice(0, len(prompts))  # a copy: the sampling config goes in meta_info
+    prompts.meta_info[fields.SAMPLING] = sampling
+    batch = take_metrics(roles.rollout.generate_sequences(prompts), {})
+    batch = batch.union(take_metrics(reward.score(batch), {}))
+    scores = batch.batch[fields.TOKEN_LEVEL_SCORES].sum(-1)  # type: ignore[index]
+    return {"val/score/mean": float(scores.mean())}
+
+
 def endless(loader: StatefulDataLoader) -> Iterator[DataProto]:
     """The loader's batches, epoch after epoch (reshuffled each epoch)."""
     while True:
@@ -232,15 +279,39 @@ def load_online_dpo_config(path: Path, overrides: Sequence[str]) -> OnlineDPOCon
     return load_config(OnlineDPOConfig, path, overrides)
 
 
+def sampling_config(
+    config: OnlineDPOConfig, eos_token_id: int, n: int, seed: int
+) -> SamplingConfig:
+    """The rollout's sampling settings for ``n`` responses a prompt, seeded by ``seed``."""
+    return SamplingConfig(
+        n=n,
+        temperature=config.temperature,
+        max_new_tokens=config.max_new_tokens,
+        eos_token_id=eos_token_id,
+        seed=seed,
+    )
+
+
 def run(overrides: Sequence[str] = (), config_path: Path = CONFIG_PATH) -> list[Metrics]:
-    """Train as the config says, save the final model; returns every step's metrics."""
+    """Train as the config says, save the final model; returns every step's metrics, each
+    with its ``step``: the held-out score ``val/score/mean`` in the steps that evaluate, and
+    first, when ``eval_every > 0``, a step 0 entry with the score before training."""
     config = load_online_dpo_config(config_path, overrides)
-    model_path, files = prepare(config)
+    model_path, files, val_files = prepare(config)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_path or model_path)
-    data = RLDataset(files, tokenizer, RLDatasetConfig(max_prompt_length=config.max_prompt_length))
+    data_config = RLDatasetConfig(max_prompt_length=config.max_prompt_length)
+    data = RLDataset(files, tokenizer, data_config)
     loader = StatefulDataLoader(data, config.prompts_per_step, True, config.seed, drop_last=True)
+    val_prompts = None
+    if val_files and config.eval_every > 0:
+        val_data = RLDataset(val_files, tokenizer, data_config)
+        val_loader = StatefulDataLoader(val_data, config.eval_prompts, False, drop_last=False)
+        val_prompts = next(iter(val_loader))
+    # The same seed at every evaluation: only the policy changes between them.
+    val_seed = config.seed * 1_000_003  # step 0's: training steps use 1, 2, ...
+    val_sampling = sampling_config(config, tokenizer.eos_token_id, config.eval_samples, val_seed)
     register_reward()  # the generated prompts are the quickstart's task, scored by its reward
     reward = RewardManager(tokenizer, RewardManagerConfig(num_workers=config.reward_workers))
     roles = build_roles(config, model_path, tokenizer.pad_token_id)
@@ -248,19 +319,22 @@ def run(overrides: Sequence[str] = (), config_path: Path = CONFIG_PATH) -> list[
     tracking = Tracking("online_dpo", "run", config.loggers, log_dir, config_to_dict(config))
     history: list[Metrics] = []
     try:
+        if val_prompts is not None:
+            before = evaluate(roles, reward, val_prompts, val_sampling)
+            tracking.log(before, 0)
+            history.append({"step": 0, **before})
         batches = endless(loader)
         for step in range(1, config.steps + 1):
-            prompts = next(batches)
-            sampling = SamplingConfig(
-                n=config.samples_per_prompt,
-                temperature=config.temperature,
-                max_new_tokens=config.max_new_tokens,
-                eos_token_id=tokenizer.eos_token_id,
-                seed=config.seed * 1_000_003 + step,  # a rerun samples the same responses
+            # seed from the step: a rerun samples the same responses
+            seed = config.seed * 1_000_003 + step
+            sampling = sampling_config(
+                config, tokenizer.eos_token_id, config.samples_per_prompt, seed
             )
-            metrics = online_dpo_step(roles, reward, prompts, sampling, config.workers)
+            metrics = online_dpo_step(roles, reward, next(batches), sampling, config.workers)
+            if val_prompts is not None and (step % config.eval_every == 0 or step == config.steps):
+                metrics.update(evaluate(roles, reward, val_prompts, val_sampling))
             tracking.log(metrics, step)
-            history.append(metrics)
+            history.append({"step": step, **metrics})
         model_dir = Path(config.workdir) / "model"
         roles.actor.export_hf(str(model_dir))
         tokenizer.save_pretrained(model_dir)

@@ -1,5 +1,5 @@
-"""recipes/online_dpo and recipes/dpo: a few DPO steps on CPU with a tiny model, real Ray
-workers, finite losses and the implicit-reward metrics."""
+"""recipes/online_dpo and recipes/dpo: DPO steps on CPU with a tiny model, real Ray
+workers, finite losses and the implicit-reward metrics; online DPO raises the held-out score."""
 
 from __future__ import annotations
 
@@ -11,6 +11,10 @@ from typing import Any
 import pytest
 import torch
 
+MIN_GAIN = 0.02
+"""Least rise of the held-out online DPO score over the CI run's 16 steps (seed 0, the
+default; on seeds 1 and 2 the same 16 steps gain 0.038 and 0.072, docs/benchmarks.md)."""
+
 
 def read_jsonl_metrics(log_dir: Path) -> list[dict[str, Any]]:
     """The records of the one jsonl metrics file under ``log_dir``."""
@@ -19,25 +23,35 @@ def read_jsonl_metrics(log_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in files[0].read_text().splitlines() if line.strip()]
 
 
-@pytest.mark.timeout(240)
-def test_online_dpo_trains_on_sampled_pairs(ray_session: Any, tmp_path: Path) -> None:
+ONLINE_DPO_SHORT_RUN = ["steps=16", "eval_every=8", "loggers=[jsonl]"]
+"""The CI run: the recipe's learning settings (warm-up, beta, lr), fewer steps."""
+
+
+@pytest.mark.timeout(300)
+def test_online_dpo_raises_the_held_out_score(ray_session: Any, tmp_path: Path) -> None:
     from recipes.online_dpo.main import run
 
     torch.set_num_threads(1)
-    history = run([f"workdir={tmp_path}", "steps=3", "prompts_per_step=8", "loggers=[jsonl]"])
-    assert len(history) == 3
-    trained = [step for step in history if step["pairs"] > 0]
-    assert trained, "no step found a pair: every prompt's samples scored the same"
+    history = run([f"workdir={tmp_path}", *ONLINE_DPO_SHORT_RUN])
+    assert [m["step"] for m in history] == list(range(17))  # step 0: the score before
+    trained = [step for step in history[1:] if step["pairs"] > 0]
+    assert len(trained) >= 12, "few steps found a pair: the samples of a prompt scored alike"
     for step in trained:
         for name in ("actor/dpo_loss", "actor/reward_margin", "actor/reward_accuracy"):
             assert math.isfinite(step[name]), (name, step)
-        assert 0 < step["pairs"] <= 8
+        assert 0 < step["pairs"] <= 16
     # The first update starts at the reference: loss log(2), zero margin.
     first = trained[0]
     assert first["actor/dpo_loss"] == pytest.approx(math.log(2), abs=1e-4)
     assert abs(first["actor/reward_margin"]) < 1e-5
+    # The policy improves: the held-out score (64 prompts x 4 samples, the same sampling
+    # seed each time) rises over its starting point, at both evaluations.
+    scores = [m["val/score/mean"] for m in history if "val/score/mean" in m]
+    assert len(scores) == 3
+    assert scores[1] > scores[0] and scores[2] > scores[0] + MIN_GAIN, scores
     logged = read_jsonl_metrics(tmp_path / "logs")
-    assert [record["score/mean"] for record in logged] == [s["score/mean"] for s in history]
+    assert [r["step"] for r in logged] == list(range(17))
+    assert [r.get("score/mean") for r in logged[1:]] == [s["score/mean"] for s in history[1:]]
     assert (tmp_path / "model" / "config.json").is_file()
     assert (tmp_path / "model" / "tokenizer.json").is_file()
 
