@@ -140,8 +140,12 @@ def report_block(
                 f"| {tenth['margin']:.6f} / {steps[-1]['margin']:.4f} | {_evals(record)} "
                 f"| {statistics.median(record['step_seconds']):.3f} |"
             )
-    lines += ["", "| loss | max abs diff, first 10 steps: loss / margin | all steps: loss / "
-              "margin | final accuracy HF / TRL | verdict |", "|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| loss | max abs diff, first 10 steps: loss / margin | all steps: loss / "
+        "margin | final accuracy HF / TRL | verdict |",
+        "|---|---|---|---|---|",
+    ]
     for loss_type, check in checks.items():
         verdict = "**agree**" if check.ok else "**MISSED**: " + "; ".join(check.problems)
         lines.append(
