@@ -129,11 +129,12 @@ def dpo_loss_fn(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """DPO in the engine convention; pairs are adjacent rows (see the module docstring).
 
-        Sequence log-probs are sums over ``response_mask`` of ``outputs["log_probs"]`` and of
-        ``ref_log_prob``; the response token counts go to :func:`dpo_loss` for IPO. Returns the micro-batch's share of the mini-batch's mean pair loss (its
-    own mean without the engine's totals) and metrics (its own) ``dpo_loss``,
-        ``reward_chosen``, ``reward_rejected``, ``reward_margin``, ``reward_accuracy``.
-        Bind the hyper-parameters with ``functools.partial(dpo_loss_fn, beta=...)``.
+    Sequence log-probs are sums over ``response_mask`` of ``outputs["log_probs"]`` and of
+    ``ref_log_prob``; the response token counts go to :func:`dpo_loss` (for IPO). Returns
+    the micro-batch's share of the mini-batch's mean pair loss (its own mean without the
+    engine's totals) and metrics (its own) ``dpo_loss``, ``reward_chosen``,
+    ``reward_rejected``, ``reward_margin``, ``reward_accuracy``. Bind the
+    hyper-parameters with ``functools.partial(dpo_loss_fn, beta=...)``.
     """
     log_probs = outputs["log_probs"]
     device = log_probs.device
