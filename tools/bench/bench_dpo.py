@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,9 +54,9 @@ class BenchSettings:
 
     steps: int = 150
     eval_every: int = 25
-    lr: float = 3e-3
-    beta: float = 0.1
-    batch: int = 32
+    lr: float = 1e-3
+    beta: float = 0.5
+    batch: int = 64
     """Pairs per optimizer step."""
     train_pairs: int = 2048
     val_pairs: int = 64
@@ -218,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, help="keep model, data, logs and records here")
     parser.add_argument("--plot", type=Path, default=DEFAULT_PLOT)
     parser.add_argument("--output", type=Path, help="write the block into this markdown file")
+    parser.add_argument("--jobs", type=int, default=1, help="loss types run at once")
     parser.add_argument("--target", type=float, default=0.9, help="final held-out accuracy")
     parser.add_argument(
         "--hybridflow-override", action="append", default=[], help="recipe key=value"
@@ -241,8 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
     model, data = prepare(workdir, settings)
-    runs: dict[str, list[dict[str, Any]]] = {}
-    for loss_type in args.loss_types.split(","):
+
+    def both_columns(loss_type: str) -> list[dict[str, Any]]:
         shared = [f"--init={model}", f"--data={data}", f"--loss-type={loss_type}"]
         shared += settings.flags()
         result = workdir / f"hybridflow_{loss_type}.json"
@@ -252,8 +254,13 @@ def main(argv: list[str] | None = None) -> int:
         hybridflow = run_column(f"HybridFlow {loss_type}", command, result, settings.threads)
         result = workdir / f"trl_{loss_type}.json"
         command = [str(args.trl_python), str(HERE / "dpo_trl.py"), *shared, f"--result={result}"]
-        trl = run_column(f"TRL {loss_type}", command, result, settings.threads)
-        runs[loss_type] = [hybridflow, trl]
+        return [hybridflow, run_column(f"TRL {loss_type}", command, result, settings.threads)]
+
+    loss_types = args.loss_types.split(",")
+    # --jobs > 1 runs loss types at once (each one's two columns still one after the
+    # other): the agreement is numeric, so sharing the cores changes times, not results.
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        runs = dict(zip(loss_types, pool.map(both_columns, loss_types), strict=True))
     load_after = os.getloadavg()
     checks = {name: check_agreement(pair, args.target) for name, pair in runs.items()}
     plot = plot_curves(runs, args.plot)
