@@ -1,10 +1,10 @@
 """Offline DPO: learn from a local dataset of (prompt, chosen, rejected) pairs.
 
-What it really is, one step: 32 pairs become 64 rows (chosen and rejected next to each
+What it really is, one step: 64 pairs become 128 rows (chosen and rejected next to each
 other); the frozen reference model gives each response's log-probability, and the policy
 takes one optimizer step on ``-log sigmoid(beta * margin)``, the margin being how much more
 the policy raised the chosen response's log-probability over the reference than the
-rejected one's. Every 10 steps, the share of held-out pairs whose margin is positive
+rejected one's. Every 25 steps, the share of held-out pairs whose margin is positive
 (``val/dpo/reward_accuracy``) is measured.
 
 With no model and no data given it makes a tiny random model and a generated

@@ -77,6 +77,28 @@ def test_dpo_loss_fn_pairs_adjacent_rows() -> None:
     assert restored(outputs, batch)[0].item() == loss.item()
 
 
+def test_ipo_averages_each_response_over_its_tokens() -> None:
+    # IPO's margin uses per-token average log-ratios (as TRL's DPOTrainer and the IPO
+    # authors' reported results); summed log-ratios made the squared loss grow with length.
+    outputs, batch = pair_batch()
+    loss, metrics = dpo_loss_fn(outputs, batch, beta=0.5, loss_type="ipo")  # type: ignore[arg-type]
+    # pair 1: chosen +1 over 2 tokens, rejected 0 over 3 -> 0.5; pair 2: -1 over 1 token.
+    expected = ((0.5 - 1.0) ** 2 + (-1.0 - 1.0) ** 2) / 2
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+    assert metrics["reward_margin"] == pytest.approx(0.0)  # rewards stay sequence sums
+    by_hand = dpo_loss(
+        POLICY_W,
+        POLICY_L,
+        REF_W,
+        REF_L,
+        beta=0.1,
+        loss_type="ipo",
+        chosen_lengths=torch.tensor([2.0]),
+        rejected_lengths=torch.tensor([4.0]),
+    )
+    assert by_hand.losses.item() == pytest.approx((0.25 + 0.125 - 5.0) ** 2, rel=1e-6)
+
+
 def test_dpo_loss_fn_rejects_odd_micro_batches() -> None:
     outputs, batch = pair_batch()
     with pytest.raises(ValueError, match="even"):

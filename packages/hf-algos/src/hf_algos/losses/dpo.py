@@ -65,8 +65,14 @@ DPO_LOSSES: Final[dict[str, Callable[[torch.Tensor, float, float], torch.Tensor]
     "hinge": _hinge,
 }
 """Per-pair loss of the log-ratio margin ``h``, by name (with ``beta``, ``label_smoothing``):
-``sigmoid`` ``-log sigmoid(beta h)`` (DPO), ``ipo`` ``(h - 1/(2 beta))^2`` (IPO),
-``hinge`` ``max(0, 1 - beta h)`` (SLiC)."""
+``sigmoid`` ``-log sigmoid(beta h)`` (DPO), ``ipo`` ``(h - 1/(2 beta))^2`` (IPO, ``h`` from
+per-token average log-ratios, see :data:`LENGTH_NORMALISED`), ``hinge``
+``max(0, 1 - beta h)`` (SLiC). The same formulas as TRL's ``DPOTrainer`` ``loss_type``."""
+
+LENGTH_NORMALISED: Final[frozenset[str]] = frozenset({"ipo"})
+"""Losses whose margin divides each response's log-ratio by its token count. IPO's
+squared loss would otherwise grow with response length, and its target ``1/(2 beta)`` is
+meant per token: TRL does this, and the IPO authors' reported results use this form."""
 
 
 def dpo_loss(
@@ -78,11 +84,17 @@ def dpo_loss(
     beta: float = 0.1,
     loss_type: str = "sigmoid",
     label_smoothing: float = 0.0,
+    chosen_lengths: torch.Tensor | None = None,
+    rejected_lengths: torch.Tensor | None = None,
 ) -> DPOLossOutput:
     """Preference loss of ``N`` pairs from sequence log-probs, each input ``(N,)``.
 
     ``h = (log pi(y_w) - log pi(y_l)) - (log pi_ref(y_w) - log pi_ref(y_l))`` and the
-    per-pair loss of :data:`DPO_LOSSES` ``[loss_type]``.
+    per-pair loss of :data:`DPO_LOSSES` ``[loss_type]``. For the losses in
+    :data:`LENGTH_NORMALISED` each log-ratio is first divided by its response's token count
+    ``chosen_lengths`` / ``rejected_lengths`` (``(N,)``; ``None``: the log-probs are taken
+    as already averaged). The implicit rewards are always the unnormalised
+    ``beta * (log pi - log pi_ref)``.
     """
     if beta <= 0:
         raise ValueError(f"beta={beta} must be > 0 (DPO papers use 0.1 to 0.5)")
@@ -95,7 +107,15 @@ def dpo_loss(
         raise ValueError(f"unknown DPO loss_type {loss_type!r}; choose one of {known}") from None
     chosen_ratio = policy_chosen_logps - ref_chosen_logps
     rejected_ratio = policy_rejected_logps - ref_rejected_logps
-    losses = per_pair(chosen_ratio - rejected_ratio, beta, label_smoothing)
+    chosen_score, rejected_score = chosen_ratio, rejected_ratio
+    if loss_type in LENGTH_NORMALISED:
+        if chosen_lengths is not None:
+            chosen_score = chosen_ratio / chosen_lengths.to(chosen_ratio.dtype).clamp(min=1.0)
+        if rejected_lengths is not None:
+            rejected_score = rejected_ratio / rejected_lengths.to(rejected_ratio.dtype).clamp(
+                min=1.0
+            )
+    losses = per_pair(chosen_score - rejected_score, beta, label_smoothing)
     return DPOLossOutput(losses, beta * chosen_ratio.detach(), beta * rejected_ratio.detach())
 
 
@@ -109,11 +129,12 @@ def dpo_loss_fn(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """DPO in the engine convention; pairs are adjacent rows (see the module docstring).
 
-        Sequence log-probs are sums over ``response_mask`` of ``outputs["log_probs"]`` and of
-        ``ref_log_prob``. Returns the micro-batch's share of the mini-batch's mean pair loss (its
-    own mean without the engine's totals) and metrics (its own) ``dpo_loss``,
-        ``reward_chosen``, ``reward_rejected``, ``reward_margin``, ``reward_accuracy``.
-        Bind the hyper-parameters with ``functools.partial(dpo_loss_fn, beta=...)``.
+    Sequence log-probs are sums over ``response_mask`` of ``outputs["log_probs"]`` and of
+    ``ref_log_prob``; the response token counts go to :func:`dpo_loss` (for IPO). Returns
+    the micro-batch's share of the mini-batch's mean pair loss (its own mean without the
+    engine's totals) and metrics (its own) ``dpo_loss``, ``reward_chosen``,
+    ``reward_rejected``, ``reward_margin``, ``reward_accuracy``. Bind the
+    hyper-parameters with ``functools.partial(dpo_loss_fn, beta=...)``.
     """
     log_probs = outputs["log_probs"]
     device = log_probs.device
@@ -127,6 +148,7 @@ def dpo_loss_fn(
     ref = batch_field(micro_batch, fields.REF_LOG_PROB, device, "ref.compute_ref_log_prob writes")
     policy_seq = (log_probs * mask).sum(-1)
     ref_seq = (ref.to(log_probs.dtype) * mask).sum(-1)
+    lengths = mask.sum(-1)
     out = dpo_loss(
         policy_seq[0::2],
         policy_seq[1::2],
@@ -135,6 +157,8 @@ def dpo_loss_fn(
         beta=beta,
         loss_type=loss_type,
         label_smoothing=label_smoothing,
+        chosen_lengths=lengths[0::2],
+        rejected_lengths=lengths[1::2],
     )
     # A pair counts when both rows hold response tokens (2 sequences of the engine's total).
     has_tokens = mask.sum(-1) > 0
