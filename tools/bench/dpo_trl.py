@@ -35,7 +35,7 @@ def make_trainer_class() -> type:
     """``DPOTrainer`` that keeps each step's exact loss and reward metrics."""
     from trl import DPOTrainer
 
-    class RecordingDPOTrainer(DPOTrainer):  # type: ignore[misc]
+    class RecordingDPOTrainer(DPOTrainer):
         """Notes the training loss of every forward (TRL logs it rounded to 4 digits)."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -65,7 +65,7 @@ def make_callback(evals: list[dict[str, float]], step_seconds: list[float]) -> A
     """Records each step's wall time and every evaluation's accuracy and margin."""
     from transformers import TrainerCallback
 
-    class RecordCallback(TrainerCallback):  # type: ignore[misc]
+    class RecordCallback(TrainerCallback):
         """Step times (evaluation excluded) and held-out metrics."""
 
         def __init__(self) -> None:

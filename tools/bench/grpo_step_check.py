@@ -272,7 +272,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     try:
         for case in CASES:
-            row = {"hybridflow": f"{case.loss_agg_mode} ({case.policy_loss})", "trl": case.trl}
+            row: dict[str, object] = {
+                "hybridflow": f"{case.loss_agg_mode} ({case.policy_loss})",
+                "trl": case.trl,
+            }
             row.update(compare(hybridflow_step(batch, case), trl[case.trl]))
             rows.append(row)
     finally:
