@@ -220,6 +220,11 @@ def hybridflow_column(argv: list[str]) -> int:
     parser.add_argument("--override", action="append", default=[], help="recipe key=value")
     parser.add_argument("--spawned", type=float, help="time.time() when the parent spawned us")
     args = parser.parse_args(argv)
+    if "grpo.trainer.backend=local" not in args.override:
+        # The start-early phase of the `hybridflow` command: Ray starts while torch imports.
+        from hf_controller import start_ray_in_background
+
+        start_ray_in_background()
 
     import torch
 

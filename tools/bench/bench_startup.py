@@ -13,9 +13,12 @@ Phases (seconds, median over the repeats):
 * ``tokenizer + data``: the benchmark's prompt files and config, tokenizer, training loader
   and validation set;
 * ``reward set-up``: the reward manager (its scoring processes start in the background);
-* ``ray start``: ``ensure_ray`` (a local Ray);
-* ``worker groups``: pools reserved, worker processes started and imported;
-* ``init_model``: every role's model built in the workers;
+* ``ray start``: ``ensure_ray`` (a local Ray); since the start-early change Ray starts in a
+  background thread first thing (as ``bench_grpo``'s column and the ``hybridflow`` command
+  do), so this is the wait for it;
+* ``worker groups``: pools reserved and the worker processes asked for (they start and
+  import in the background while the driver loads its data);
+* ``init_model``: the wait for the worker processes' start, then every role's model built;
 * ``weights to rollout``: the first weight sync (``workers_ready``);
 * ``reward check (wait)``: waiting for the scoring process's check of one row, which ran
   in the background since ``reward set-up``;
@@ -28,6 +31,10 @@ Usage (from the repository root, dev venv)::
 
     python tools/bench/bench_startup.py --repeats 3
     python tools/bench/bench_startup.py --repeats 3 --override grpo.trainer.backend=local
+    python tools/bench/bench_startup.py --repeats 5 --backends ray,local  # side by side
+
+``--backends`` runs one start-up per backend in each round (interleaved, so both see the
+same load) and prints one table per backend.
 """
 
 from __future__ import annotations
@@ -151,6 +158,12 @@ def child(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     marks: Marks = [("interpreter", CHILD_STARTED, CHILD_STARTED)]
     imported = time.time()
+    if "grpo.trainer.backend=local" not in args.override:
+        # As bench_grpo's column (and the `hybridflow` command) do first: Ray starts in the
+        # background while torch imports; "ray start" is then the wait for it.
+        from hf_controller import start_ray_in_background
+
+        start_ray_in_background()
     sys.path.insert(0, str(HERE))
     import bench_grpo
 
@@ -226,6 +239,19 @@ def table(runs: list[dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
+def side_by_side(runs: dict[str, list[dict[str, float]]]) -> str:
+    """Markdown table: each phase's median per backend (columns in ``runs``' order)."""
+    names = list(runs)
+    lines = [
+        "| phase | " + " | ".join(f"{name} s (median)" for name in names) + " |",
+        "|---|" + "---:|" * len(names),
+    ]
+    for phase in runs[names[0]][0]:
+        medians = [statistics.median(run[phase] for run in runs[name]) for name in names]
+        lines.append(f"| {phase} | " + " | ".join(f"{m:.2f}" for m in medians) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line: build the task model, measure ``--repeats`` start-ups, print the table."""
     argv = sys.argv[1:] if argv is None else argv
@@ -238,6 +264,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--override", action="append", default=[], help="recipe key=value, e.g. grpo.trainer..."
     )
+    parser.add_argument(
+        "--backends",
+        default="",
+        help="comma-separated trainer.backend values run side by side (e.g. ray,local)",
+    )
     args = parser.parse_args(argv)
     sys.path.insert(0, str(HERE))
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-startup-"))
@@ -248,13 +279,19 @@ def main(argv: list[str] | None = None) -> int:
 
         init = grpo_task.build_task_model(workdir / "model")
     load_before = os.getloadavg()[0]
-    runs = []
+    variants = {
+        name: [*args.override, f"grpo.trainer.backend={name}"]
+        for name in args.backends.split(",")
+        if name
+    } or {"": list(args.override)}
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
     for repeat in range(args.repeats):
-        run_dir = workdir / f"run{repeat}"
-        run_dir.mkdir(exist_ok=True)
-        runs.append(run_once(init, run_dir, args.override))
-        total = runs[-1]["total to first step"]
-        print(f"repeat {repeat + 1}/{args.repeats}: {total:.2f} s to the end of the first step")
+        for name, overrides in variants.items():  # interleaved: each round sees the same load
+            run_dir = workdir / f"run{repeat}{'-' + name if name else ''}"
+            run_dir.mkdir(exist_ok=True)
+            runs[name].append(run_once(init, run_dir, overrides))
+            total = runs[name][-1]["total to first step"]
+            print(f"repeat {repeat + 1}/{args.repeats} {name}: {total:.2f} s to the first step")
     from bench_support import machine_line
 
     print(
@@ -262,7 +299,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after; overrides "
         f"{' '.join(args.override) or 'none'}; {args.repeats} repeats.\n"
     )
-    print(table(runs))
+    if len(variants) > 1:
+        print(side_by_side(runs) + "\n")
+    for name, backend_runs in runs.items():
+        if name:
+            print(f"trainer.backend={name}:\n")
+        print(table(backend_runs) + "\n")
     return 0
 
 

@@ -69,3 +69,29 @@ def test_dead_worker_is_reported_within_seconds_not_hung(fragile: RayWorkerGroup
     assert (error.group, error.rank, error.method) == ("fragile", 0, "die_on")
     assert "died" in error.cause
     assert "about to exit" in error.details  # last lines of the dead worker's log
+
+
+class BrokenAtStart(Worker):
+    def __init__(self) -> None:
+        super().__init__()
+        raise RuntimeError("cannot start: no model here")
+
+    @register(Dispatch.ONE_TO_ALL)
+    def ping(self) -> int:
+        return self.rank
+
+
+def test_non_blocking_start_reports_a_failed_init_at_the_first_call(ray_session: Any) -> None:
+    group = RayWorkerGroup(
+        RayResourcePool([1], use_gpu=False),
+        RayClassWithInitArgs(BrokenAtStart),
+        name_prefix="broken",
+        block_until_ready=False,  # returns while the worker starts
+    )
+    try:
+        with pytest.raises(WorkerGroupError) as info:
+            group.ping()
+        assert (info.value.group, info.value.rank, info.value.method) == ("broken", 0, "__init__")
+        assert "cannot start: no model here" in str(info.value)
+    finally:
+        group.shutdown()

@@ -188,3 +188,55 @@ def test_calls_are_timed_and_exported(data_group: RayWorkerGroup, tmp_path: Any)
 
 def test_ray_runs_on_loopback(ray_session: Any) -> None:
     assert {n["NodeManagerAddress"] for n in ray_session.nodes() if n["Alive"]} == {"127.0.0.1"}
+
+
+def test_non_blocking_start_then_calls_and_views_wait_for_the_workers(ray_session: Any) -> None:
+    group = RayWorkerGroup(
+        RayResourcePool([2], use_gpu=False),
+        RayClassWithInitArgs(DataWorker),
+        block_until_ready=False,
+    )
+    try:
+        envs = group.env()  # the first call waits for both workers to be up
+        assert [e["RANK"] for e in envs] == ["0", "1"]
+        assert {e["MASTER_ADDR"] for e in envs} == {"127.0.0.1"}  # found in the driver
+        group.wait_ready()  # already done: returns at once
+    finally:
+        group.shutdown()
+
+
+BACKGROUND_START = """
+import ray
+from hf_controller import ensure_ray, start_ray_in_background
+
+start_ray_in_background(no_such_ray_init_argument=1)
+try:
+    ensure_ray()
+except RuntimeError as error:  # Ray: "Unknown keyword argument(s)"
+    print("raised:", "no_such_ray_init_argument" in str(error))
+start_ray_in_background(num_cpus=1, log_to_driver=False)
+start_ray_in_background()  # a second call before ensure_ray: nothing more starts
+ensure_ray()  # waits for the background start
+print("initialised:", ray.is_initialized(), ray.cluster_resources().get("CPU"))
+ray.shutdown()
+"""
+
+
+def test_start_ray_in_background_hands_its_result_to_ensure_ray(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    # A fresh process: this one already runs the session's Ray.
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    result = subprocess.run(
+        [sys.executable, "-c", BACKGROUND_START],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "raised: True" in result.stdout
+    assert "initialised: True 1.0" in result.stdout

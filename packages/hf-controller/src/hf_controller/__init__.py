@@ -25,7 +25,13 @@ from hf_controller.errors import (
 from hf_controller.factory import make_worker_group
 from hf_controller.futures import GroupFuture
 from hf_controller.local import LocalWorkerGroup
-from hf_controller.ray.cluster import NodeSummary, cluster_nodes, dashboard_url, ensure_ray
+from hf_controller.ray.cluster import (
+    NodeSummary,
+    cluster_nodes,
+    dashboard_url,
+    ensure_ray,
+    start_ray_in_background,
+)
 from hf_controller.ray.resource_pool import (
     RayResourcePool,
     merge_resource_pool,
@@ -74,5 +80,6 @@ __all__ = [
     "register_dispatch_mode",
     "split_balanced",
     "split_resource_pool",
+    "start_ray_in_background",
     "update_dispatch_mode",
 ]

@@ -30,7 +30,7 @@ from hf_algos.config import (
     merge_config,
     resolve_config,
 )
-from hf_controller import ConfigurationError
+from hf_controller import ConfigurationError, start_ray_in_background
 
 CONFIG_DIR = Path(__file__).with_name("configs")
 """The YAML configs shipped in the package (``--config-name NAME`` finds them)."""
@@ -170,6 +170,8 @@ def load_command_config(command: Command, args: argparse.Namespace) -> tuple[Any
 
 def train(command: Command, config: Any) -> None:
     """Run the trainer to the end; export the final actor where ``trainer.export_dir`` says."""
+    if config.trainer.backend == "ray":  # start early: Ray starts while torch imports
+        start_ray_in_background(include_dashboard=config.trainer.ray_dashboard)
     from hf_algos import trainers
     from hf_algos.trainers import builders
 

@@ -94,6 +94,7 @@ class Trainer:
         ``trainer.log_val_generations``; logged and cleared by the loop)."""
         self._past_timings: list[CallTiming] = []  # of groups torn down by a restart
         self._config_saved = False  # config.yaml next to the checkpoints
+        self._workers_started = False  # start_workers() ran, build_workers() not yet
 
     # ------------------------------------------------------------------ workers
 
@@ -101,12 +102,30 @@ class Trainer:
         """The worker classes of the run's roles (see :func:`build_role_groups`)."""
         raise NotImplementedError
 
-    def build_workers(self) -> None:
-        """Create the worker groups and build their models (at start-up and after a restart)."""
+    def start_workers(self) -> None:
+        """Start the worker groups without waiting for them (the "start early" phase).
+
+        Starts (or joins) Ray and asks for the worker processes; they start, import and
+        construct their classes while the driver goes on (with Ray, seconds of work a
+        trainer overlaps with loading its data and starting its reward).
+        :meth:`build_workers` then waits for them and builds the models.
+        """
         roles, rollout = self.worker_classes()
         self.roles = build_role_groups(
-            self.trainer_config, roles, rollout, ref_from_actor=self.actor_is_reference
+            self.trainer_config,
+            roles,
+            rollout,
+            ref_from_actor=self.actor_is_reference,
+            block_until_ready=False,
         )
+        self._workers_started = True
+
+    def build_workers(self) -> None:
+        """Build the models of the groups :meth:`start_workers` started (starting them now
+        if it was not called): at start-up and after a restart."""
+        if not self._workers_started:
+            self.start_workers()
+        self._workers_started = False  # a restart starts new groups
         self.roles.init_models()
         self.workers_ready()
 

@@ -94,37 +94,39 @@ class PPOTrainer(Trainer):
         super().__init__(config.trainer, config_to_dict(config))
         self.config = config
         self.tokenizer = builders.load_tokenizer(config.data, config.actor)
+        self.kl_ctrl = build_kl_controller(config)
+        self.estimator = get_advantage_estimator(config.algorithm.adv_estimator)
+        needed = roles_needed(config, self.estimator)
+        self.use_critic = "critic" in needed
+        self.use_ref = "ref" in needed
+        self.actor_is_reference = self.use_ref and config.actor.lora.enabled
         turns = config.rollout.multi_turn
         env_only = turns.enable and turns.reward == "environment"  # no reward function runs
         # rule-based scoring reads data_source, ground truth
         rules = config.reward.model is None and not env_only
         self.reward: RewardScorer
-        manager: RewardManager | None = None
-        if rules:
-            # Built first, so a reward function that cannot be loaded or called fails set-up
-            # within seconds; its scoring processes start (3-5 s on 2 cores) and score one
-            # row while the data loads and the worker groups start.
-            manager = builders.reward_manager(config.reward, self.tokenizer)
-            self.reward = manager
-            manager.start()
-        if env_only:
-            self.reward = MultiTurnScorer(None, "environment")
-        elif manager is not None and turns.enable:
-            self.reward = MultiTurnScorer(manager, turns.reward)
         try:
+            # Start early: with Ray, the worker processes start and import torch (seconds)
+            # while the driver starts the reward and loads the data below.
+            self.start_workers()
+            manager: RewardManager | None = None
+            if rules:
+                # A reward function that cannot be loaded fails here, within seconds; its
+                # scoring process starts and scores one row while the data loads.
+                manager = builders.reward_manager(config.reward, self.tokenizer)
+                self.reward = manager
+                manager.start()
+            if env_only:
+                self.reward = MultiTurnScorer(None, "environment")
+            elif manager is not None and turns.enable:
+                self.reward = MultiTurnScorer(manager, turns.reward)
             data = data_with_tools(config.data, turns)
             self.loader = builders.rl_loader(data, self.tokenizer, rules)
             self.val_data = (
                 builders.val_dataset(data, self.tokenizer, rules) if data.val_files else None
             )
             check = manager.check_async(builders.check_row(self._check_rows())) if manager else None
-            self.kl_ctrl = build_kl_controller(config)
-            self.estimator = get_advantage_estimator(config.algorithm.adv_estimator)
-            needed = roles_needed(config, self.estimator)
-            self.use_critic = "critic" in needed
-            self.use_ref = "ref" in needed
-            self.actor_is_reference = self.use_ref and config.actor.lora.enabled
-            self.build_workers()
+            self.build_workers()  # waits for the workers started above, builds the models
             if check is not None:
                 check.result()  # e.g. a function the scoring process cannot load
             self.pipeline = async_rollout(self) if config.trainer.async_mode != "off" else None

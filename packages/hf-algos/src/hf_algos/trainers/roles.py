@@ -307,12 +307,15 @@ def build_role_groups(
     roles: dict[str, RayClassWithInitArgs],
     rollout: RayClassWithInitArgs | None,
     ref_from_actor: bool = False,
+    block_until_ready: bool = True,
 ) -> RoleGroups:
     """Create the groups for ``roles`` (training roles by name) and the ``rollout`` role.
 
     ``roles`` must hold ``actor``; it may hold ``ref``, ``critic``, ``reward_model``.
     With ``rollout=None`` (offline DPO, SFT) only the training roles are built. With
     ``ref_from_actor`` the actor group is also the reference (a LoRA actor's base model).
+    ``block_until_ready=False`` (Ray backend) returns while the worker processes still
+    start; the first call on a group (``init_models``) waits for them.
     """
     if trainer.backend == "ray":  # before any pool: the dashboard starts with Ray or never
         ensure_ray(include_dashboard=trainer.ray_dashboard)
@@ -345,6 +348,7 @@ def build_role_groups(
         name_prefix=f"{prefix}_train",
         backend=trainer.backend,
         call_timeout_s=trainer.call_timeout_s,
+        block_until_ready=block_until_ready,
     )
     views = group.spawn(fused_roles)
     owned: list[Any] = [group, pool]
@@ -356,6 +360,7 @@ def build_role_groups(
             name_prefix=f"{prefix}_rollout",
             backend=trainer.backend,
             call_timeout_s=trainer.call_timeout_s,
+            block_until_ready=block_until_ready,
         )
         owned += [rollout_group, rollout_pool]
     return RoleGroups(

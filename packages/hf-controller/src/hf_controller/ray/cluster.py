@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import sys
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +32,63 @@ _START_ONLY_ARGS = ("num_cpus", "num_gpus", "resources", "labels", "object_store
 _GIB = 1024.0**3
 
 _local_gcs_address: str | None = None  # set when ensure_ray started the Ray this process uses
+
+
+class _BackgroundStart:
+    """The thread of :func:`start_ray_in_background`, its end and its error, if any.
+
+    The thread stays, idle, for the rest of the process once Ray is up: Ray ties the
+    processes it starts (GCS, raylet) to the *thread* that started them (Linux
+    ``PR_SET_PDEATHSIG``), so they would be killed if it ended.
+    """
+
+    def __init__(self, init_kwargs: dict[str, Any]) -> None:
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self.thread = threading.Thread(
+            target=self._run, args=(init_kwargs,), name="hf-ray-start", daemon=True
+        )
+
+    def _run(self, init_kwargs: dict[str, Any]) -> None:
+        try:
+            _connect(**init_kwargs)
+        except BaseException as error:  # handed to the caller by the next ensure_ray()
+            self.error = error
+            return
+        finally:
+            self.done.set()
+        threading.Event().wait()  # park: see the class docstring
+
+
+_background: _BackgroundStart | None = None
+
+
+def start_ray_in_background(**init_kwargs: Any) -> None:
+    """Start (or join) Ray as :func:`ensure_ray` would, in a thread, and return at once.
+
+    The "start early" phase of an entry point: call it first, before importing torch and
+    preparing data, so that Ray's own processes (GCS, raylet, agents: seconds on a small
+    machine) start meanwhile. The next :func:`ensure_ray` waits for it and raises its
+    error, if any; a second call before then does nothing. Same arguments as
+    :func:`ensure_ray`.
+    """
+    global _background
+    ray = sys.modules.get("ray")  # not imported here: importing Ray is part of the work
+    if (ray is not None and ray.is_initialized()) or _background is not None:
+        return
+    _background = _BackgroundStart(dict(init_kwargs))
+    _background.thread.start()
+
+
+def _wait_for_background_start() -> None:
+    """Wait for :func:`start_ray_in_background`'s thread; raise what it raised (once)."""
+    global _background
+    started, _background = _background, None
+    if started is None:
+        return
+    started.done.wait()
+    if started.error is not None:
+        raise started.error
 
 
 def ensure_ray(**init_kwargs: Any) -> None:
@@ -55,6 +114,15 @@ def ensure_ray(**init_kwargs: Any) -> None:
     logged and returned by :func:`dashboard_url`. The namespace defaults to
     ``"hybridflow"``. Other keyword arguments go to ``ray.init``.
     """
+    import ray
+
+    _wait_for_background_start()
+    if not ray.is_initialized():
+        _connect(**init_kwargs)
+
+
+def _connect(**init_kwargs: Any) -> None:
+    """:func:`ensure_ray`'s work: ``ray.init`` as its docstring says."""
     import ray
 
     global _local_gcs_address

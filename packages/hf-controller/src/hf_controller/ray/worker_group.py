@@ -16,7 +16,7 @@ from typing import Any
 from hf_controller.errors import ConfigurationError
 from hf_controller.ray.cluster import LOOPBACK_ENV, ensure_ray, started_local_ray
 from hf_controller.ray.failures import wait_for_results
-from hf_controller.ray.resource_pool import BundleSlot, RayResourcePool
+from hf_controller.ray.resource_pool import BundleSlot, RayResourcePool, _node_of
 from hf_controller.worker import GROUP_NAME_ENV, RESERVED_ENV, master_address
 from hf_controller.worker_class import ROLES_ATTR, ClassWithInitArgs, unwrap_worker_class
 from hf_controller.worker_group import WorkerGroup
@@ -74,6 +74,11 @@ class RayWorkerGroup(WorkerGroup):
     ``@register(timeout_s=...)`` overrides it. Past it, the call raises
     :class:`~hf_controller.WorkerTimeoutError` with the unanswered ranks' current stacks.
 
+    ``block_until_ready=False`` returns as soon as the workers are asked for, while their
+    processes start and import (seconds): the caller can do other work meanwhile. The first
+    call, or :meth:`wait_ready`, waits for them; a worker that failed to start raises there
+    (shut the group down then, as the constructor does in the blocking case).
+
     Lifetime: the group's actors end, and its pool is told it has one user less (the
     last user releases the pool's placement groups), on :meth:`shutdown` (or ``kill``),
     or when the last reference to the group and its ``spawn`` views is dropped. Groups
@@ -89,6 +94,7 @@ class RayWorkerGroup(WorkerGroup):
         worker_names: list[str] | None = None,
         worker_env: dict[str, str] | None = None,
         call_timeout_s: float | None = None,
+        block_until_ready: bool = True,
         **kwargs: Any,
     ) -> None:
         if ray_cls_with_init is None:
@@ -128,11 +134,14 @@ class RayWorkerGroup(WorkerGroup):
         self._finalizer.atexit = False  # at exit Ray ends the job's actors and groups itself
         super().__init__(name, len(self._workers), call_timeout_s)
         self.cls_with_init = self.ray_cls_with_init = ray_cls_with_init
-        try:
-            self._info = self._worker_info()
-        except BaseException:
-            self.shutdown()  # workers that cannot start must not hold their bundles
-            raise
+        # Shared with every spawn() view (copies share the object), so one wait serves all.
+        self._readiness = _Readiness([w._hf_process_info.remote() for w in self._workers])
+        if block_until_ready:
+            try:
+                self.wait_ready()
+            except BaseException:
+                self.shutdown()  # workers that cannot start must not hold their bundles
+                raise
         self._bind_worker_methods(user_class)
 
     # ------------------------------------------------------------------ creation
@@ -155,10 +164,7 @@ class RayWorkerGroup(WorkerGroup):
             )
         slots = pool.slots()
         local_ranks, local_sizes = _local_layout(slots)
-        first = PlacementGroupSchedulingStrategy(slots[0].placement_group, slots[0].bundle_index)
-        master_addr, master_port = ray.get(
-            ray.remote(master_address).options(num_cpus=0, scheduling_strategy=first).remote()
-        )
+        master_addr, master_port = _rendezvous_address(slots[0])
         user_class = unwrap_worker_class(cls_with_init.cls)
         make_picklable_for_workers(user_class)
         actor_class: Any = (
@@ -196,14 +202,20 @@ class RayWorkerGroup(WorkerGroup):
             )
         return workers
 
-    def _worker_info(self) -> dict[int, dict[str, Any]]:
-        """pid and node of every worker (asked once; used in failure reports)."""
-        refs = [w._hf_process_info.remote() for w in self._workers]
-        ranks = list(range(len(refs)))
-        # No call deadline here: start-up (process spawn, imports, the worker's __init__,
-        # which may load a model) takes as long as it takes; a dead worker still surfaces.
-        infos = wait_for_results(self.name, "__init__", refs, ranks, {})
-        return dict(enumerate(infos))
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Wait until every worker process has started and constructed its class (once).
+
+        Raises :class:`~hf_controller.WorkerGroupError` naming the rank whose start failed
+        (:class:`~hf_controller.WorkerTimeoutError` past ``timeout_s``). Also learns each
+        worker's pid and node, which failure reports name.
+        """
+        readiness = self._readiness
+        if readiness.info is None:
+            ranks = list(range(len(readiness.refs)))
+            # By default no deadline: start-up (process spawn, imports, the worker's __init__,
+            # which may load a model) takes as long as it takes; a dead worker still surfaces.
+            infos = wait_for_results(self.name, "__init__", readiness.refs, ranks, {}, timeout_s)
+            readiness.info = dict(enumerate(infos))
 
     @classmethod
     def from_detached(
@@ -252,7 +264,8 @@ class RayWorkerGroup(WorkerGroup):
     def _wait(
         self, method: str, handles: list[Any], ranks: list[int], timeout_s: float | None = None
     ) -> list[Any]:
-        info = getattr(self, "_info", {})
+        self.wait_ready(timeout_s)  # a group made with block_until_ready=False: its first call
+        info = self._readiness.info or {}
         return wait_for_results(self.name, method, handles, ranks, info, timeout_s)
 
     def _workers_alive(self) -> bool:
@@ -265,6 +278,15 @@ class RayWorkerGroup(WorkerGroup):
         if state is not None:
             workers, pool, _ = state[2]
             _end_group(workers, pool, detached=False)
+
+
+class _Readiness:
+    """The workers' start-up answers (``_hf_process_info`` refs) and, once waited for, the
+    pid and node of each rank."""
+
+    def __init__(self, refs: list[Any]) -> None:
+        self.refs = refs
+        self.info: dict[int, dict[str, Any]] | None = None
 
 
 class _Lifetime:
@@ -285,6 +307,25 @@ def _end_group(workers: list[Any], pool: RayResourcePool | None, detached: bool)
     if pool is not None:
         with contextlib.suppress(Exception):
             pool._remove_user()
+
+
+def _rendezvous_address(slot: BundleSlot) -> tuple[str, int]:
+    """Address and a free port on rank 0's node for the torch.distributed rendezvous.
+
+    Found in this process when rank 0's bundle is on this process's node (always so with a
+    local Ray): a task would first wait for Ray to start a worker process (1-2 s on a small
+    machine). Otherwise a task placed on rank 0's bundle finds them there.
+    """
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    if _node_of(slot.placement_group) == ray.get_runtime_context().get_node_id():
+        return master_address()
+    first = PlacementGroupSchedulingStrategy(slot.placement_group, slot.bundle_index)
+    address: tuple[str, int] = ray.get(
+        ray.remote(master_address).options(num_cpus=0, scheduling_strategy=first).remote()
+    )
+    return address
 
 
 def _local_layout(slots: list[BundleSlot]) -> tuple[list[int], list[int]]:
