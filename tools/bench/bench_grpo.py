@@ -70,6 +70,16 @@ class BenchSettings:
     """Recipe overrides of every HybridFlow column, e.g. ``grpo.trainer.backend=local``."""
 
 
+ASYNC_OVERRIDES = (
+    "grpo.trainer.placement=separate",
+    # the quickstart takes old_log_probs from the rollout (equal on-policy); an async step's
+    # samples are a version or two old, so the actor recomputes them and TIS weighs the lag
+    # (with the rollout's, runs collapsed: docs/benchmarks.md, "GRPO time to 0.9 over seeds")
+    "grpo.actor.use_rollout_log_probs=false",
+    "grpo.algorithm.rollout_correction.mode=tis",
+)
+"""What every async HybridFlow column adds to the recipe (before ``--hybridflow-override``)."""
+
 COLUMN_TIMEOUT_S = 1800.0
 """Longest a column's process may run before it is killed and reported as failed."""
 
@@ -185,7 +195,7 @@ def run_hybridflow(
         return ColumnResult(name, None, f"not available yet ({why})")
     overrides = list(settings.hybridflow_overrides)
     if mode != "off":
-        overrides += [f"grpo.trainer.async_mode={mode}", "grpo.trainer.placement=separate"]
+        overrides = [*ASYNC_OVERRIDES, f"grpo.trainer.async_mode={mode}", *overrides]
     tag = f"hybridflow_{mode}_seed{settings.seed}"
     result = workdir / f"{tag}.json"
     command = [
