@@ -73,10 +73,10 @@ class BenchSettings:
 ASYNC_OVERRIDES = (
     "grpo.trainer.placement=separate",
     # the quickstart takes old_log_probs from the rollout (equal on-policy); an async step's
-    # samples are a version or two old, so the actor recomputes them and TIS weighs the lag
-    # (with the rollout's, runs collapsed: docs/benchmarks.md, "GRPO time to 0.9 over seeds")
+    # samples are a version or two old, so the actor recomputes them (async modes refuse the
+    # rollout's: runs collapsed with them, docs/benchmarks.md "GRPO time to 0.9 over seeds")
+    # and algorithm.rollout_correction's default ("auto") weighs the lag with TIS
     "grpo.actor.use_rollout_log_probs=false",
-    "grpo.algorithm.rollout_correction.mode=tis",
 )
 """What every async HybridFlow column adds to the recipe (before ``--hybridflow-override``)."""
 

@@ -110,10 +110,11 @@ def validate_rl_config(
             "actor.use_kl_loss or algorithm.use_kl_in_reward needs the reference policy; "
             "set reference=true or turn both off"
         )
-    check_rollout_correction(algorithm.rollout_correction, actor.use_rollout_log_probs)
     _check_loop(trainer, bool(data.val_files))
     _check_placement(trainer, rows)
     check_async(trainer, rollout, algorithm, actor)
+    correction = algorithm.rollout_correction.resolved(trainer.async_mode)
+    check_rollout_correction(correction, actor.use_rollout_log_probs)
     check_multi_turn(rollout.multi_turn, trainer.async_mode, rollout.partial)
     check_tokenizer_source(data, actor)
 
