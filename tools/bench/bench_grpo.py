@@ -70,6 +70,16 @@ class BenchSettings:
     """Recipe overrides of every HybridFlow column, e.g. ``grpo.trainer.backend=local``."""
 
 
+ASYNC_OVERRIDES = (
+    "grpo.trainer.placement=separate",
+    # the quickstart takes old_log_probs from the rollout (equal on-policy); an async step's
+    # samples are a version or two old, so the actor recomputes them (async modes refuse the
+    # rollout's: runs collapsed with them, docs/benchmarks.md "GRPO time to 0.9 over seeds")
+    # and algorithm.rollout_correction's default ("auto") weighs the lag with TIS
+    "grpo.actor.use_rollout_log_probs=false",
+)
+"""What every async HybridFlow column adds to the recipe (before ``--hybridflow-override``)."""
+
 COLUMN_TIMEOUT_S = 1800.0
 """Longest a column's process may run before it is killed and reported as failed."""
 
@@ -185,7 +195,7 @@ def run_hybridflow(
         return ColumnResult(name, None, f"not available yet ({why})")
     overrides = list(settings.hybridflow_overrides)
     if mode != "off":
-        overrides += [f"grpo.trainer.async_mode={mode}", "grpo.trainer.placement=separate"]
+        overrides = [*ASYNC_OVERRIDES, f"grpo.trainer.async_mode={mode}", *overrides]
     tag = f"hybridflow_{mode}_seed{settings.seed}"
     result = workdir / f"{tag}.json"
     command = [
@@ -313,6 +323,41 @@ def record_from_metrics(records: list[dict[str, Any]], threads: int) -> task.Run
     return record
 
 
+RECORD_NAMES = {
+    "plain": "plain torch loop",
+    "trl": "TRL GRPOTrainer",
+    "hybridflow_off": "HybridFlow",
+}
+"""Column name of a record file's prefix (``<prefix>_seed<n>.json``); other HybridFlow
+prefixes are ``hybridflow_<mode>`` -> ``HybridFlow <mode>``."""
+
+
+def read_records(workdirs: list[Path]) -> list[ColumnResult]:
+    """The per-run records (``<column>_seed<n>.json``) that runs of this script left in
+    ``workdirs``, as columns ordered by seed then column, e.g. to tabulate a run that was
+    stopped before its end (process wall times are not in the records: 0)."""
+    columns: list[tuple[int, int, ColumnResult]] = []
+    for workdir in workdirs:
+        for path in sorted(workdir.glob("*_seed*.json")):
+            prefix, seed = path.stem.rsplit("_seed", 1)
+            name = RECORD_NAMES.get(prefix, "HybridFlow " + prefix.removeprefix("hybridflow_"))
+            data = json.loads(path.read_text())
+            startup = data.pop("startup_seconds", None)
+            record = task.RunRecord(**{**data, "name": name})
+            order = [*RECORD_NAMES.values()].index(name) if name in RECORD_NAMES.values() else 9
+            columns.append((int(seed), order, ColumnResult(name, record, "ok", 0.0, startup)))
+    return [column for _, _, column in sorted(columns, key=lambda c: (c[0], c[1], c[2].name))]
+
+
+def finals(columns: list[ColumnResult]) -> str:
+    """One line per column: the last evaluation's accuracy of each run, in seed order."""
+    by_name: dict[str, list[str]] = {}
+    for column in columns:
+        if column.record is not None and column.record.evals:
+            by_name.setdefault(column.name, []).append(f"{column.record.evals[-1]['accuracy']:.2f}")
+    return "\n".join(f"- {name}: {' / '.join(values)}" for name, values in by_name.items())
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line: run the warm-up and every column, print and write the results."""
     argv = sys.argv[1:] if argv is None else argv
@@ -344,7 +389,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=BenchSettings.seed, help="first seed")
     parser.add_argument("--seeds", type=int, default=1, help="runs per column: seed, seed+1, ...")
+    parser.add_argument(
+        "--summarize",
+        type=Path,
+        nargs="+",
+        help="run nothing: tabulate the per-run records in these --workdir folders",
+    )
     args = parser.parse_args(argv)
+    if args.summarize:
+        found = read_records(args.summarize)
+        print(summary_table(found, BenchSettings.target) + "\n\nfinal accuracy per run:")
+        print(finals(found))
+        return 0
     settings = BenchSettings(
         hybridflow_steps=args.hybridflow_steps,
         max_steps=args.max_steps,

@@ -127,6 +127,26 @@ def test_async_mode_needs_the_separate_placement(tiny_model_dir: Path, tmp_path:
         load_config(RLConfig, overrides=[*base, "rollout.partial=true"])
 
 
+@pytest.mark.parametrize("mode", ["one_step_off", "fully_async"])
+def test_async_mode_refuses_the_rollouts_log_probs_as_old(
+    tiny_model_dir: Path, tmp_path: Path, mode: str
+) -> None:
+    """An async step's samples are a version or more old: old_log_probs taken from the
+    rollout would put the PPO ratio around the stale policy (async runs collapsed so)."""
+    train, _ = task_files(tmp_path)
+    base = [
+        *common_overrides(tiny_model_dir, tmp_path, train, steps=2),
+        "trainer.placement=separate",
+        f"trainer.async_mode={mode}",
+    ]
+    with pytest.raises(ConfigurationError, match=r"actor\.use_rollout_log_probs=false"):
+        load_config(RLConfig, overrides=[*base, "actor.use_rollout_log_probs=true"])
+    config = load_config(RLConfig, overrides=base)  # the default recomputes them
+    assert not config.actor.use_rollout_log_probs
+    synchronous = [*base[:-2], "actor.use_rollout_log_probs=true"]  # on-policy: equal
+    assert load_config(RLConfig, overrides=synchronous).actor.use_rollout_log_probs
+
+
 # ---------------------------------------------------------------------- runs on Ray
 
 

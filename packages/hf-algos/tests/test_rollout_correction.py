@@ -157,7 +157,7 @@ def test_apply_rollout_correction_writes_weights_only_when_on() -> None:
         fields.RESPONSE_MASK: MASK,
     }
     batch = DataProto.from_dict(tensors=dict(tensors))
-    metrics = apply_rollout_correction(batch, RolloutCorrectionSection())
+    metrics = apply_rollout_correction(batch, RolloutCorrectionSection(mode="off"))
     assert "rollout_correction/kl_k1" in metrics
     assert batch.batch is not None and fields.ROLLOUT_IS_WEIGHTS not in batch.batch
     metrics = apply_rollout_correction(batch, RolloutCorrectionSection(mode="tis"))
@@ -170,9 +170,21 @@ def test_apply_rollout_correction_writes_weights_only_when_on() -> None:
     no_rollout = DataProto.from_dict(
         tensors={fields.OLD_LOG_PROBS: OLD, fields.RESPONSE_MASK: MASK}
     )
-    assert apply_rollout_correction(no_rollout, RolloutCorrectionSection()) == {}
+    assert apply_rollout_correction(no_rollout, RolloutCorrectionSection(mode="off")) == {}
     with pytest.raises(KeyError, match="rollout_log_probs"):
         apply_rollout_correction(no_rollout, RolloutCorrectionSection(mode="mis"))
+    with pytest.raises(ValueError, match="resolve"):  # "auto" is the trainer's to resolve
+        apply_rollout_correction(batch, RolloutCorrectionSection())
+
+
+def test_auto_is_tis_for_the_async_modes_and_off_in_the_synchronous_loop() -> None:
+    auto = RolloutCorrectionSection(rollout_is_cap=3.0)
+    assert auto.mode == "auto" and not auto.enabled
+    assert auto.resolved("off").mode == "off"
+    for mode in ("one_step_off", "fully_async"):
+        assert auto.resolved(mode) == RolloutCorrectionSection(mode="tis", rollout_is_cap=3.0)
+    explicit = RolloutCorrectionSection(mode="off")
+    assert explicit.resolved("fully_async") is explicit  # a chosen mode is kept
 
 
 MODEL = [

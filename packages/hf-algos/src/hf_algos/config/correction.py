@@ -6,7 +6,7 @@ Kept apart from :mod:`hf_algos.config.sections` (one section, one concept); the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from hf_controller import ConfigurationError
@@ -18,8 +18,10 @@ class RolloutCorrectionSection:
     (``old_log_probs``) over the rollout's own (``rollout_log_probs``), truncated (TIS) or
     masked outside a band (MIS). ``off`` still logs the mismatch metrics."""
 
-    mode: Literal["off", "tis", "mis"] = "off"
-    """``off``: no weights; ``tis``: weight ``min(ratio, rollout_is_cap)``; ``mis``: weight
+    mode: Literal["auto", "off", "tis", "mis"] = "auto"
+    """``auto``: ``tis`` with ``trainer.async_mode`` one_step_off / fully_async (the samples
+    are a version or more old; see docs/async.md), ``off`` in the synchronous loop;
+    ``off``: no weights; ``tis``: weight ``min(ratio, rollout_is_cap)``; ``mis``: weight
     ``ratio`` inside ``[mis_low, mis_high]``, 0 outside (the token or sequence is dropped
     from the policy loss)."""
     level: Literal["token", "sequence"] = "token"
@@ -47,8 +49,16 @@ class RolloutCorrectionSection:
 
     @property
     def enabled(self) -> bool:
-        """Whether the policy loss is reweighted (``mode`` is not ``off``)."""
-        return self.mode != "off"
+        """Whether the policy loss is reweighted (``mode`` is ``tis`` or ``mis``; resolve
+        ``auto`` first with :meth:`resolved`)."""
+        return self.mode in ("tis", "mis")
+
+    def resolved(self, async_mode: str) -> RolloutCorrectionSection:
+        """This section with ``auto`` made concrete for ``trainer.async_mode``: ``tis`` for
+        an async mode (off-policy samples), ``off`` for the synchronous loop."""
+        if self.mode != "auto":
+            return self
+        return replace(self, mode="off" if async_mode == "off" else "tis")
 
 
 def check_rollout_correction(

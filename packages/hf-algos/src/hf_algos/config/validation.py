@@ -110,18 +110,23 @@ def validate_rl_config(
             "actor.use_kl_loss or algorithm.use_kl_in_reward needs the reference policy; "
             "set reference=true or turn both off"
         )
-    check_rollout_correction(algorithm.rollout_correction, actor.use_rollout_log_probs)
     _check_loop(trainer, bool(data.val_files))
     _check_placement(trainer, rows)
-    check_async(trainer, rollout, algorithm)
+    check_async(trainer, rollout, algorithm, actor)
+    correction = algorithm.rollout_correction.resolved(trainer.async_mode)
+    check_rollout_correction(correction, actor.use_rollout_log_probs)
     check_multi_turn(rollout.multi_turn, trainer.async_mode, rollout.partial)
     check_tokenizer_source(data, actor)
 
 
 def check_async(
-    trainer: TrainerSection, rollout: RolloutSection, algorithm: AlgorithmSection
+    trainer: TrainerSection,
+    rollout: RolloutSection,
+    algorithm: AlgorithmSection,
+    actor: ActorSection | None = None,
 ) -> None:
-    """``trainer.async_mode`` needs its own rollout pool, and refuses what it cannot pipeline."""
+    """``trainer.async_mode`` needs its own rollout pool, refuses what it cannot pipeline,
+    and refuses ``actor.use_rollout_log_probs`` (see :func:`check_async_log_probs`)."""
     mode = trainer.async_mode
     if rollout.partial and mode != "fully_async":
         raise ConfigurationError(
@@ -148,6 +153,32 @@ def check_async(
             f"algorithm.adv_estimator={algorithm.adv_estimator!r} needs a greedy rollout with "
             f"the current weights each step, which trainer.async_mode={mode!r} does not "
             "pipeline; use grpo / rloo / gae, or async_mode=off"
+        )
+    if actor is not None:
+        check_async_log_probs(mode, actor.use_rollout_log_probs)
+
+
+def check_async_log_probs(mode: str, use_rollout_log_probs: bool) -> None:
+    """An async step's samples come from an older policy: its ``old_log_probs`` must be the
+    actor's own (recomputed), not the rollout's.
+
+    With the stale rollout's log-probs as ``old_log_probs`` the PPO ratio of the (single)
+    update is ``pi_now / pi_stale`` rather than 1: the clip range sits around the stale
+    policy, and for a negative advantage the loss ``-A * ratio`` grows without bound where
+    the policy has already moved towards the token (no dual clip, no gradient clip in the
+    quickstart), which collapsed the quickstart benchmark's async runs to 0 accuracy
+    (docs/benchmarks.md, "GRPO time to 0.9 over seeds, with the async modes"). Recomputed
+    ``old_log_probs`` keep the PPO ratio at the current policy, and
+    ``algorithm.rollout_correction`` weighs the lag instead (bounded).
+    """
+    if mode != "off" and use_rollout_log_probs:
+        raise ConfigurationError(
+            f"trainer.async_mode={mode!r} trains on samples of an older policy, and "
+            "actor.use_rollout_log_probs=true would take that policy's log-probs as "
+            "old_log_probs: the PPO ratio then starts away from 1 and is unbounded for "
+            "negative advantages (async runs collapsed with it); set "
+            "actor.use_rollout_log_probs=false (the actor recomputes them; "
+            "algorithm.rollout_correction.mode=tis weighs the lag), or async_mode=off"
         )
 
 

@@ -95,6 +95,9 @@ class PPOTrainer(Trainer):
         self.config = config
         self.tokenizer = builders.load_tokenizer(config.data, config.actor)
         self.kl_ctrl = build_kl_controller(config)
+        # "auto": TIS when the samples are off-policy (an async mode), else off
+        algorithm, async_mode = config.algorithm, config.trainer.async_mode
+        self._rollout_correction = algorithm.rollout_correction.resolved(async_mode)
         self.estimator = get_advantage_estimator(config.algorithm.adv_estimator)
         needed = roles_needed(config, self.estimator)
         self.use_critic = "critic" in needed
@@ -195,9 +198,7 @@ class PPOTrainer(Trainer):
         with timed("old_log_prob", timing):
             self.old_log_probs(batch, metrics)
         if not self.config.actor.use_rollout_log_probs:  # else old == rollout: nothing to see
-            metrics.update(
-                apply_rollout_correction(batch, self.config.algorithm.rollout_correction)
-            )
+            metrics.update(apply_rollout_correction(batch, self._rollout_correction))
         if self.use_ref:
             with timed("ref", timing):
                 absorb(batch, self.roles.ref.compute_ref_log_prob(for_worker(batch)), metrics)

@@ -127,10 +127,14 @@ def apply_rollout_correction(batch: DataProto, spec: RolloutCorrectionSection) -
     returns the ``rollout_correction/*`` metrics and, when ``spec.mode`` is not ``off``,
     writes the per-token ``rollout_is_weights`` the actor's policy loss multiplies by.
 
-    Call it after ``old_log_probs`` are in the batch (recomputed by the actor). A batch
+    Call it after ``old_log_probs`` are in the batch (recomputed by the actor), with ``spec``
+    resolved for the run's async mode (``spec.resolved(trainer.async_mode)``). A batch
     without ``rollout_log_probs`` has nothing to compare: no metrics, and an error when a
     correction is asked for.
     """
+    mode = spec.mode
+    if mode == "auto":
+        raise ValueError("resolve algorithm.rollout_correction.mode='auto' first (.resolved)")
     data = tensors(batch)
     if fields.ROLLOUT_LOG_PROBS not in data:
         if spec.enabled:
@@ -144,7 +148,7 @@ def apply_rollout_correction(batch: DataProto, spec: RolloutCorrectionSection) -
         data[fields.OLD_LOG_PROBS],
         data[fields.ROLLOUT_LOG_PROBS],
         data[fields.RESPONSE_MASK],
-        mode=spec.mode,
+        mode=mode,
         level=spec.level,
         cap=spec.rollout_is_cap,
         mis_low=spec.mis_low,
