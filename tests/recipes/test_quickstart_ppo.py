@@ -9,10 +9,11 @@ real Ray worker groups, checking the trend of each part rather than a final leve
 * the mean reward of the training samples rises.
 
 Each compares the mean of the first 3 steps with the median of the last 20, not single
-steps, so that sampling noise does not decide it. The actor's 50-step lr warm-up stays as shipped: with a
-10-step warm-up the first full-lr steps unlearned the SFT warm-up (held-out accuracy 0.19 ->
-0.05 and a flat reward after 30 steps), as they do in GRPO. The full run (``algo=ppo`` as shipped, >= 0.9 held-out
-accuracy) is recorded in docs/benchmarks.md, "PPO with a critic on the quickstart task".
+steps, so that sampling noise does not decide it. The actor's 50-step lr warm-up stays as
+shipped: with a 10-step warm-up the first full-lr steps unlearned the SFT warm-up (held-out
+accuracy 0.19 -> 0.05 and a flat reward after 30 steps), as they do in GRPO. The full run
+(``algo=ppo`` as shipped, >= 0.9 held-out accuracy) is recorded in docs/benchmarks.md,
+"PPO with a critic on the quickstart task".
 """
 
 from __future__ import annotations
