@@ -22,6 +22,8 @@ import json
 from pathlib import Path
 from statistics import mean, median
 
+import pytest
+
 from hf_algos.tracking import metrics_path
 from recipes.quickstart.main import run_quickstart
 from recipes.quickstart.plots import series
@@ -46,11 +48,8 @@ def early_and_late(records: list[dict[str, float]], name: str) -> tuple[float, f
     return mean(values[:3]), median(values[-20:])
 
 
-def test_quickstart_ppo_critic_learns_and_reward_rises(ray_session: object, tmp_path: Path) -> None:
-    result = run_quickstart([f"workdir={tmp_path}", *SHORT_PPO])
-    path = metrics_path(tmp_path / "logs", "hybridflow", "ppo")
-    records = [json.loads(line) for line in path.open()]
-
+def check_trends(records: list[dict[str, float]]) -> None:
+    """The critic's value loss falls, its explained variance and the reward rise."""
     # The fresh value head's error falls within a few steps; later the loss follows the
     # spread of the returns, which grows as the policy improves (relative to that spread
     # the error keeps falling: explained variance).
@@ -62,6 +61,14 @@ def test_quickstart_ppo_critic_learns_and_reward_rises(ray_session: object, tmp_
     assert late_reward > early_reward + 0.08, (
         f"mean reward did not rise: {early_reward} -> {late_reward}"
     )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_quickstart_ppo_critic_learns_and_reward_rises(ray_session: object, tmp_path: Path) -> None:
+    result = run_quickstart([f"workdir={tmp_path}", *SHORT_PPO])
+    path = metrics_path(tmp_path / "logs", "hybridflow", "ppo")
+    check_trends([json.loads(line) for line in path.open()])
     assert 0.0 <= result.accuracy_after_grpo <= 1.0
     assert result.model_dir.name == "model_ppo" and (result.model_dir / "config.json").exists()
     assert result.plot.read_bytes().startswith(b"\x89PNG")
