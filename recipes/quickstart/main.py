@@ -11,6 +11,8 @@ What it really is (``task.name=sort_letters`` swaps in the second task, sorting 
    (lr warmed up over 50 steps), no KL, no critic — through real worker groups (actor and
    rollout fused in one Ray worker, weights handed over in memory), until greedy
    exact-match accuracy on held-out words passes 0.9;
+   (``algo=ppo``: PPO instead, GAE with a critic that is a value head on the warmed-up
+   model, 64 prompts x 4 samples a step; the ``ppo`` section of config.yaml);
 4. save the trained model as a Hugging Face directory, metrics as jsonl and TensorBoard
    events, and a PNG of the reward, accuracy and response-length curves.
 
@@ -18,6 +20,7 @@ Run from the repository root (about 2 minutes on 2 idle CPU cores, 3-5 under loa
 
     python -m recipes.quickstart.main
     python -m recipes.quickstart.main grpo.trainer.total_training_steps=100 workdir=/tmp/qs
+    python -m recipes.quickstart.main algo=ppo
 """
 
 from __future__ import annotations
