@@ -3,17 +3,17 @@
 A short run of the shipped PPO stage (60 of its 200 steps, fewer held-out words) through
 real Ray worker groups, checking the trend of each part rather than a final level:
 
-* the critic's value loss falls: its fresh value head starts far off (the first steps'
-  loss is several times the steady level);
+* the critic's value loss falls: its fresh value head starts far off (the first step's
+  loss is 2-4 times that of the next ten);
 * the critic's explained variance of the returns rises from below zero;
 * the mean reward of the training samples rises.
 
-Each compares the mean of the first 3 steps with the median of the last 20, not single
-steps, so that sampling noise does not decide it. The actor's 50-step lr warm-up stays as
-shipped: with a 10-step warm-up the first full-lr steps unlearned the SFT warm-up (held-out
-accuracy 0.19 -> 0.05 and a flat reward after 30 steps), as they do in GRPO. The full run
-(``algo=ppo`` as shipped, >= 0.9 held-out accuracy) is recorded in docs/benchmarks.md,
-"PPO with a critic on the quickstart task".
+Explained variance and reward compare the mean of the first 3 steps with the median of the
+last 20, not single steps, so that sampling noise does not decide it. The actor's 50-step
+lr warm-up stays as shipped: with a 10-step warm-up the first full-lr steps unlearned the
+SFT warm-up (held-out accuracy 0.19 -> 0.05 and a flat reward after 30 steps), as they do
+in GRPO. The full run (``algo=ppo`` as shipped, >= 0.9 held-out accuracy) is recorded in
+docs/benchmarks.md, "PPO with a critic on the quickstart task".
 """
 
 from __future__ import annotations
@@ -41,23 +41,29 @@ SHORT_PPO = [
 ]
 
 
-def early_and_late(records: list[dict[str, float]], name: str) -> tuple[float, float]:
-    """Metric ``name``: the mean of the first 3 steps and the median of the last 20."""
+def steps_of(records: list[dict[str, float]], name: str) -> list[float]:
+    """Metric ``name`` at every PPO step, in order."""
     _, values = series(records, name)
     assert len(values) == PPO_STEPS, (name, len(values))
-    return mean(values[:3]), median(values[-20:])
+    return values
 
 
 def check_trends(records: list[dict[str, float]]) -> None:
     """The critic's value loss falls, its explained variance and the reward rise."""
-    # The fresh value head's error falls within a few steps; later the loss follows the
-    # spread of the returns, which grows as the policy improves (relative to that spread
-    # the error keeps falling: explained variance).
-    early_loss, late_loss = early_and_late(records, "critic/vf_loss")
-    assert late_loss < 0.75 * early_loss, f"value loss did not fall: {early_loss} -> {late_loss}"
-    early_ev, late_ev = early_and_late(records, "critic/vf_explained_var")
-    assert late_ev > early_ev + 0.1, f"explained variance did not rise: {early_ev} -> {late_ev}"
-    early_reward, late_reward = early_and_late(records, "critic/score/mean")
+    # The fresh value head's error falls within a few steps (first step against the median
+    # of steps 4-13, and still below it at the end); later the loss follows the spread of
+    # the returns, which grows as the policy improves (relative to that spread the error
+    # keeps falling: the explained variance).
+    loss = steps_of(records, "critic/vf_loss")
+    assert median(loss[3:13]) < 0.6 * loss[0], f"value loss did not fall: {loss[:13]}"
+    assert median(loss[-20:]) < loss[0], f"value loss ended above its start: {loss}"
+    explained = steps_of(records, "critic/vf_explained_var")
+    early_ev, late_ev = mean(explained[:3]), median(explained[-20:])
+    assert late_ev > max(early_ev + 0.1, 0.0), (
+        f"explained variance did not rise: {early_ev} -> {late_ev}"
+    )
+    reward = steps_of(records, "critic/score/mean")
+    early_reward, late_reward = mean(reward[:3]), median(reward[-20:])
     assert late_reward > early_reward + 0.08, (
         f"mean reward did not rise: {early_reward} -> {late_reward}"
     )
