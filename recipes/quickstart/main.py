@@ -10,7 +10,9 @@ What it really is (``task.name=deal_letters`` swaps in the second task, ``abcdef
    advantages normalised within each prompt's group, a clipped policy-gradient update
    (lr warmed up over 50 steps), no KL, no critic — through real worker groups (actor and
    rollout fused in one Ray worker, weights handed over in memory), 300 steps, by which
-   greedy exact-match accuracy on held-out words passes 0.9 (on 4 of 5 seeds);
+   greedy exact-match accuracy on held-out words passes 0.9 (on 4 of 5 seeds)
+   (``algo=ppo``: PPO instead, GAE with a critic that is a value head on the warmed-up
+   model, 64 prompts x 4 samples a step; the ``ppo`` section of config.yaml);
 4. save the trained model as a Hugging Face directory, metrics as jsonl and TensorBoard
    events, and a PNG of the reward, accuracy and response-length curves.
 
@@ -18,6 +20,7 @@ Run from the repository root (about 2 minutes on 2 idle CPU cores, 3-5 under loa
 
     python -m recipes.quickstart.main
     python -m recipes.quickstart.main grpo.trainer.total_training_steps=100 workdir=/tmp/qs
+    python -m recipes.quickstart.main algo=ppo
 """
 
 from __future__ import annotations
@@ -38,10 +41,13 @@ from hf_algos.examples.reverse_letters import ModelShape, build_model_dir, read_
 from hf_algos.examples.tasks import letter_task
 from hf_algos.tracking import metrics_path
 from hf_algos.trainers import PPOTrainer, SFTTrainer
+from hf_controller import ConfigurationError
 from recipes.cli import parse_recipe_args
-from recipes.quickstart.plots import plot_curves
+from recipes.quickstart.plots import curves_for, plot_curves
 
 CONFIG_PATH = Path(__file__).with_name("config.yaml")
+RL_SECTIONS = ("grpo", "ppo")
+"""The RL stages the recipe can run (``algo=...``), each a section of the YAML."""
 
 
 @dataclass(frozen=True)
@@ -49,9 +55,9 @@ class QuickstartResult:
     """What the run achieved, for the summary and the tests."""
 
     accuracy_after_sft: float
-    """Greedy exact-match accuracy on held-out words before the first GRPO step."""
+    """Greedy exact-match accuracy on held-out words before the first RL step."""
     accuracy_after_grpo: float
-    """The same accuracy after the last GRPO step."""
+    """The same accuracy after the last step of the RL stage (GRPO, or PPO with algo=ppo)."""
     seconds: float
     """Wall time of the whole run, set-up included."""
     model_dir: Path
@@ -81,16 +87,35 @@ def sft_config(raw: dict[str, Any], workdir: Path, model_dir: Path, files: dict[
     return stage_config(SFTConfig, raw["sft"], fill)
 
 
-def grpo_config(raw: dict[str, Any], workdir: Path, model_dir: Path, files: dict[str, Path]) -> Any:
-    """The RL stage's :class:`RLConfig`, starting from the model in ``model_dir``."""
+def rl_config(
+    raw: dict[str, Any],
+    workdir: Path,
+    model_dir: Path,
+    files: dict[str, Path],
+    algo: str | None = None,
+) -> Any:
+    """The RL stage's :class:`RLConfig` from the YAML section ``algo`` (``grpo`` or ``ppo``;
+    default: the ``algo`` key), starting from the model in ``model_dir`` (PPO's critic too)."""
+    algo = algo or str(raw.get("algo", "grpo"))
+    if algo not in RL_SECTIONS:
+        raise ConfigurationError(
+            f"algo={algo!r} is not a quickstart RL stage; use one of {RL_SECTIONS}"
+        )
     fill = {
         "actor.engine.model.path": model_dir,
         "data.train_files": f"[{files['train']}]",
         "data.val_files": f"[{files['val']}]",
         "trainer.log_dir": workdir / "logs",
-        "trainer.checkpoint_dir": workdir / "checkpoints" / "grpo",
+        "trainer.checkpoint_dir": workdir / "checkpoints" / algo,
     }
-    return stage_config(RLConfig, raw["grpo"], fill)
+    if raw[algo].get("critic") is not None:  # a value head on the same starting model
+        fill["critic.engine.model.path"] = model_dir
+    return stage_config(RLConfig, raw[algo], fill)
+
+
+def grpo_config(raw: dict[str, Any], workdir: Path, model_dir: Path, files: dict[str, Path]) -> Any:
+    """The GRPO stage's :class:`RLConfig` (the ``grpo`` section), whatever ``algo`` says."""
+    return rl_config(raw, workdir, model_dir, files, "grpo")
 
 
 def run_metrics_path(config: RLConfig | SFTConfig) -> Path:
@@ -110,8 +135,8 @@ def run_sft(config: SFTConfig, export_dir: Path) -> Path:
 def run_grpo(
     config: RLConfig, export_dir: Path, task: str = "reverse_letters"
 ) -> list[dict[str, float]]:
-    """GRPO on the letter task ``task``; exports the trained model to ``export_dir`` and
-    returns the step metrics."""
+    """The RL stage (GRPO, or PPO when ``config`` has a critic) on the letter task ``task``;
+    exports the trained model to ``export_dir`` and returns the step metrics."""
     register_letter_task(letter_task(task))  # the reward manager scores the task's rows with it
     with PPOTrainer(config) as trainer:
         history = trainer.fit()
@@ -132,21 +157,23 @@ def run_quickstart(
     model_dir = build_model_dir(workdir / "model_init", shape, task.seed)
     files = write_letter_task_files(workdir / "data", task, letter_task(task.name))
     # Both stages are checked before anything trains, so a bad key fails in seconds (the
-    # GRPO config is built again once the warmed-up model exists).
+    # RL config is built again once the warmed-up model exists).
     warmup = sft_config(raw, workdir, model_dir, files)
-    grpo_config(raw, workdir, model_dir, files)
+    algo = str(raw.get("algo", "grpo"))
+    rl_config(raw, workdir, model_dir, files)
 
     print("stage 1/2: supervised warm-up")
     sft_dir = run_sft(warmup, workdir / "model_sft")
-    print("stage 2/2: GRPO")
-    final_dir = workdir / "model_grpo"
-    grpo = grpo_config(raw, workdir, sft_dir, files)
-    run_grpo(grpo, final_dir, task.name)
+    print(f"stage 2/2: {algo.upper()}")
+    final_dir = workdir / f"model_{algo}"
+    rl = rl_config(raw, workdir, sft_dir, files)
+    run_grpo(rl, final_dir, task.name)
 
     # this run's own metrics file (each run logs into a new run directory)
-    records = read_metrics(run_metrics_path(grpo))
+    records = read_metrics(run_metrics_path(rl))
     accuracy = [r["val/accuracy"] for r in records if "val/accuracy" in r]
-    plot = plot_curves(records, workdir / "curves.png", f"quickstart: GRPO on {task.name}")
+    title = f"quickstart: {algo.upper()} on {task.name}"
+    plot = plot_curves(records, workdir / "curves.png", title, curves_for(algo))
     result = QuickstartResult(
         accuracy_after_sft=accuracy[0],
         accuracy_after_grpo=accuracy[-1],
@@ -156,7 +183,7 @@ def run_quickstart(
     )
     print(
         f"\nheld-out exact-match accuracy: {result.accuracy_after_sft:.2f} after the warm-up, "
-        f"{result.accuracy_after_grpo:.2f} after GRPO ({result.seconds:.0f}s in total)\n"
+        f"{result.accuracy_after_grpo:.2f} after {algo.upper()} ({result.seconds:.0f}s in total)\n"
         f"model: {result.model_dir}\ncurves: {result.plot}\n"
         f"metrics: {workdir / 'logs'} (jsonl, TensorBoard: tensorboard --logdir {workdir / 'logs'})"
     )

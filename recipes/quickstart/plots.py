@@ -12,6 +12,18 @@ CURVES = (
     ("response_length/mean", "mean response length (tokens)"),
 )
 """(metric, panel title) for each panel, top to bottom."""
+PPO_CURVES = (
+    ("val/accuracy", "greedy exact-match accuracy (held out)"),
+    ("critic/score/mean", "mean reward (train samples)"),
+    ("critic/vf_loss", "value loss (critic)"),
+    ("critic/vf_explained_var", "explained variance of the returns (critic)"),
+)
+"""The panels of a PPO run: accuracy and reward, and how well the critic predicts."""
+
+
+def curves_for(algo: str) -> tuple[tuple[str, str], ...]:
+    """The panels to draw for an RL stage ``algo`` (``ppo``: the critic's too)."""
+    return PPO_CURVES if algo == "ppo" else CURVES
 
 
 def series(records: Sequence[dict[str, Any]], name: str) -> tuple[list[float], list[float]]:
@@ -20,21 +32,28 @@ def series(records: Sequence[dict[str, Any]], name: str) -> tuple[list[float], l
     return [p[0] for p in points], [p[1] for p in points]
 
 
-def plot_curves(records: Sequence[dict[str, Any]], path: Path, title: str) -> Path:
-    """Draw :data:`CURVES` from the jsonl metric records of a run into ``path`` (PNG)."""
+def plot_curves(
+    records: Sequence[dict[str, Any]],
+    path: Path,
+    title: str,
+    curves: Sequence[tuple[str, str]] = CURVES,
+) -> Path:
+    """Draw ``curves`` ((metric, title) per panel, default :data:`CURVES`) from the jsonl
+    metric records of a run into ``path`` (PNG); the 0.9 line goes on the accuracy panel."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(len(CURVES), 1, figsize=(7, 8), sharex=True)
-    for axis, (name, label) in zip(axes, CURVES, strict=True):
+    figure, axes = plt.subplots(len(curves), 1, figsize=(7, 2 + 2 * len(curves)), sharex=True)
+    for axis, (name, label) in zip(axes, curves, strict=True):
         steps, values = series(records, name)
         axis.plot(steps, values, marker="o" if len(steps) < 30 else None, linewidth=1.2)
         axis.set_title(label, fontsize=10)
         axis.grid(alpha=0.3)
-    axes[1].axhline(0.9, color="gray", linestyle="--", linewidth=0.8)
-    axes[-1].set_xlabel("GRPO step")
+        if name == "val/accuracy":
+            axis.axhline(0.9, color="gray", linestyle="--", linewidth=0.8)
+    axes[-1].set_xlabel("RL step")
     figure.suptitle(title)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ seed::
 
     python -m recipes.quickstart.seeds --seeds 0 1 2 3 4 --out outputs/seeds
     python -m recipes.quickstart.seeds --seeds 0 1 2 --out outputs/seeds_deal task.name=deal_letters
+    python -m recipes.quickstart.seeds --algo ppo --seeds 0 1 2 --out outputs/seeds_ppo
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from recipes.quickstart.plots import plot_seed_curves, series
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_seed(seed: int, workdir: Path, overrides: Sequence[str]) -> float:
-    """Run the quickstart with ``seed`` into ``workdir``; return its wall time in seconds."""
+def run_seed(seed: int, workdir: Path, overrides: Sequence[str], algo: str = "grpo") -> float:
+    """Run the quickstart with ``seed`` into ``workdir``, its RL stage ``algo`` (``grpo`` or
+    ``ppo``); return its wall time in seconds."""
     command = [
         sys.executable,
         "-m",
@@ -36,9 +38,10 @@ def run_seed(seed: int, workdir: Path, overrides: Sequence[str]) -> float:
         f"workdir={workdir}",
         f"task.seed={seed}",
         f"sft.trainer.seed={seed}",
-        f"grpo.trainer.seed={seed}",
+        f"algo={algo}",
+        f"{algo}.trainer.seed={seed}",
         "sft.trainer.progress_bar=false",
-        "grpo.trainer.progress_bar=false",
+        f"{algo}.trainer.progress_bar=false",
         *overrides,
     ]
     started = time.perf_counter()
@@ -47,11 +50,10 @@ def run_seed(seed: int, workdir: Path, overrides: Sequence[str]) -> float:
     return time.perf_counter() - started
 
 
-def accuracy_curve(workdir: Path) -> tuple[list[float], list[float]]:
-    """(GRPO step, held-out accuracy) at each validation of the run in ``workdir``."""
-    return series(
-        read_metrics(metrics_path(workdir / "logs", "hybridflow", "grpo")), "val/accuracy"
-    )
+def accuracy_curve(workdir: Path, algo: str = "grpo") -> tuple[list[float], list[float]]:
+    """(RL step, held-out accuracy) at each validation of the ``algo`` run in ``workdir``
+    (its experiment is named after the algorithm, as config.yaml ships it)."""
+    return series(read_metrics(metrics_path(workdir / "logs", "hybridflow", algo)), "val/accuracy")
 
 
 def markdown_table(curves: Mapping[int, tuple[list[float], list[float]]]) -> str:
@@ -71,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--out", type=Path, default=Path("outputs/quickstart_seeds"))
+    parser.add_argument("--algo", choices=("grpo", "ppo"), default="grpo", help="the RL stage")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of config.yaml")
     args = parser.parse_args(argv)
     out = args.out.resolve()
@@ -78,8 +81,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     curves = {}
     for seed in args.seeds:
-        seconds = run_seed(seed, out / f"seed{seed}", args.overrides)
-        curves[seed] = accuracy_curve(out / f"seed{seed}")
+        seconds = run_seed(seed, out / f"seed{seed}", args.overrides, args.algo)
+        curves[seed] = accuracy_curve(out / f"seed{seed}", args.algo)
         print(f"seed {seed}: {seconds:.0f} s, accuracy {[round(a, 2) for a in curves[seed][1]]}")
     print(markdown_table(curves))
     print(f"plot: {plot_seed_curves(curves, out / 'seeds.png', ' '.join(args.overrides))}")

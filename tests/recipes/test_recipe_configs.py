@@ -63,10 +63,11 @@ def load_gsm8k(path: Path, root: Path) -> list[object]:
 
 
 def load_quickstart(path: Path, root: Path) -> list[object]:
-    """Task, model shape, and the SFT and GRPO stage configs, as ``run_quickstart`` builds them."""
+    """Task, model shape, and the SFT, GRPO and PPO stage configs, as ``run_quickstart``
+    builds them (``algo=grpo`` / ``algo=ppo``)."""
     from hf_algos.config import load_config
     from hf_algos.examples.reverse_letters import ModelShape, TaskConfig
-    from recipes.quickstart.main import grpo_config, load_recipe_config, sft_config
+    from recipes.quickstart.main import load_recipe_config, rl_config, sft_config
 
     raw = load_recipe_config(path, [f"workdir={root}"])
     task = load_config(TaskConfig, base=raw.get("task", {}))
@@ -74,7 +75,8 @@ def load_quickstart(path: Path, root: Path) -> list[object]:
     # The recipe makes the model and the task files before building the stage configs.
     files = {name: placeholder_file(root, f"{name}.jsonl") for name in ("sft", "train", "val")}
     model = placeholder_model(root)
-    return [task, shape, sft_config(raw, root, model, files), grpo_config(raw, root, model, files)]
+    stages = [rl_config(raw, root, model, files, algo) for algo in ("grpo", "ppo")]
+    return [task, shape, sft_config(raw, root, model, files), *stages]
 
 
 def load_dpo(path: Path, root: Path) -> list[object]:
