@@ -40,6 +40,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
+from bench_support import column_env  # noqa: E402
 from dpo_report import TOLERANCE, check_agreement, plot_curves, report_block  # noqa: E402
 
 DEFAULT_TRL_PYTHON = HERE / ".venv-trl" / "bin" / "python"
@@ -72,18 +73,6 @@ class BenchSettings:
             f"--batch={self.batch}",
             f"--threads={self.threads}",
         ]
-
-
-def column_env(threads: int) -> dict[str, str]:
-    """Environment of every column's process (see ``bench_grpo.column_env``)."""
-    return {
-        **os.environ,
-        "OMP_NUM_THREADS": str(threads),
-        "PYTHONUNBUFFERED": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE"),
-        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    }
 
 
 def run_column(name: str, command: list[str], result: Path, threads: int) -> dict[str, Any]:

@@ -38,6 +38,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 import grpo_task as task  # noqa: E402
+from bench_support import column_env  # noqa: E402
 from grpo_report import ColumnResult, plot_curves, report_block, summary_table  # noqa: E402
 
 DEFAULT_TRL_PYTHON = HERE / ".venv-trl" / "bin" / "python"
@@ -82,24 +83,6 @@ ASYNC_OVERRIDES = (
 
 COLUMN_TIMEOUT_S = 1800.0
 """Longest a column's process may run before it is killed and reported as failed."""
-
-
-def column_env(threads: int) -> dict[str, str]:
-    """Environment of every column's process.
-
-    ``OMP_NUM_THREADS`` is ``threads`` so that processes a column starts (HybridFlow's Ray
-    workers, where Ray would otherwise set 1) use as many torch threads as the others.
-    ``OMP_WAIT_POLICY=PASSIVE`` (unless already set): with the default spinning waits, two
-    torch threads on a shared 2-core machine made a GRPO step take 8-27 s instead of 0.3 s.
-    """
-    return {
-        **os.environ,
-        "OMP_NUM_THREADS": str(threads),
-        "PYTHONUNBUFFERED": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE"),
-        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    }
 
 
 def run_process(

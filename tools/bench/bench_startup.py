@@ -210,7 +210,7 @@ def child(argv: list[str]) -> int:
 
 def run_once(init: Path, workdir: Path, overrides: list[str]) -> dict[str, float]:
     """Spawn one child, return its phase seconds."""
-    from bench_grpo import column_env
+    from bench_support import column_env
 
     marks_file = workdir / "marks.json"
     command = [sys.executable, str(Path(__file__).resolve()), "child", f"--init={init}"]
