@@ -188,6 +188,13 @@ def async_overrides(model: Path, root: Path, mode: str, steps: int) -> list[str]
     ]
 
 
+PARTIAL = [  # fully_async, three queued, 2-token chunks: generations span a push
+    "trainer.queue_size=3",
+    "trainer.max_staleness=3",
+    "rollout.max_new_tokens=8",
+    "rollout.partial=true",
+    "rollout.partial_chunk_tokens=2",
+]
 FINITE = ("actor/pg_loss", "actor/grad_norm", "async/staleness/mean", "async/wait_s")
 
 
@@ -251,11 +258,7 @@ def test_fully_async_partial_rollout_ppo_spans_versions(
     overrides = [
         *async_overrides(tiny_model_dir, tmp_path, "fully_async", steps=4),
         "trainer.resume_mode=disable",
-        "trainer.queue_size=3",
-        "trainer.max_staleness=3",
-        "rollout.max_new_tokens=8",
-        "rollout.partial=true",
-        "rollout.partial_chunk_tokens=2",
+        *PARTIAL,
         "algorithm.adv_estimator=gae",
         f"critic.engine.model.path={tiny_model_dir}",
         "critic.ppo_mini_batch_size=4",

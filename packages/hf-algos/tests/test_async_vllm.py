@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from .test_async_modes import FINITE, async_overrides, run
+from .test_async_modes import FINITE, PARTIAL, async_overrides, run
 from .trainer_helpers import assert_finite
 
 pytestmark = pytest.mark.timeout(900)
@@ -62,11 +62,7 @@ def test_fully_async_partial_rollout_on_vllm_spans_versions(
 ) -> None:
     overrides = [
         *vllm_overrides(wide_head_model, tmp_path, "fully_async", steps=4),
-        "trainer.queue_size=3",
-        "trainer.max_staleness=3",
-        "rollout.max_new_tokens=8",
-        "rollout.partial=true",
-        "rollout.partial_chunk_tokens=2",
+        *PARTIAL,
     ]
     history, _ = run(overrides)
     assert len(history) == 4
