@@ -12,6 +12,7 @@ import torch
 
 from hf_algos.config import RLConfig, RolloutCorrectionSection, load_config
 from hf_algos.losses import (
+    CorrectionSettings,
     compute_rollout_correction,
     mismatch_kl,
     ppo_actor_loss,
@@ -157,10 +158,10 @@ def test_apply_rollout_correction_writes_weights_only_when_on() -> None:
         fields.RESPONSE_MASK: MASK,
     }
     batch = DataProto.from_dict(tensors=dict(tensors))
-    metrics = apply_rollout_correction(batch, RolloutCorrectionSection(mode="off"))
+    metrics = apply_rollout_correction(batch, CorrectionSettings(mode="off"))
     assert "rollout_correction/kl_k1" in metrics
     assert batch.batch is not None and fields.ROLLOUT_IS_WEIGHTS not in batch.batch
-    metrics = apply_rollout_correction(batch, RolloutCorrectionSection(mode="tis"))
+    metrics = apply_rollout_correction(batch, CorrectionSettings(mode="tis"))
     torch.testing.assert_close(
         batch.batch[fields.ROLLOUT_IS_WEIGHTS], torch.tensor([[2.0, 0.25, 1.0, 0.0]])
     )
@@ -170,11 +171,57 @@ def test_apply_rollout_correction_writes_weights_only_when_on() -> None:
     no_rollout = DataProto.from_dict(
         tensors={fields.OLD_LOG_PROBS: OLD, fields.RESPONSE_MASK: MASK}
     )
-    assert apply_rollout_correction(no_rollout, RolloutCorrectionSection(mode="off")) == {}
+    assert apply_rollout_correction(no_rollout, CorrectionSettings(mode="off")) == {}
     with pytest.raises(KeyError, match="rollout_log_probs"):
-        apply_rollout_correction(no_rollout, RolloutCorrectionSection(mode="mis"))
-    with pytest.raises(ValueError, match="resolve"):  # "auto" is the trainer's to resolve
-        apply_rollout_correction(batch, RolloutCorrectionSection())
+        apply_rollout_correction(no_rollout, CorrectionSettings(mode="mis"))
+
+
+def test_the_actor_loss_takes_old_log_probs_from_its_own_forward_when_told() -> None:
+    """``old_log_probs_from_update``: no old_log_probs in the batch, ratio 1 everywhere,
+    and the correction the driver would apply is applied in the loss, with its metrics."""
+    log_probs = OLD.clone().requires_grad_(True)  # the current policy's forward
+    adv = torch.tensor([[1.0, -1.0, 0.5, 0.0]])
+    fused = DataProto.from_dict(
+        tensors={
+            fields.RESPONSE_MASK: MASK,
+            fields.ADVANTAGES: adv,
+            fields.ROLLOUT_LOG_PROBS: ROLLOUT,
+        },
+        meta_info={fields.OLD_LOG_PROBS_FROM_UPDATE: True},
+    )
+    tis = CorrectionSettings(mode="tis", cap=2.0)
+    loss, metrics = ppo_actor_loss({"log_probs": log_probs}, fused, rollout_correction=tis)  # type: ignore[arg-type]
+    # The driver's path: old_log_probs recomputed (equal to the forward), weights written.
+    driver = DataProto.from_dict(
+        tensors={
+            fields.RESPONSE_MASK: MASK,
+            fields.ADVANTAGES: adv,
+            fields.OLD_LOG_PROBS: OLD,
+            fields.ROLLOUT_LOG_PROBS: ROLLOUT,
+        }
+    )
+    driver_metrics = apply_rollout_correction(driver, tis)
+    update = for_worker(driver, ACTOR_UPDATE_FIELDS)
+    expected, expected_metrics = ppo_actor_loss({"log_probs": OLD}, update)  # type: ignore[arg-type]
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    # ratio 1: the loss is minus the weighted advantage, weights 2, 0.25, 1 over 3 tokens
+    assert loss.item() == pytest.approx(-(2.0 * 1.0 - 0.25 * 1.0 + 1.0 * 0.5) / 3, rel=1e-6)
+    assert metrics["ppo_kl"] == 0.0 and expected_metrics["ppo_kl"] == pytest.approx(0.0)
+    for name, value in driver_metrics.items():
+        assert metrics[name] == pytest.approx(value, rel=1e-6), name
+    loss.backward()
+    assert log_probs.grad is not None and log_probs.grad.abs().sum() > 0
+    # Without the flag a missing old_log_probs is an error naming who writes it.
+    unflagged = DataProto.from_dict(tensors={fields.RESPONSE_MASK: MASK, fields.ADVANTAGES: adv})
+    with pytest.raises(KeyError, match="compute_log_prob"):
+        ppo_actor_loss({"log_probs": OLD}, unflagged)  # type: ignore[arg-type]
+
+
+def test_settings_resolve_auto_for_the_loss() -> None:
+    section = RolloutCorrectionSection(rollout_is_cap=3.0, level="sequence")
+    assert section.settings("off") == CorrectionSettings(mode="off", level="sequence", cap=3.0)
+    assert section.settings("one_step_off").mode == "tis"
+    assert RolloutCorrectionSection(mode="mis").settings("off").enabled
 
 
 def test_auto_is_tis_for_the_async_modes_and_off_in_the_synchronous_loop() -> None:

@@ -52,3 +52,40 @@ def test_grpo_with_truncated_importance_sampling(
         assert metrics["rollout_correction/kl_k3"] >= 0.0
         assert 0.0 <= metrics["rollout_correction/clipped_frac"] <= 1.0
         assert metrics["rollout_correction/weight_mean"] <= 1.5
+
+
+def test_old_log_probs_from_the_update_equal_a_separate_forward(
+    toy_task_scored: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """One optimizer step per batch: the step that takes old_log_probs from the update's own
+    forward (the default) trains exactly like the one that recomputes them first, rollout
+    correction included, and skips that forward."""
+    torch.set_num_threads(1)
+    train, _ = task_files(tmp_path)
+    runs = {}
+    for from_update in (True, False):
+        root = tmp_path / str(from_update)
+        config = load_config(
+            RLConfig,
+            overrides=[
+                *common_overrides(tiny_model_dir, root, train, steps=2),
+                "actor.ppo_mini_batch_size=8",  # the whole batch (4 prompts x 2): one step
+                "actor.engine.micro_batch.micro_batch_size=4",  # two micro-batches
+                f"actor.old_log_probs_from_update={str(from_update).lower()}",
+                "algorithm.rollout_correction.mode=tis",
+                "algorithm.rollout_correction.rollout_is_cap=1.5",
+                "trainer.backend=local",
+                "trainer.resume_mode=disable",
+            ],
+        )
+        with PPOTrainer(config) as trainer:
+            runs[from_update] = trainer.fit()
+    fused, separate = runs[True], runs[False]
+    for step, (one, other) in enumerate(zip(fused, separate, strict=True), start=1):
+        assert "timing_s/old_log_prob" not in one and "timing_s/old_log_prob" in other
+        for name in ("actor/pg_loss", "actor/grad_norm", "critic/score/mean"):
+            assert one[name] == pytest.approx(other[name], rel=1e-5, abs=1e-7), (step, name)
+        assert one["actor/ppo_kl"] == 0.0
+        for name in ("rollout_correction/kl_k3", "rollout_correction/weight_mean"):
+            # the driver averages over the batch, the loss over its two micro-batches
+            assert one[name] == pytest.approx(other[name], rel=0.05, abs=1e-6), (step, name)

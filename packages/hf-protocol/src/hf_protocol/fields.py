@@ -175,6 +175,12 @@ ranks. Written by the training engines into every micro-batch's meta_info (a cop
 micro-batch); read by loss functions, which return their micro-batch's share of the
 mini-batch loss (a sum over its tokens or sequences divided by these totals)."""
 
+OLD_LOG_PROBS_FROM_UPDATE: Final = "old_log_probs_from_update"
+"""bool: the batch carries no :data:`OLD_LOG_PROBS`; the update is one optimizer step over
+the whole batch, so the actor's loss takes them from that step's own forward, detached (the
+same numbers as a separate no-grad forward, one pass less). Written by the driver; read by
+the actor's loss."""
+
 METRICS: Final = "metrics"
 """dict name -> value (or list of values, one per worker after a gather). Written by any
 worker call; read by the driver's tracking. ``DataProto.concat`` gathers it."""

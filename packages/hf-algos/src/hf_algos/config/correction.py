@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from hf_algos.losses.rollout_correction import CorrectionSettings
 from hf_controller import ConfigurationError
 
 
@@ -52,6 +53,20 @@ class RolloutCorrectionSection:
         """Whether the policy loss is reweighted (``mode`` is ``tis`` or ``mis``; resolve
         ``auto`` first with :meth:`resolved`)."""
         return self.mode in ("tis", "mis")
+
+    def settings(self, async_mode: str) -> CorrectionSettings:
+        """The section, ``auto`` resolved for ``trainer.async_mode``, as the loss-side
+        :class:`~hf_algos.losses.rollout_correction.CorrectionSettings`."""
+        section = self.resolved(async_mode)
+        if section.mode == "auto":  # resolved() never returns it; keeps mypy's Literal exact
+            raise AssertionError("auto was not resolved")
+        return CorrectionSettings(
+            mode=section.mode,
+            level=section.level,
+            cap=section.rollout_is_cap,
+            mis_low=section.mis_low,
+            mis_high=section.mis_high,
+        )
 
     def resolved(self, async_mode: str) -> RolloutCorrectionSection:
         """This section with ``auto`` made concrete for ``trainer.async_mode``: ``tis`` for

@@ -163,6 +163,12 @@ class ActorSection:
     """Take ``old_log_probs`` from the rollout (the behaviour policy that sampled the batch)
     instead of recomputing them with the actor: saves one forward pass per step; the two
     differ only by numerical differences between the engines (dtype, kernels)."""
+    old_log_probs_from_update: bool = True
+    """When the update is one optimizer step over the whole batch (``ppo_epochs=1``,
+    ``ppo_mini_batch_size`` >= the step's rows), take ``old_log_probs`` from that step's own
+    forward, detached, instead of a separate forward first: the same numbers, one forward
+    pass less per step (the rollout correction is then applied in the loss). ``false``
+    always recomputes them."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     """LoRA adapters through peft (``rank > 0``, FSDP engine): only the adapters train, the
     rollout gets merged weights, and the reference policy is the base model with the

@@ -19,6 +19,7 @@ from hf_algos.losses.aggregation import aggregate_loss, global_share
 from hf_algos.losses.entropy import entropy_bonus
 from hf_algos.losses.inputs import batch_field, mini_batch_totals
 from hf_algos.losses.policy import get_policy_loss
+from hf_algos.losses.rollout_correction import CorrectionSettings
 from hf_protocol import DataProto, fields
 
 if TYPE_CHECKING:  # hf_engines imports transformers; only its types are needed here
@@ -37,6 +38,7 @@ def ppo_actor_loss(
     kl_coeff: float = 0.0,
     kl_kind: str = "low_var_kl",
     policy_loss: str = "ppo",
+    rollout_correction: CorrectionSettings | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Policy loss ``- entropy_coeff * entropy + kl_coeff * KL(policy || ref)``.
 
@@ -48,7 +50,11 @@ def ppo_actor_loss(
     ``micro_batch.batch``: ``old_log_probs``, ``advantages``, ``response_mask`` and, when
     ``kl_coeff > 0``, ``ref_log_prob`` (all ``(b, R)``); when the batch holds
     ``rollout_is_weights`` (rollout correction), they multiply the per-token policy loss
-    (not the entropy or KL terms). ``policy_loss`` names an entry of
+    (not the entropy or KL terms). With ``meta_info["old_log_probs_from_update"]`` the batch
+    holds no ``old_log_probs``: the update is one optimizer step, so they are ``log_probs``
+    detached; then ``rollout_correction`` (when given and the batch holds
+    ``rollout_log_probs``) computes the weights here, from those ``old_log_probs``, and adds
+    the ``rollout_correction/*`` metrics. ``policy_loss`` names an entry of
     ``POLICY_LOSSES`` (``ppo``, ``gspo``, ``reinforce``). Metrics: ``pg_loss``,
     ``pg_clipfrac``, ``pg_clipfrac_lower``, ``ppo_kl``, ``entropy`` (when the engine gives
     it) and ``kl_loss`` (when ``ref_log_prob`` is in the batch).
@@ -56,13 +62,14 @@ def ppo_actor_loss(
     log_prob = outputs["log_probs"]
     device = log_prob.device
     mask = batch_field(micro_batch, fields.RESPONSE_MASK, device, "the rollout writes")
-    old = batch_field(micro_batch, fields.OLD_LOG_PROBS, device, "actor.compute_log_prob writes")
+    if micro_batch.meta_info.get(fields.OLD_LOG_PROBS_FROM_UPDATE):
+        old = log_prob.detach()  # one optimizer step over the batch: old == current
+    else:
+        old = batch_field(
+            micro_batch, fields.OLD_LOG_PROBS, device, "actor.compute_log_prob writes"
+        )
     advantages = batch_field(micro_batch, fields.ADVANTAGES, device, "compute_advantage writes")
-    # Rollout correction (algorithm.rollout_correction): only passed when the driver wrote
-    # weights, so a registered loss without the token_weights keyword keeps working.
-    weighting: dict[str, torch.Tensor] = {}
-    if micro_batch.batch is not None and fields.ROLLOUT_IS_WEIGHTS in micro_batch.batch:
-        weighting["token_weights"] = micro_batch.batch[fields.ROLLOUT_IS_WEIGHTS].to(device)
+    weighting, correction_metrics = token_weights(micro_batch, old, mask, rollout_correction)
     policy = get_policy_loss(policy_loss)(
         log_prob,
         old,
@@ -76,6 +83,7 @@ def ppo_actor_loss(
     )
     loss = policy.loss
     metrics = {
+        **correction_metrics,
         "pg_loss": float(policy.loss.detach()),
         "pg_clipfrac": float(policy.clipfrac),
         "pg_clipfrac_lower": float(policy.clipfrac_lower),
@@ -102,3 +110,28 @@ def ppo_actor_loss(
             loss = loss + kl_coeff * kl_loss
     # One share for the whole loss: pg, entropy and KL are aggregated with the same mode.
     return global_share(loss, mask, loss_agg_mode, mini_batch_totals(micro_batch)), metrics
+
+
+def token_weights(
+    micro_batch: DataProto,
+    old_log_probs: torch.Tensor,
+    mask: torch.Tensor,
+    settings: CorrectionSettings | None,
+) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    """The policy loss's ``token_weights`` keyword (empty: none) and correction metrics.
+
+    Weights the driver wrote (``rollout_is_weights``) are used as they are. Otherwise, with
+    ``settings`` and the rollout's ``rollout_log_probs`` in the batch (sent when the
+    old log-probs come from the update itself), the correction is computed here against
+    ``old_log_probs``. A registered loss without ``token_weights`` keeps working when
+    neither is there.
+    """
+    batch = micro_batch.batch
+    if batch is not None and fields.ROLLOUT_IS_WEIGHTS in batch:
+        return {"token_weights": batch[fields.ROLLOUT_IS_WEIGHTS].to(mask.device)}, {}
+    if settings is None or batch is None or fields.ROLLOUT_LOG_PROBS not in batch:
+        return {}, {}
+    rollout = batch[fields.ROLLOUT_LOG_PROBS].to(mask.device)
+    correction = settings.apply(old_log_probs, rollout, mask)
+    weights = {"token_weights": correction.weights} if settings.enabled else {}
+    return weights, correction.metrics

@@ -21,6 +21,7 @@ from hf_algos.config.sections import (
 from hf_algos.data import RLDataset, RLDatasetConfig, StatefulDataLoader
 from hf_algos.data.loader import CollatingDataset
 from hf_algos.losses import critic_loss, ppo_actor_loss
+from hf_algos.losses.rollout_correction import CorrectionSettings
 from hf_algos.rewards import RewardManager, RewardManagerConfig
 from hf_algos.rewards.registry import scoring_call_of
 from hf_algos.rewards.user_file import FileScoringFunction
@@ -114,9 +115,14 @@ def all_batches(dataset: CollatingDataset, batch_size: int) -> Iterator[DataProt
 
 
 def actor_class(
-    actor: ActorSection, trainer: TrainerSection, mini_batch_rows: int | None = None
+    actor: ActorSection,
+    trainer: TrainerSection,
+    mini_batch_rows: int | None = None,
+    rollout_correction: CorrectionSettings | None = None,
 ) -> RayClassWithInitArgs:
-    """The actor role (a :class:`~hf_algos.trainers.roles.SyncActorWorker`) with its loss."""
+    """The actor role (a :class:`~hf_algos.trainers.roles.SyncActorWorker`) with its loss;
+    ``rollout_correction`` is applied in the loss when the old log-probs come from the
+    update itself (see :func:`~hf_algos.trainers.steps.old_log_probs_from_update`)."""
     loss_fn = functools.partial(
         ppo_actor_loss,
         clip_low=actor.clip_ratio_low,
@@ -127,6 +133,7 @@ def actor_class(
         kl_coeff=actor.kl_loss_coef if actor.use_kl_loss else 0.0,
         kl_kind=actor.kl_loss_type,
         policy_loss=actor.policy_loss,
+        rollout_correction=rollout_correction,
     )
     return actor_class_with_loss(actor, trainer, loss_fn, mini_batch_rows)
 

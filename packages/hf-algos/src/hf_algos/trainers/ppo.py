@@ -4,12 +4,16 @@ One step, as docs/architecture.md draws it ("Data flow of one PPO step")::
 
     batch = rollout.generate_sequences(prompts)          # n samples per prompt
     batch = batch.union(reward(batch))                   # token_level_scores
-    batch = batch.union(actor.compute_log_prob(batch))   # old_log_probs
+    batch = batch.union(actor.compute_log_prob(batch))   # old_log_probs (*)
     batch = batch.union(ref.compute_ref_log_prob(batch)) # when a KL term needs it
     batch = batch.union(critic.compute_values(batch))    # gae only
     batch = compute_advantage(batch, estimator)          # pure functions
     critic.update_critic(batch); actor.update_actor(batch)
     sync actor weights -> rollout                        # in-process when hybrid
+
+(*) Unless the update is one optimizer step over the batch (``ppo_epochs=1``, one
+mini-batch): then the actor's loss takes them from that step's own forward, detached, and
+applies the rollout correction there (:func:`~hf_algos.trainers.steps.old_log_probs_from_update`).
 
 With ``algorithm.filter_groups`` (DAPO dynamic sampling) the first two lines repeat on more
 prompt batches until ``data.train_batch_size`` prompt groups whose samples differ are in
@@ -58,13 +62,17 @@ from hf_algos.trainers.steps import (
     MODEL_FIELDS,
     absorb,
     apply_rollout_correction,
+    check_rollout_log_probs,
     first_groups,
     for_worker,
     generate,
     generation_phase,
     generation_rows,
     greedy_validation,
+    has_rollout_log_probs,
     keep_varied_groups,
+    old_log_probs_from_update,
+    rename_prefix,
     tensors,
 )
 from hf_controller import RayClassWithInitArgs
@@ -97,7 +105,7 @@ class PPOTrainer(Trainer):
         self.kl_ctrl = build_kl_controller(config)
         # "auto": TIS when the samples are off-policy (an async mode), else off
         algorithm, async_mode = config.algorithm, config.trainer.async_mode
-        self._rollout_correction = algorithm.rollout_correction.resolved(async_mode)
+        self._rollout_correction = algorithm.rollout_correction.settings(async_mode)
         self.estimator = get_advantage_estimator(config.algorithm.adv_estimator)
         needed = roles_needed(config, self.estimator)
         self.use_critic = "critic" in needed
@@ -155,7 +163,10 @@ class PPOTrainer(Trainer):
 
     def _role_classes(self) -> dict[str, RayClassWithInitArgs]:
         config = self.config
-        roles = {"actor": builders.actor_class(config.actor, config.trainer)}
+        actor = builders.actor_class(
+            config.actor, config.trainer, rollout_correction=self._rollout_correction
+        )
+        roles = {"actor": actor}
         reference = builders.reference_class(config.actor) if self.use_ref else None
         if reference is not None:
             roles["ref"] = reference
@@ -195,10 +206,14 @@ class PPOTrainer(Trainer):
             metrics["filter_groups/skipped_update"] = 1.0
             metrics.update({f"timing_s/{name}": value for name, value in timing.items()})
             return metrics
-        with timed("old_log_prob", timing):
-            self.old_log_probs(batch, metrics)
-        if not self.config.actor.use_rollout_log_probs:  # else old == rollout: nothing to see
-            metrics.update(apply_rollout_correction(batch, self._rollout_correction))
+        if old_log_probs_from_update(self.config, len(batch)):  # one optimizer step: from it
+            batch.meta_info[fields.OLD_LOG_PROBS_FROM_UPDATE] = True
+            check_rollout_log_probs(self._rollout_correction, has_rollout_log_probs(batch))
+        else:
+            with timed("old_log_prob", timing):
+                self.old_log_probs(batch, metrics)
+            if not self.config.actor.use_rollout_log_probs:  # else old == rollout: no mismatch
+                metrics.update(apply_rollout_correction(batch, self._rollout_correction))
         if self.use_ref:
             with timed("ref", timing):
                 absorb(batch, self.roles.ref.compute_ref_log_prob(for_worker(batch)), metrics)
@@ -332,8 +347,12 @@ class PPOTrainer(Trainer):
                 update = for_worker(batch, CRITIC_UPDATE_FIELDS)
                 absorb(None, self.roles.critic.update_critic(update), metrics)
         with timed("update_actor", timing):
-            update = for_worker(batch, ACTOR_UPDATE_FIELDS)
+            keys: tuple[str, ...] = ACTOR_UPDATE_FIELDS
+            if batch.meta_info.get(fields.OLD_LOG_PROBS_FROM_UPDATE):  # the loss corrects
+                keys = (*keys, fields.ROLLOUT_LOG_PROBS)
+            update = for_worker(batch, keys)
             absorb(None, self.roles.actor.update_actor(update), metrics)
+            rename_prefix(metrics, "actor/rollout_correction/", "rollout_correction/")
         if self.pipeline is None:  # async: the pipeline pushes when its schedule says
             with timed("sync_weights", timing):
                 self.roles.sync_weights()

@@ -12,9 +12,9 @@ import torch
 from tensordict import TensorDict
 
 from hf_algos.advantages.grouping import first_groups_rows, group_ids, varied_group_rows
-from hf_algos.config.correction import RolloutCorrectionSection
+from hf_algos.config.trainers import RLConfig
 from hf_algos.data import RLDataset
-from hf_algos.losses.rollout_correction import compute_rollout_correction
+from hf_algos.losses.rollout_correction import CorrectionSettings
 from hf_algos.tracking import Generation, merge_worker_metrics, timed
 from hf_algos.trainers import builders
 from hf_algos.trainers.groups import RewardScorer, RolloutGroup
@@ -28,6 +28,8 @@ PROMPT_FIELDS = (fields.INPUT_IDS, fields.ATTENTION_MASK, fields.POSITION_IDS)
 """What a rollout reads of a prompt batch."""
 MODEL_FIELDS = (*PROMPT_FIELDS, fields.RESPONSES, fields.RESPONSE_MASK)
 """What a forward pass over prompt + response reads."""
+WORKER_META = (fields.TEMPERATURE, fields.OLD_LOG_PROBS_FROM_UPDATE)
+"""The ``meta_info`` keys :func:`for_worker` passes on."""
 
 
 def generate(
@@ -114,49 +116,76 @@ def tensors(batch: DataProto) -> TensorDict:
 
 
 def for_worker(batch: DataProto, keys: tuple[str, ...] = MODEL_FIELDS) -> DataProto:
-    """The tensors named in ``keys`` that ``batch`` holds, and its temperature: what a worker
-    reads (the non-tensor columns stay in the driver)."""
+    """The tensors named in ``keys`` that ``batch`` holds, and its :data:`WORKER_META`: what
+    a worker reads (the non-tensor columns stay in the driver)."""
     assert batch.batch is not None
     held = set(batch.batch.keys())
-    meta = [key for key in (fields.TEMPERATURE,) if key in batch.meta_info]
+    meta = [key for key in WORKER_META if key in batch.meta_info]
     return batch.select(batch_keys=[f for f in keys if f in held], meta_info_keys=meta)
 
 
-def apply_rollout_correction(batch: DataProto, spec: RolloutCorrectionSection) -> Metrics:
+def apply_rollout_correction(batch: DataProto, settings: CorrectionSettings) -> Metrics:
     """Compare ``old_log_probs`` with ``rollout_log_probs`` over the whole step's batch:
-    returns the ``rollout_correction/*`` metrics and, when ``spec.mode`` is not ``off``,
+    returns the ``rollout_correction/*`` metrics and, when ``settings.mode`` is not ``off``,
     writes the per-token ``rollout_is_weights`` the actor's policy loss multiplies by.
 
-    Call it after ``old_log_probs`` are in the batch (recomputed by the actor), with ``spec``
-    resolved for the run's async mode (``spec.resolved(trainer.async_mode)``). A batch
+    Call it after ``old_log_probs`` are in the batch (recomputed by the actor), with the
+    settings of the run's async mode (``RolloutCorrectionSection.settings``). A batch
     without ``rollout_log_probs`` has nothing to compare: no metrics, and an error when a
     correction is asked for.
     """
-    mode = spec.mode
-    if mode == "auto":
-        raise ValueError("resolve algorithm.rollout_correction.mode='auto' first (.resolved)")
     data = tensors(batch)
     if fields.ROLLOUT_LOG_PROBS not in data:
-        if spec.enabled:
-            raise KeyError(
-                f"algorithm.rollout_correction.mode={spec.mode!r} needs the rollout's "
-                f"'{fields.ROLLOUT_LOG_PROBS}' in the batch, and this rollout wrote none; use "
-                "a rollout backend that returns log-probs or set the mode to off"
-            )
+        check_rollout_log_probs(settings, present=False)
         return {}
-    correction = compute_rollout_correction(
-        data[fields.OLD_LOG_PROBS],
-        data[fields.ROLLOUT_LOG_PROBS],
-        data[fields.RESPONSE_MASK],
-        mode=mode,
-        level=spec.level,
-        cap=spec.rollout_is_cap,
-        mis_low=spec.mis_low,
-        mis_high=spec.mis_high,
+    correction = settings.apply(
+        data[fields.OLD_LOG_PROBS], data[fields.ROLLOUT_LOG_PROBS], data[fields.RESPONSE_MASK]
     )
-    if spec.enabled:
+    if settings.enabled:
         data[fields.ROLLOUT_IS_WEIGHTS] = correction.weights
     return correction.metrics
+
+
+def check_rollout_log_probs(settings: CorrectionSettings, present: bool) -> None:
+    """Refuse a correction (``tis`` / ``mis``) when the rollout wrote no log-probs."""
+    if settings.enabled and not present:
+        raise KeyError(
+            f"algorithm.rollout_correction.mode={settings.mode!r} needs the rollout's "
+            f"'{fields.ROLLOUT_LOG_PROBS}' in the batch, and this rollout wrote none; use "
+            "a rollout backend that returns log-probs or set the mode to off"
+        )
+
+
+def old_log_probs_from_update(config: RLConfig, rows: int) -> bool:
+    """Whether a step of ``rows`` rows takes ``old_log_probs`` from the actor's update.
+
+    When the update is exactly one optimizer step over the whole batch (``ppo_epochs=1``
+    and ``ppo_mini_batch_size >= rows``), the log-probs a separate no-grad forward would
+    compute equal that step's own forward, detached: the driver skips the forward
+    (``actor.old_log_probs_from_update``, on by default). Not when they come from the
+    rollout (``actor.use_rollout_log_probs``) or are needed before the update (the reward's
+    KL penalty, ``algorithm.use_kl_in_reward``).
+    """
+    actor = config.actor
+    return (
+        actor.old_log_probs_from_update
+        and not actor.use_rollout_log_probs
+        and not config.algorithm.use_kl_in_reward
+        and actor.ppo_epochs == 1
+        and rows <= actor.ppo_mini_batch_size
+    )
+
+
+def has_rollout_log_probs(batch: DataProto) -> bool:
+    """Whether the rollout wrote its own log-probs into ``batch``."""
+    return batch.batch is not None and fields.ROLLOUT_LOG_PROBS in batch.batch
+
+
+def rename_prefix(metrics: Metrics, old: str, new: str) -> None:
+    """Rename the ``metrics`` whose names start with ``old`` to start with ``new`` instead
+    (e.g. a worker's ``actor/rollout_correction/kl_k1`` to the driver's name)."""
+    for name in [name for name in metrics if name.startswith(old)]:
+        metrics[new + name[len(old) :]] = metrics.pop(name)
 
 
 def absorb(batch: DataProto | None, output: DataProto, metrics: Metrics) -> None:
