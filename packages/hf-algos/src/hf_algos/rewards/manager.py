@@ -327,8 +327,12 @@ class RewardManager:
     ) -> list[tuple[list[int], ScoringTask]]:
         """Samples grouped by data_source, in chunks (about four per worker): a round trip
         to a worker costs more than a cheap rule-based score (128 samples, 1 worker: 9.0 ->
-        3.4 ms). Each sample keeps its own alarm inside the worker."""
-        size = max(1, len(samples) // (self.config.num_workers * _CHUNKS_PER_WORKER))
+        3.4 ms), one chunk when there is one worker. Each sample keeps its own alarm inside
+        the worker."""
+        workers = self.config.num_workers
+        # One process has nothing to spread work over: one chunk, one round trip.
+        chunks = 1 if workers == 1 else workers * _CHUNKS_PER_WORKER
+        size = max(1, math.ceil(len(samples) / chunks))
         by_source: dict[str, list[int]] = {}
         for index, sample in enumerate(samples):
             by_source.setdefault(sample["data_source"], []).append(index)

@@ -146,7 +146,8 @@ def run_scoring_task(task: ScoringTask) -> list[ScoringOutcome]:
     _limit_cpu(task.cpu_limit_s, len(task.samples))
     if call.batched:
         return _run_batched(call, task)
-    return [_run_one(call, sample, task.timeout_s) for sample in task.samples]
+    checked: dict[frozenset[str], ScoringOutcome | None] = {}
+    return [_run_one(call, sample, task.timeout_s, checked) for sample in task.samples]
 
 
 def _load(blob: bytes) -> ScoringCall:
@@ -184,9 +185,20 @@ def _limit_cpu(per_sample_s: float | None, count: int) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
-def _run_one(call: ScoringCall, sample: Mapping[str, Any], timeout_s: float) -> ScoringOutcome:
+def _run_one(
+    call: ScoringCall,
+    sample: Mapping[str, Any],
+    timeout_s: float,
+    checked: dict[frozenset[str], ScoringOutcome | None],
+) -> ScoringOutcome:
+    """Score one sample. ``checked`` caches the binding check by the set of field names
+    (the same for every sample of a task, in practice): ``inspect.signature`` per sample
+    cost 30 us, most of a cheap rule-based score's time (4.7 ms for 128 samples)."""
     kwargs = call.kwargs(sample)
-    unbound = _check_binding(call, kwargs)
+    names = frozenset(kwargs)
+    if names not in checked:
+        checked[names] = _check_binding(call, kwargs)
+    unbound = checked[names]
     if unbound is not None:
         return unbound
     result = _under_alarm(call, kwargs, timeout_s)
