@@ -257,6 +257,9 @@ def hybridflow_column(argv: list[str]) -> int:
             "grpo.actor.ppo_mini_batch_size=128",
             "grpo.actor.engine.micro_batch.micro_batch_size=128",
             "grpo.actor.engine.optim.warmup_steps=0",
+            # the plain loop and TRL clip the gradient norm at 1.0 (TRL's default); the
+            # recipe does not clip
+            "grpo.actor.engine.optim.grad_clip=1.0",
             # the benchmark tokenizer puts <bos> in front: 6 letters, "=" and <bos>
             f"grpo.data.max_prompt_length={task.PROMPT_LENGTH}",
             *args.override,
