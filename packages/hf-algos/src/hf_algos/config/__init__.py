@@ -2,6 +2,7 @@
 
 from hf_algos.config.aliases import VERL_ALIASES, Alias
 from hf_algos.config.correction import RolloutCorrectionSection
+from hf_algos.config.dpo import DPOSection
 from hf_algos.config.loading import (
     VARS_KEY,
     compose_config,
@@ -18,7 +19,6 @@ from hf_algos.config.sections import (
     AlgorithmSection,
     CriticSection,
     DataSection,
-    DPOSection,
     FilterGroupsSection,
     KLControlSection,
     RewardSection,

@@ -19,13 +19,13 @@ from hf_algos.advantages.registry import (
     get_advantage_estimator,
 )
 from hf_algos.config.correction import check_rollout_correction
+from hf_algos.config.dpo import DPOSection
 from hf_algos.config.multi_turn import check_multi_turn
 from hf_algos.config.sections import (
     ActorSection,
     AlgorithmSection,
     CriticSection,
     DataSection,
-    DPOSection,
     RolloutSection,
     TrainerSection,
     _positive,

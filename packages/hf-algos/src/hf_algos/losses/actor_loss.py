@@ -62,12 +62,7 @@ def ppo_actor_loss(
     log_prob = outputs["log_probs"]
     device = log_prob.device
     mask = batch_field(micro_batch, fields.RESPONSE_MASK, device, "the rollout writes")
-    if micro_batch.meta_info.get(fields.OLD_LOG_PROBS_FROM_UPDATE):
-        old = log_prob.detach()  # one optimizer step over the batch: old == current
-    else:
-        old = batch_field(
-            micro_batch, fields.OLD_LOG_PROBS, device, "actor.compute_log_prob writes"
-        )
+    old = old_log_probs(micro_batch, log_prob)
     advantages = batch_field(micro_batch, fields.ADVANTAGES, device, "compute_advantage writes")
     weighting, correction_metrics = token_weights(micro_batch, old, mask, rollout_correction)
     policy = get_policy_loss(policy_loss)(
@@ -110,6 +105,16 @@ def ppo_actor_loss(
             loss = loss + kl_coeff * kl_loss
     # One share for the whole loss: pg, entropy and KL are aggregated with the same mode.
     return global_share(loss, mask, loss_agg_mode, mini_batch_totals(micro_batch)), metrics
+
+
+def old_log_probs(micro_batch: DataProto, log_prob: torch.Tensor) -> torch.Tensor:
+    """The batch's ``old_log_probs``, or ``log_prob`` detached when the driver says they come
+    from this update (``meta_info["old_log_probs_from_update"]``: one optimizer step)."""
+    if micro_batch.meta_info.get(fields.OLD_LOG_PROBS_FROM_UPDATE):
+        return log_prob.detach()
+    return batch_field(
+        micro_batch, fields.OLD_LOG_PROBS, log_prob.device, "actor.compute_log_prob writes"
+    )
 
 
 def token_weights(
