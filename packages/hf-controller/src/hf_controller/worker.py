@@ -13,9 +13,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import random
 import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hf_controller.decorator import Dispatch, register
@@ -92,8 +94,34 @@ def _ray_node_id() -> str:
     return ""
 
 
-def free_port(address: str) -> int:
-    """A TCP port nobody listens on at ``address`` right now."""
+RENDEZVOUS_PORTS = (20000, 32768)
+"""Where :func:`free_port` looks first: above Ray's worker ports (10002-19999 by default)
+and below Linux's default ephemeral range (32768-60999). A port the kernel hands out
+(``bind(0)``, every outgoing connection) comes from the ephemeral range, so it can be taken
+by any of the node's connections in the seconds between the group choosing it and rank 0
+listening on it (seen in CI: ``EADDRINUSE`` in ``init_model``)."""
+
+
+def _ephemeral_low() -> int:
+    """The low end of the kernel's ephemeral port range (32768 when it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port(address: str, attempts: int = 64) -> int:
+    """A TCP port nobody listens on at ``address`` right now, outside the ephemeral range
+    when it can (see :data:`RENDEZVOUS_PORTS`); else one the kernel picks."""
+    low, high = RENDEZVOUS_PORTS[0], min(RENDEZVOUS_PORTS[1], _ephemeral_low())
+    for _ in range(attempts if high > low else 0):
+        port = random.randrange(low, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((address, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((address, 0))
         return int(sock.getsockname()[1])
