@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from hf_algos.losses.rollout_correction import CorrectionSettings
+from hf_algos.losses.rollout_correction import CorrectionMode, CorrectionSettings
 from hf_controller import ConfigurationError
 
 
@@ -55,17 +55,15 @@ class RolloutCorrectionSection:
         return self.mode in ("tis", "mis")
 
     def settings(self, async_mode: str) -> CorrectionSettings:
-        """The section, ``auto`` resolved for ``trainer.async_mode``, as the loss-side
-        :class:`~hf_algos.losses.rollout_correction.CorrectionSettings`."""
-        section = self.resolved(async_mode)
-        if section.mode == "auto":  # resolved() never returns it; keeps mypy's Literal exact
-            raise AssertionError("auto was not resolved")
+        """The section, ``auto`` resolved for ``trainer.async_mode`` (:meth:`resolved`), as
+        the loss-side :class:`~hf_algos.losses.rollout_correction.CorrectionSettings`."""
+        mode: CorrectionMode = self.mode if self.mode != "auto" else auto_mode(async_mode)
         return CorrectionSettings(
-            mode=section.mode,
-            level=section.level,
-            cap=section.rollout_is_cap,
-            mis_low=section.mis_low,
-            mis_high=section.mis_high,
+            mode=mode,
+            level=self.level,
+            cap=self.rollout_is_cap,
+            mis_low=self.mis_low,
+            mis_high=self.mis_high,
         )
 
     def resolved(self, async_mode: str) -> RolloutCorrectionSection:
@@ -73,7 +71,13 @@ class RolloutCorrectionSection:
         an async mode (off-policy samples), ``off`` for the synchronous loop."""
         if self.mode != "auto":
             return self
-        return replace(self, mode="off" if async_mode == "off" else "tis")
+        return replace(self, mode=auto_mode(async_mode))
+
+
+def auto_mode(async_mode: str) -> CorrectionMode:
+    """What ``mode=auto`` means under ``trainer.async_mode``: ``tis`` for an async mode
+    (off-policy samples), ``off`` for the synchronous loop."""
+    return "off" if async_mode == "off" else "tis"
 
 
 def check_rollout_correction(

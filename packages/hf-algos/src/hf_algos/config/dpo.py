@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hf_algos.config.checks import require_positive
 from hf_controller import ConfigurationError
 
 
@@ -24,9 +25,8 @@ class DPOSection:
     """Pairs per optimizer step, over all ranks."""
 
     def __post_init__(self) -> None:
-        for name, value in (("dpo.beta", self.beta), ("dpo.mini_batch_size", self.mini_batch_size)):
-            if value <= 0:
-                raise ConfigurationError(f"{name}={value!r} must be > 0")
+        require_positive("dpo.beta", self.beta)
+        require_positive("dpo.mini_batch_size", self.mini_batch_size)
         if not 0.0 <= self.label_smoothing < 0.5:
             raise ConfigurationError(
                 f"dpo.label_smoothing={self.label_smoothing!r} must be in [0, 0.5)"

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from hf_algos.config.checks import require_positive
 from hf_controller import ConfigurationError
 
 
@@ -87,10 +88,7 @@ class MultiTurnSection:
                 f"rollout.multi_turn.prefix_cache_rows={self.prefix_cache_rows!r} must be "
                 ">= 0 (0 turns prefix reuse off)"
             )
-        if self.step_timeout_s <= 0:
-            raise ConfigurationError(
-                f"rollout.multi_turn.step_timeout_s={self.step_timeout_s!r} must be > 0"
-            )
+        require_positive("rollout.multi_turn.step_timeout_s", self.step_timeout_s)
         if self.enable:
             self.environment_kwargs()  # builds one environment: bad names fail now
 

@@ -16,16 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from hf_algos.config.checks import require_positive
 from hf_algos.config.correction import RolloutCorrectionSection
 from hf_algos.config.multi_turn import MultiTurnSection
 from hf_controller import ConfigurationError
 from hf_engines.config import EngineConfig, LoRAConfig, check_lora_backend
 from hf_engines.hub import resolve_model_path
-
-
-def _positive(name: str, value: float, allow_zero: bool = False) -> None:
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ConfigurationError(f"{name}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
 
 
 def _existing_files(name: str, paths: tuple[str, ...]) -> None:
@@ -81,15 +77,15 @@ class DataSection:
     """Processes that tokenize the dataset (``datasets.Dataset.map(num_proc=...)``)."""
 
     def __post_init__(self) -> None:
-        _positive("data.num_proc", self.num_proc)
+        require_positive("data.num_proc", self.num_proc)
         _existing_files("data.train_files", self.train_files)
         _existing_files("data.val_files", self.val_files)
         if self.tokenizer_path is not None:  # a directory, or an id in the HF cache
             resolve_model_path(self.tokenizer_path, option="data.tokenizer_path")
-        _positive("data.max_prompt_length", self.max_prompt_length)
-        _positive("data.train_batch_size", self.train_batch_size)
+        require_positive("data.max_prompt_length", self.max_prompt_length)
+        require_positive("data.train_batch_size", self.train_batch_size)
         if self.val_batch_size is not None:
-            _positive("data.val_batch_size", self.val_batch_size)
+            require_positive("data.val_batch_size", self.val_batch_size)
 
 
 @dataclass(frozen=True)
@@ -121,10 +117,10 @@ class RolloutSection:
     """Multi-turn tool use: episodes against an environment (off by default)."""
 
     def __post_init__(self) -> None:
-        _positive("rollout.partial_chunk_tokens", self.partial_chunk_tokens)
-        _positive("rollout.n", self.n)
-        _positive("rollout.temperature", self.temperature)
-        _positive("rollout.max_new_tokens", self.max_new_tokens)
+        require_positive("rollout.partial_chunk_tokens", self.partial_chunk_tokens)
+        require_positive("rollout.n", self.n)
+        require_positive("rollout.temperature", self.temperature)
+        require_positive("rollout.max_new_tokens", self.max_new_tokens)
         if not 0.0 < self.top_p <= 1.0:
             raise ConfigurationError(f"rollout.top_p={self.top_p!r} must be in (0, 1]")
 
@@ -176,10 +172,10 @@ class ActorSection:
 
     def __post_init__(self) -> None:
         check_lora_backend(self.lora, self.engine, "actor")
-        _positive("actor.ppo_mini_batch_size", self.ppo_mini_batch_size)
-        _positive("actor.ppo_epochs", self.ppo_epochs)
-        _positive("actor.entropy_coeff", self.entropy_coeff, allow_zero=True)
-        _positive("actor.kl_loss_coef", self.kl_loss_coef, allow_zero=True)
+        require_positive("actor.ppo_mini_batch_size", self.ppo_mini_batch_size)
+        require_positive("actor.ppo_epochs", self.ppo_epochs)
+        require_positive("actor.entropy_coeff", self.entropy_coeff, allow_zero=True)
+        require_positive("actor.kl_loss_coef", self.kl_loss_coef, allow_zero=True)
 
 
 @dataclass(frozen=True)
@@ -198,9 +194,9 @@ class CriticSection:
     """How token losses are reduced."""
 
     def __post_init__(self) -> None:
-        _positive("critic.ppo_mini_batch_size", self.ppo_mini_batch_size)
-        _positive("critic.ppo_epochs", self.ppo_epochs)
-        _positive("critic.cliprange_value", self.cliprange_value)
+        require_positive("critic.ppo_mini_batch_size", self.ppo_mini_batch_size)
+        require_positive("critic.ppo_epochs", self.ppo_epochs)
+        require_positive("critic.cliprange_value", self.cliprange_value)
 
 
 @dataclass(frozen=True)
@@ -217,9 +213,9 @@ class KLControlSection:
     """Adaptive only: steps over which the coefficient adapts."""
 
     def __post_init__(self) -> None:
-        _positive("algorithm.kl_ctrl.kl_coef", self.kl_coef, allow_zero=True)
-        _positive("algorithm.kl_ctrl.target_kl", self.target_kl)
-        _positive("algorithm.kl_ctrl.horizon", self.horizon)
+        require_positive("algorithm.kl_ctrl.kl_coef", self.kl_coef, allow_zero=True)
+        require_positive("algorithm.kl_ctrl.target_kl", self.target_kl)
+        require_positive("algorithm.kl_ctrl.horizon", self.horizon)
 
 
 @dataclass(frozen=True)
@@ -239,7 +235,9 @@ class FilterGroupsSection:
     one epoch's worth of batches (the hard cap)."""
 
     def __post_init__(self) -> None:
-        _positive("algorithm.filter_groups.max_num_gen_batches", self.max_num_gen_batches, True)
+        require_positive(
+            "algorithm.filter_groups.max_num_gen_batches", self.max_num_gen_batches, True
+        )
         if not self.metric:
             raise ConfigurationError(
                 "algorithm.filter_groups.metric is empty; use 'score' or a key of the reward "
@@ -314,15 +312,15 @@ class RewardSection:
                 f"a Python file defining {self.function_name!r} (relative paths are taken "
                 f"from the working directory {str(Path.cwd())!r})"
             )
-        _positive("reward.num_workers", self.num_workers)
-        _positive("reward.timeout_s", self.timeout_s)
+        require_positive("reward.num_workers", self.num_workers)
+        require_positive("reward.timeout_s", self.timeout_s)
         if not 0.0 <= self.max_error_fraction <= 1.0:
             raise ValueError(
                 f"reward.max_error_fraction={self.max_error_fraction} must be in [0, 1] "
                 f"(1.0 never stops the run for failed samples)"
             )
         if self.max_memory_mb is not None:
-            _positive("reward.max_memory_mb", self.max_memory_mb)
+            require_positive("reward.max_memory_mb", self.max_memory_mb)
 
 
 @dataclass(frozen=True)
@@ -437,16 +435,16 @@ class TrainerSection:
         return self.n_workers // self.nnodes
 
     def __post_init__(self) -> None:
-        _positive("trainer.total_epochs", self.total_epochs)
+        require_positive("trainer.total_epochs", self.total_epochs)
         if self.total_training_steps is not None:
-            _positive("trainer.total_training_steps", self.total_training_steps)
-        _positive("trainer.n_workers", self.n_workers)
-        _positive("trainer.nnodes", self.nnodes)
-        _positive("trainer.gpus_per_worker", self.gpus_per_worker)
+            require_positive("trainer.total_training_steps", self.total_training_steps)
+        require_positive("trainer.n_workers", self.n_workers)
+        require_positive("trainer.nnodes", self.nnodes)
+        require_positive("trainer.gpus_per_worker", self.gpus_per_worker)
         if self.cpus_per_worker is not None:
-            _positive("trainer.cpus_per_worker", self.cpus_per_worker)
+            require_positive("trainer.cpus_per_worker", self.cpus_per_worker)
         if self.rollout_gpus_per_worker is not None:
-            _positive("trainer.rollout_gpus_per_worker", self.rollout_gpus_per_worker)
+            require_positive("trainer.rollout_gpus_per_worker", self.rollout_gpus_per_worker)
         for name, total in (
             ("n_workers", self.n_workers),
             ("rollout_workers", self.rollout_workers),
@@ -458,16 +456,16 @@ class TrainerSection:
                     f"(e.g. trainer.{name}={self.nnodes * max(1, total // self.nnodes)}) or "
                     f"trainer.nnodes=1"
                 )
-        _positive("trainer.weight_bucket_mb", self.weight_bucket_mb)
-        _positive("trainer.weight_push_every", self.weight_push_every)
-        _positive("trainer.max_staleness", self.max_staleness, allow_zero=True)
-        _positive("trainer.queue_size", self.queue_size)
-        _positive("trainer.test_freq", self.test_freq, allow_zero=True)
-        _positive("trainer.save_freq", self.save_freq, allow_zero=True)
-        _positive("trainer.max_restarts", self.max_restarts, allow_zero=True)
-        _positive("trainer.log_val_generations", self.log_val_generations, allow_zero=True)
+        require_positive("trainer.weight_bucket_mb", self.weight_bucket_mb)
+        require_positive("trainer.weight_push_every", self.weight_push_every)
+        require_positive("trainer.max_staleness", self.max_staleness, allow_zero=True)
+        require_positive("trainer.queue_size", self.queue_size)
+        require_positive("trainer.test_freq", self.test_freq, allow_zero=True)
+        require_positive("trainer.save_freq", self.save_freq, allow_zero=True)
+        require_positive("trainer.max_restarts", self.max_restarts, allow_zero=True)
+        require_positive("trainer.log_val_generations", self.log_val_generations, allow_zero=True)
         if self.call_timeout_s is not None:
-            _positive("trainer.call_timeout_s", self.call_timeout_s)
+            require_positive("trainer.call_timeout_s", self.call_timeout_s)
         resume_dir = Path(self.resume_from) if self.resume_from is not None else None
         if self.resume_mode == "path" and (resume_dir is None or not resume_dir.is_dir()):
             raise ConfigurationError(

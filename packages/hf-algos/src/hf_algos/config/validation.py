@@ -18,6 +18,7 @@ from hf_algos.advantages.registry import (
     AdvantageEstimator,
     get_advantage_estimator,
 )
+from hf_algos.config.checks import require_positive
 from hf_algos.config.correction import check_rollout_correction
 from hf_algos.config.dpo import DPOSection
 from hf_algos.config.multi_turn import check_multi_turn
@@ -28,7 +29,6 @@ from hf_algos.config.sections import (
     DataSection,
     RolloutSection,
     TrainerSection,
-    _positive,
 )
 from hf_controller import ConfigurationError
 
@@ -258,6 +258,6 @@ def validate_sft_config(
     *, actor: ActorSection, data: DataSection, max_response_length: int, trainer: TrainerSection
 ) -> None:
     """Checks across the sections of an :class:`~hf_algos.config.SFTConfig`."""
-    _positive("max_response_length", max_response_length)
+    require_positive("max_response_length", max_response_length)
     check_mini_batches("actor", data.train_batch_size, trainer.n_workers, "data.train_batch_size")
     check_tokenizer_source(data, actor)

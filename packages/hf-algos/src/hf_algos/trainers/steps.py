@@ -134,10 +134,10 @@ def apply_rollout_correction(batch: DataProto, settings: CorrectionSettings) -> 
     without ``rollout_log_probs`` has nothing to compare: no metrics, and an error when a
     correction is asked for.
     """
-    data = tensors(batch)
-    if fields.ROLLOUT_LOG_PROBS not in data:
+    if not has_rollout_log_probs(batch):
         check_rollout_log_probs(settings, present=False)
         return {}
+    data = tensors(batch)
     correction = settings.apply(
         data[fields.OLD_LOG_PROBS], data[fields.ROLLOUT_LOG_PROBS], data[fields.RESPONSE_MASK]
     )

@@ -120,7 +120,7 @@ class RayResourcePool(ResourcePool):
     def node_ids(self) -> list[str]:
         """The Ray node id of every placement group, in rank order (reserves on first use)."""
         groups = {id(s.placement_group): s.placement_group for s in self.slots()}
-        return [_node_of(group) for group in groups.values()]
+        return [node_of(group) for group in groups.values()]
 
     def _reserve(self) -> list[BundleSlot]:
         ensure_ray()
@@ -128,7 +128,7 @@ class RayResourcePool(ResourcePool):
         existing = [
             self._existing(name, count) for name, count in zip(names, self.store, strict=True)
         ]
-        taken = {i: _node_of(g) for i, g in enumerate(existing) if g is not None and _node_of(g)}
+        taken = {i: node_of(g) for i, g in enumerate(existing) if g is not None and node_of(g)}
         need = self.bundle()
         needs = [{k: v * count for k, v in need.items()} for count in self.store]
         # Checked before anything is reserved: a layout that cannot fit fails now, not in 60s.
@@ -214,7 +214,7 @@ class RayResourcePool(ResourcePool):
         """Raise if two placement groups of the pool landed on one node."""
         seen: dict[str, str] = {}
         for name, group in zip(names, groups, strict=True):
-            node = _node_of(group)
+            node = node_of(group)
             if node in seen:
                 raise ConfigurationError(
                     f"placement groups {seen[node]!r} and {name!r} both landed on node "
@@ -255,7 +255,7 @@ class RayResourcePool(ResourcePool):
             self.release()
 
 
-def _node_of(group: Any) -> str:
+def node_of(group: Any) -> str:
     """The node id a placed STRICT_PACK group is on ('' while it is pending)."""
     from ray.util.placement_group import placement_group_table
 

@@ -16,7 +16,7 @@ from typing import Any
 from hf_controller.errors import ConfigurationError
 from hf_controller.ray.cluster import LOOPBACK_ENV, ensure_ray, started_local_ray
 from hf_controller.ray.failures import wait_for_results
-from hf_controller.ray.resource_pool import BundleSlot, RayResourcePool, _node_of
+from hf_controller.ray.resource_pool import BundleSlot, RayResourcePool, node_of
 from hf_controller.worker import GROUP_NAME_ENV, RESERVED_ENV, master_address
 from hf_controller.worker_class import ROLES_ATTR, ClassWithInitArgs, unwrap_worker_class
 from hf_controller.worker_group import WorkerGroup
@@ -319,7 +319,7 @@ def _rendezvous_address(slot: BundleSlot) -> tuple[str, int]:
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    if _node_of(slot.placement_group) == ray.get_runtime_context().get_node_id():
+    if node_of(slot.placement_group) == ray.get_runtime_context().get_node_id():
         return master_address()
     first = PlacementGroupSchedulingStrategy(slot.placement_group, slot.bundle_index)
     address: tuple[str, int] = ray.get(
