@@ -257,6 +257,7 @@ def hybridflow_column(argv: list[str]) -> int:
             "grpo.actor.ppo_mini_batch_size=128",
             "grpo.actor.engine.micro_batch.micro_batch_size=128",
             "grpo.actor.engine.optim.warmup_steps=0",
+            "grpo.actor.engine.optim.schedule=constant",  # the recipe decays it (cosine)
             # the plain loop and TRL clip the gradient norm at 1.0 (TRL's default); the
             # recipe does not clip
             "grpo.actor.engine.optim.grad_clip=1.0",
