@@ -240,3 +240,19 @@ def test_start_ray_in_background_hands_its_result_to_ensure_ray(tmp_path: Any) -
     assert result.returncode == 0, result.stderr[-3000:]
     assert "raised: True" in result.stdout
     assert "initialised: True 1.0" in result.stdout
+
+
+def test_a_second_background_start_while_ray_is_half_imported_does_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first call's thread imports Ray; a second call meanwhile sees a module without
+    ``is_initialized`` yet and must return, not raise AttributeError."""
+    import sys
+    import types
+
+    from hf_controller.ray import cluster
+
+    monkeypatch.setitem(sys.modules, "ray", types.ModuleType("ray"))  # half-imported
+    monkeypatch.setattr(cluster, "_background", object())  # a start under way
+    cluster.start_ray_in_background()
+    assert cluster._background is not None

@@ -73,8 +73,11 @@ def start_ray_in_background(**init_kwargs: Any) -> None:
     :func:`ensure_ray`.
     """
     global _background
+    if _background is not None:  # first: its thread may be importing Ray right now
+        return
     ray = sys.modules.get("ray")  # not imported here: importing Ray is part of the work
-    if (ray is not None and ray.is_initialized()) or _background is not None:
+    initialized = getattr(ray, "is_initialized", None)  # None while Ray is half-imported
+    if initialized is not None and initialized():
         return
     _background = _BackgroundStart(dict(init_kwargs))
     _background.thread.start()
