@@ -117,11 +117,19 @@ class ScoringPool:
         """``"pid N <cause>"`` for each worker that died on its own (not those the broken
         executor ended afterwards, unless nothing else is known)."""
         self._remember_processes()
+        # The broken executor's manager thread terminates and joins every worker. Reading an
+        # exit code polls the process, and two threads polling one forkserver child race for
+        # the status the forkserver writes once: the loser records 255 in place of the real
+        # cause (a SIGKILL was once reported as "exited with code 255"). So let that thread
+        # finish first, then read the codes alone.
+        manager: threading.Thread | None = getattr(self._executor, "_executor_manager_thread", None)
+        if manager is not None and manager is not threading.current_thread():
+            manager.join(wait_s + 3.0)
         for process in self._processes.values():
             process.join(wait_s)
         ended = [(p.pid, p.exitcode) for p in self._processes.values() if p.exitcode]
-        # Once the executor is broken, the others are terminated (SIGTERM) or exit with 255
-        # when their queue closes: list the cause that broke it (a signal, then an exit code).
+        # Once the executor is broken, the others are terminated (SIGTERM), or report 255 when
+        # their status cannot be read: list the cause that broke it (a signal, then a code).
         signalled = [(pid, code) for pid, code in ended if code < 0 and code != -signal.SIGTERM]
         exited = [(pid, code) for pid, code in ended if code > 0 and code != 255]
         chosen = signalled or exited or ended
