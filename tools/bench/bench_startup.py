@@ -45,6 +45,7 @@ CHILD_STARTED = time.time()  # before any other import: the end of the interpret
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
+import importlib  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
@@ -144,33 +145,16 @@ def _wrap_check(cls: Any, marks: Marks) -> None:
     cls.check_async = check_async
 
 
-class FirstStepDoneError(Exception):
-    """Raised after the first step: the start-up is measured, the run need not go on."""
+class FirstStepDoneError(BaseException):
+    """Raised after the first step: the start-up is measured, the run need not go on (a
+    ``BaseException``, so that the ``hybridflow`` command's error handler lets it through)."""
 
 
-def child(argv: list[str]) -> int:
-    """One measured start-up (the child process): writes its marks as JSON to ``--marks``."""
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--init", type=Path, required=True)
-    parser.add_argument("--workdir", type=Path, required=True)
-    parser.add_argument("--marks", type=Path, required=True)
-    parser.add_argument("--override", action="append", default=[])
-    args = parser.parse_args(argv)
-    marks: Marks = [("interpreter", CHILD_STARTED, CHILD_STARTED)]
-    imported = time.time()
-    if "grpo.trainer.backend=local" not in args.override:
-        # As bench_grpo's column (and the `hybridflow` command) do first: Ray starts in the
-        # background while torch imports; "ray start" is then the wait for it.
-        from hf_controller import start_ray_in_background
-
-        start_ray_in_background()
-    sys.path.insert(0, str(HERE))
-    import bench_grpo
-
+def _install_wrappers(marks: Marks) -> None:
+    """Import the trainer modules and wrap the functions that start each phase."""
     from hf_algos.rewards import manager
     from hf_algos.trainers import base, builders, ppo, roles
 
-    marks.append(("imports", imported, time.time()))
     _wrap(builders, "load_tokenizer", "tokenizer + data", marks)
     _wrap(builders, "rl_loader", "tokenizer + data", marks)
     _wrap(builders, "val_dataset", "tokenizer + data", marks)
@@ -192,6 +176,32 @@ def child(argv: list[str]) -> int:
         raise FirstStepDoneError
 
     ppo.PPOTrainer.train_step = first_step  # type: ignore[method-assign]
+
+
+def child(argv: list[str]) -> int:
+    """One measured start-up (the child process): writes its marks as JSON to ``--marks``."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--init", type=Path, required=True)
+    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--marks", type=Path, required=True)
+    parser.add_argument("--override", action="append", default=[])
+    parser.add_argument("--entry", choices=("bench", "cli"), default="bench")
+    args = parser.parse_args(argv)
+    marks: Marks = [("interpreter", CHILD_STARTED, CHILD_STARTED)]
+    imported = time.time()
+    if args.entry == "cli":
+        return cli_child(args, marks, imported)
+    if "grpo.trainer.backend=local" not in args.override:
+        # As bench_grpo's column (and the `hybridflow` command) do first: Ray starts in the
+        # background while torch imports; "ray start" is then the wait for it.
+        from hf_controller import start_ray_in_background
+
+        start_ray_in_background()
+    sys.path.insert(0, str(HERE))
+    import bench_grpo
+
+    _install_wrappers(marks)
+    marks.append(("imports", imported, time.time()))
     column = [
         f"--init={args.init}",
         f"--result={args.workdir / 'unused.json'}",
@@ -208,13 +218,62 @@ def child(argv: list[str]) -> int:
     return 0
 
 
-def run_once(init: Path, workdir: Path, overrides: list[str]) -> dict[str, float]:
+def cli_args(workdir: Path, overrides: list[str]) -> list[str]:
+    """``hybridflow`` arguments: the packaged quickstart config, its model and data in
+    ``workdir`` (made by the config's resolvers on first use), validation before step 1.
+    ``overrides`` are ``grpo.``-prefixed (the recipe's spelling), as the bench entry's."""
+    return [
+        "grpo",
+        "--config-name",
+        "quickstart",
+        f"vars.workdir={workdir}",
+        "trainer.total_training_steps=2",
+        "trainer.progress_bar=false",
+        "trainer.val_before_train=true",
+        "trainer.test_freq=0",
+        "trainer.loggers=[jsonl]",
+        *(o.removeprefix("grpo.") for o in overrides),
+    ]
+
+
+def prepare_cli_workdir(workdir: Path) -> None:
+    """Let the packaged config's resolvers make the task model and data in ``workdir``
+    (``--cfg``: resolve and check only), so that no measured start-up pays for them."""
+    command = [sys.executable, "-m", "hf_algos", *cli_args(workdir, [])[:3], "--cfg"]
+    command += [f"vars.workdir={workdir}"]
+    subprocess.run(command, capture_output=True, check=True, cwd=workdir, timeout=300)
+
+
+def cli_child(args: argparse.Namespace, marks: Marks, imported: float) -> int:
+    """The ``hybridflow grpo --config-name quickstart`` command in this process: ``imports``
+    runs from here to the trainer's modules imported (the config composed and checked, Ray
+    and the worker processes started early in the background, torch imported)."""
+    # the module (the package's ``main`` attribute is the entry function of the same name)
+    cli = importlib.import_module("hf_algos.cli.main")
+    original_train = cli.train
+
+    def train(command: Any, config: Any) -> None:
+        _install_wrappers(marks)
+        marks.append(("imports", imported, time.time()))
+        original_train(command, config)
+
+    cli.train = train  # type: ignore[attr-defined]
+    with contextlib.suppress(FirstStepDoneError):
+        code = cli.main(cli_args(args.workdir, args.override))
+        raise SystemExit(f"hybridflow ended ({code}) before its first step")
+    args.marks.write_text(json.dumps(marks))
+    return 0
+
+
+def run_once(
+    init: Path, workdir: Path, overrides: list[str], entry: str = "bench"
+) -> dict[str, float]:
     """Spawn one child, return its phase seconds."""
     from bench_support import column_env
 
     marks_file = workdir / "marks.json"
     command = [sys.executable, str(Path(__file__).resolve()), "child", f"--init={init}"]
-    command += [f"--workdir={workdir}", f"--marks={marks_file}"]
+    command += [f"--workdir={workdir}", f"--marks={marks_file}", f"--entry={entry}"]
     command += [f"--override={o}" for o in overrides]
     log = workdir / "child.log"
     with log.open("w") as handle:
@@ -269,6 +328,20 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="comma-separated trainer.backend values run side by side (e.g. ray,local)",
     )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="NAME or NAME=KEY=VALUE[,KEY=VALUE]: a column with these extra recipe overrides "
+        "(repeat for side-by-side columns, interleaved like --backends)",
+    )
+    parser.add_argument(
+        "--entry",
+        choices=("bench", "cli"),
+        default="bench",
+        help="bench: bench_grpo's HybridFlow column; cli: `hybridflow grpo --config-name "
+        "quickstart` (the packaged config: 16 prompts x 16 samples a step)",
+    )
     args = parser.parse_args(argv)
     sys.path.insert(0, str(HERE))
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-startup-"))
@@ -283,13 +356,19 @@ def main(argv: list[str] | None = None) -> int:
         name: [*args.override, f"grpo.trainer.backend={name}"]
         for name in args.backends.split(",")
         if name
-    } or {"": list(args.override)}
+    }
+    for variant in args.variant:
+        name, _, extra = variant.partition("=")
+        variants[name] = [*args.override, *(o for o in extra.split(",") if o)]
+    variants = variants or {"": list(args.override)}
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
     for repeat in range(args.repeats):
         for name, overrides in variants.items():  # interleaved: each round sees the same load
             run_dir = workdir / f"run{repeat}{'-' + name if name else ''}"
             run_dir.mkdir(exist_ok=True)
-            runs[name].append(run_once(init, run_dir, overrides))
+            if args.entry == "cli":  # the config's resolvers make the data once, untimed
+                prepare_cli_workdir(run_dir)
+            runs[name].append(run_once(init, run_dir, overrides, args.entry))
             total = runs[name][-1]["total to first step"]
             print(f"repeat {repeat + 1}/{args.repeats} {name}: {total:.2f} s to the first step")
     from bench_support import machine_line
@@ -303,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         print(side_by_side(runs) + "\n")
     for name, backend_runs in runs.items():
         if name:
-            print(f"trainer.backend={name}:\n")
+            print(f"{name} ({' '.join(variants[name]) or 'no overrides'}):\n")
         print(table(backend_runs) + "\n")
     return 0
 

@@ -15,7 +15,7 @@ What lives here:
 * the task rows and the reward (1 for an exact answer, -0.5 for an answer of the wrong
   length, e.g. no ``<eos>`` before the 7-token cap, else 0.5 x the fraction of positions
   that hold the right letter), both the quickstart recipe's own
-  (``hf_algos/examples/reverse_letters.py``);
+  (``hf_algos/examples/reverse_letters.py``, reward in ``reverse_letters_reward.py``);
 * KV-cached batched generation (sampled or greedy) and greedy exact-match evaluation, used
   by every column so accuracy is measured the same way for all of them.
 

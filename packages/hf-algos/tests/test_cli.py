@@ -159,10 +159,9 @@ def test_verl_style_config_runs(tmp_path: Path) -> None:
     _check_trained(run, tmp_path, model)
 
 
-def test_packaged_quickstart_config_runs_from_any_directory(tmp_path: Path) -> None:
-    """``--config-name quickstart`` is found in the installed package; its resolvers make the
-    model, data and reward file in ``vars.workdir`` (one short step here)."""
-    run = hybridflow(
+def one_quickstart_step(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
+    """``hybridflow grpo --config-name quickstart`` for one step, in ``tmp_path/qs``."""
+    return hybridflow(
         "grpo",
         "--config-name",
         "quickstart",
@@ -171,12 +170,29 @@ def test_packaged_quickstart_config_runs_from_any_directory(tmp_path: Path) -> N
         "trainer.val_before_train=false",
         "trainer.test_freq=0",
         "trainer.loggers=[jsonl]",
-        *FAST,
+        *overrides,
         cwd=tmp_path,
     )
+
+
+def test_packaged_quickstart_config_runs_from_any_directory(tmp_path: Path) -> None:
+    """``--config-name quickstart`` is found in the installed package; its resolvers make the
+    model, data and reward file in ``vars.workdir`` (one short step here)."""
+    run = one_quickstart_step(tmp_path, *FAST)
     assert run.returncode == 0, run.stderr[-3000:]
     assert (tmp_path / "qs" / "model" / "config.json").is_file()
     assert (tmp_path / "qs" / "data" / "train.jsonl").is_file()
+
+
+def test_quickstart_on_ray_builds_its_worker_in_the_early_process(tmp_path: Path) -> None:
+    """With Ray, the command starts the training worker's process before importing torch
+    (``trainer.prestart_workers``); the worker still prints under its own name."""
+    # the worker writes the exported model, printing under its name
+    run = one_quickstart_step(tmp_path, "trainer.progress_bar=false", "trainer.export_dir=qs/model")
+    assert run.returncode == 0, run.stderr[-3000:]
+    output = run.stdout + run.stderr
+    assert "_train rank 0 pid=" in output, output[-3000:]  # "(hf_<id>_train rank 0 pid=...)"
+    assert "WorkerHost pid=" not in output and "worker host pid=" not in output
 
 
 PACKAGED = sorted(

@@ -20,16 +20,43 @@ def test_every_public_name_resolves(package: str) -> None:
         module.nope  # noqa: B018
 
 
-def test_the_scoring_process_modules_do_not_import_torch() -> None:
-    """The reward's scoring processes import these; torch would cost them seconds."""
-    code = (
-        "import sys\n"
-        "import hf_algos.rewards.scoring_worker, hf_algos.examples.letter_tasks\n"
-        "from hf_algos.rewards import register_scoring_function\n"
-        "heavy = sorted(m for m in ('torch', 'transformers', 'tensordict') if m in sys.modules)\n"
-        "print(','.join(heavy))\n"
+def heavy_imports(code: str) -> str:
+    """The heavy modules (torch, transformers, tensordict) a fresh interpreter holds after
+    running ``code``, comma-separated ("" when none)."""
+    check = (
+        "\nimport sys\n"
+        "print(','.join(m for m in ('torch', 'transformers', 'tensordict') if m in sys.modules))\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+        [sys.executable, "-c", code + check],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     )
-    assert result.stdout.strip() == "", f"imported {result.stdout.strip()}"
+    return result.stdout.strip()
+
+
+def test_the_scoring_process_modules_do_not_import_torch() -> None:
+    """The reward's scoring processes import these (the packaged configs' reward file
+    included); torch would cost them seconds."""
+    code = (
+        "import runpy\n"
+        "import hf_algos.rewards.scoring_worker, hf_algos.examples.letter_tasks\n"
+        "from hf_algos.examples import _reward_file\n"
+        "runpy.run_path(_reward_file())\n"
+        "from hf_algos.rewards import register_scoring_function\n"
+    )
+    assert heavy_imports(code) == ""
+
+
+def test_composing_a_command_config_does_not_import_torch() -> None:
+    """``hybridflow`` composes the config, then starts Ray, then imports torch (the checks and
+    the trainers): the composition must stay light for Ray's start to overlap the imports."""
+    code = (
+        "from hf_algos.cli.main import COMMANDS, build_parser, compose_command_config\n"
+        "args = build_parser().parse_args(['grpo', '--config-name', 'quickstart'])\n"
+        "tree = compose_command_config(COMMANDS['grpo'], args)\n"
+        "assert tree.trainer.backend == 'ray', tree.trainer.backend\n"
+    )
+    assert heavy_imports(code) == ""

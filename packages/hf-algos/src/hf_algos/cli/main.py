@@ -30,6 +30,7 @@ from hf_algos.config import (
     merge_config,
     resolve_config,
 )
+from hf_algos.trainers.placement import PoolLayout, start_workers_early
 from hf_controller import ConfigurationError, start_ray_in_background
 
 CONFIG_DIR = Path(__file__).with_name("configs")
@@ -157,20 +158,41 @@ def find_config(args: argparse.Namespace) -> Path | None:
     )
 
 
-def load_command_config(command: Command, args: argparse.Namespace) -> tuple[Any, DictConfig]:
-    """The validated root config of ``command`` and its resolved tree (for ``--cfg``)."""
+def compose_command_config(command: Command, args: argparse.Namespace) -> DictConfig:
+    """The typed, unresolved config tree of ``command`` (YAML, overrides, the command's
+    defaults); light: OmegaConf and the schema, no torch."""
     tree = compose_config(command.config, find_config(args), args.overrides, command.defaults)
-    if command.prepare is not None:
-        tree = command.prepare(tree)
+    return command.prepare(tree) if command.prepare is not None else tree
+
+
+def load_command_config(
+    command: Command, args: argparse.Namespace, tree: DictConfig | None = None
+) -> tuple[Any, DictConfig]:
+    """The validated root config of ``command`` and its resolved tree (for ``--cfg``);
+    ``tree`` is :func:`compose_command_config`'s, composed here when not given. The checks
+    import torch (the advantage registry, the losses)."""
+    if tree is None:
+        tree = compose_command_config(command, args)
     resolved = resolve_config(tree)
     if args.cfg:
         print(OmegaConf.to_yaml(resolved), end="")
     return instantiate_config(command.config, tree), resolved
 
 
+def start_early(tree: DictConfig) -> None:
+    """When the run uses Ray: start Ray and then the training pool's worker processes in the
+    background, before the config's checks and the trainers import torch, so that Ray's
+    start and the workers' own imports overlap the driver's (seconds each on a small
+    machine; :mod:`hf_algos.trainers.placement`)."""
+    if OmegaConf.select(tree, "trainer.backend") == "ray":
+        start_ray_in_background(include_dashboard=bool(tree.trainer.ray_dashboard))
+        if tree.trainer.prestart_workers:
+            start_workers_early(PoolLayout.of(tree.trainer))
+
+
 def train(command: Command, config: Any) -> None:
     """Run the trainer to the end; export the final actor where ``trainer.export_dir`` says."""
-    if config.trainer.backend == "ray":  # start early: Ray starts while torch imports
+    if config.trainer.backend == "ray":  # already started by start_early when run from main
         start_ray_in_background(include_dashboard=config.trainer.ray_dashboard)
     from hf_algos import trainers
     from hf_algos.trainers import builders
@@ -200,7 +222,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             export(args)
             return EXIT_OK
         command = COMMANDS[args.command]
-        config, _ = load_command_config(command, args)
+        tree = compose_command_config(command, args)
+        if not args.cfg:
+            start_early(tree)
+        config, _ = load_command_config(command, args, tree)
         if not args.cfg:
             train(command, config)
     except ConfigurationError as error:

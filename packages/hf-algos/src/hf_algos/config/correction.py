@@ -7,10 +7,12 @@ Kept apart from :mod:`hf_algos.config.sections` (one section, one concept); the 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from hf_algos.losses.rollout_correction import CorrectionMode, CorrectionSettings
 from hf_controller import ConfigurationError
+
+if TYPE_CHECKING:  # the loss side imports torch; a config is read without it
+    from hf_algos.losses.rollout_correction import CorrectionMode, CorrectionSettings
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,8 @@ class RolloutCorrectionSection:
     def settings(self, async_mode: str) -> CorrectionSettings:
         """The section, ``auto`` resolved for ``trainer.async_mode`` (:meth:`resolved`), as
         the loss-side :class:`~hf_algos.losses.rollout_correction.CorrectionSettings`."""
+        from hf_algos.losses.rollout_correction import CorrectionSettings
+
         mode: CorrectionMode = self.mode if self.mode != "auto" else auto_mode(async_mode)
         return CorrectionSettings(
             mode=mode,

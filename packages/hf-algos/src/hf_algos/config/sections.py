@@ -372,6 +372,10 @@ class TrainerSection:
     backend: Literal["ray", "local"] = "ray"
     """``local`` runs the workers inside the driver process (one worker only; for debugging
     and the lowest per-step overhead)."""
+    prestart_workers: bool = True
+    """Ray backend, ``hybridflow`` command: start the training pool's worker processes right
+    after Ray, before the driver imports torch, so that their imports overlap (seconds of
+    start-up; :mod:`hf_algos.trainers.placement`). ``false``: they start with the groups."""
     project_name: str = "hybridflow"
     """Tracking project name."""
     experiment_name: str = "run"

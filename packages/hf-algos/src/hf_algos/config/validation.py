@@ -13,11 +13,8 @@ this module never imports them back, each check takes the sections it reads, not
 
 from __future__ import annotations
 
-from hf_algos.advantages.registry import (
-    ADVANTAGE_ESTIMATORS,
-    AdvantageEstimator,
-    get_advantage_estimator,
-)
+from typing import TYPE_CHECKING
+
 from hf_algos.config.checks import require_positive
 from hf_algos.config.correction import check_rollout_correction
 from hf_algos.config.dpo import DPOSection
@@ -31,6 +28,9 @@ from hf_algos.config.sections import (
     TrainerSection,
 )
 from hf_controller import ConfigurationError
+
+if TYPE_CHECKING:
+    from hf_algos.advantages.registry import AdvantageEstimator
 
 
 def check_mini_batches(role: str, rows: int, world_size: int, rows_name: str) -> None:
@@ -54,8 +54,11 @@ def check_estimator(
     """``algorithm.adv_estimator`` is registered and gets what its entry says it reads.
 
     A critic section exactly when the estimator reads ``values``; ``rollout.n`` at least its
-    ``min_group_size``. Returns the registry entry.
+    ``min_group_size``. Returns the registry entry. (The registry imports torch: it is
+    read when a config is instantiated, not when it is composed.)
     """
+    from hf_algos.advantages.registry import ADVANTAGE_ESTIMATORS, get_advantage_estimator
+
     name = algorithm.adv_estimator
     if name not in ADVANTAGE_ESTIMATORS:
         raise ConfigurationError(
@@ -148,6 +151,8 @@ def check_async(
             f"batches per step, which trainer.async_mode={mode!r} does not pipeline; turn "
             "one of them off"
         )
+    from hf_algos.advantages.registry import get_advantage_estimator
+
     if get_advantage_estimator(algorithm.adv_estimator).needs_greedy_baseline:
         raise ConfigurationError(
             f"algorithm.adv_estimator={algorithm.adv_estimator!r} needs a greedy rollout with "

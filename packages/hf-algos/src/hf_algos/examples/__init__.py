@@ -8,8 +8,10 @@ use and return its path (an existing one is reused):
   saved to ``DIR``;
 * ``${reverse_letters.data:DIR}``: ``train.jsonl``, ``val.jsonl`` and ``sft.jsonl`` of the
   reverse-six-letters task in ``DIR``;
-* ``${reverse_letters.reward_file:}``: the path of :mod:`hf_algos.examples.reverse_letters`,
-  whose ``compute_reverse_letters_score`` is the task's reward.
+* ``${reverse_letters.reward_file:}``: the path of
+  :mod:`hf_algos.examples.reverse_letters_reward` (torch-free, so the reward's scoring
+  processes start in a fraction of a second), whose ``compute_reverse_letters_score`` is the
+  task's reward.
 """
 
 from __future__ import annotations
@@ -40,9 +42,9 @@ def _data(directory: str) -> str:
 
 
 def _reward_file() -> str:
-    from hf_algos.examples import reverse_letters
+    from hf_algos.examples import reverse_letters_reward
 
-    return str(Path(reverse_letters.__file__).resolve())
+    return str(Path(reverse_letters_reward.__file__).resolve())
 
 
 def register_resolvers() -> None:

@@ -1,7 +1,8 @@
 """The quickstart's task, model and tokenizer, all made on the spot (nothing is downloaded).
 
 Shipped in the package so ``hybridflow grpo --config-name quickstart`` runs from a wheel:
-the packaged configs name this file as their reward (``reward.function_path``) and make
+the packaged configs name the torch-free :mod:`hf_algos.examples.reverse_letters_reward`
+as their reward file (``reward.function_path``) and make
 the model and the data on first use through the ``${reverse_letters.*:...}`` resolvers
 (:mod:`hf_algos.examples`); ``python -m recipes.quickstart.main`` uses the same code.
 
@@ -20,7 +21,6 @@ with random weights, next to a character-level tokenizer, in one Hugging Face di
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,9 +35,9 @@ from hf_algos.examples.letter_tasks import (
     make_letter_rows,
     random_letters,
     register_letter_task,
-    score_letters,
     write_letter_task_files,
 )
+from hf_algos.examples.reverse_letters_reward import compute_reverse_letters_score
 
 __all__ = [
     "REVERSE_LETTERS",
@@ -66,19 +66,6 @@ def make_reverse_letters_rows(n: int, length: int = 6, seed: int = 0) -> list[di
     raw text (a chat template, if the tokenizer has one, wraps it as a user message).
     """
     return make_letter_rows(REVERSE_LETTERS, n, length, seed)
-
-
-def compute_reverse_letters_score(
-    solution: str, ground_truth: Any, extra_info: Mapping[str, Any] | None = None
-) -> float:
-    """1.0 for the exact answer, -0.5 for one of the wrong length (no ``<eos>`` before the
-    response cap, or stopped early), else 0.5 x the fraction of right characters.
-
-    The rule of every letter task, :func:`hf_algos.examples.letter_tasks.score_letters`:
-    partial credit only for right-length answers, so filling the length cap instead of
-    ending with ``<eos>`` is never worth it.
-    """
-    return score_letters(solution, str(ground_truth))
 
 
 def _reversed(word: str) -> str:

@@ -31,6 +31,7 @@ from hf_algos.trainers.groups import (
     RolloutGroup,
     as_group,
 )
+from hf_algos.trainers.placement import take_early_pool, worker_pool
 from hf_controller import (
     CallTiming,
     Dispatch,
@@ -325,7 +326,9 @@ def build_role_groups(
         assert rollout is not None
         fused_roles["rollout"] = rollout
     prefix = f"hf_{uuid.uuid4().hex[:6]}"
-    pool = _pool(trainer, trainer.n_workers, f"{prefix}_train", trainer.gpus_per_worker)
+    pool = (take_early_pool(trainer) if trainer.backend == "ray" else None) or _pool(
+        trainer, trainer.n_workers, f"{prefix}_train", trainer.gpus_per_worker
+    )
     rollout_pool = None
     if rollout is not None and not hybrid:
         gpus = trainer.rollout_gpus_per_worker or trainer.gpus_per_worker
@@ -386,13 +389,7 @@ def _pool(
     """``workers`` processes in total, ``workers / nnodes`` on each of ``nnodes`` nodes."""
     if trainer.backend == "local":
         return None
-    return RayResourcePool(
-        [workers // trainer.nnodes] * trainer.nnodes,
-        use_gpu=trainer.use_gpu,
-        name_prefix=name,
-        cpus_per_worker=trainer.cpus_per_worker,
-        gpus_per_worker=gpus_per_worker,
-    )
+    return worker_pool(trainer, workers, name, gpus_per_worker)
 
 
 def wait_together(*calls: tuple[str, object, list[Any]]) -> None:

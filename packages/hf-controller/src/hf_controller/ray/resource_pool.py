@@ -96,6 +96,7 @@ class RayResourcePool(ResourcePool):
         self._users = 0  # live worker groups placed on this pool
         self._pinned = False  # a detached group is placed on it: explicit release only
         self._finalizer: weakref.finalize[Any, Any] | None = None
+        self._hosts: list[Any] = []  # prestarted worker processes, one per slot, unused yet
 
     def bundle(self) -> dict[str, float]:
         """Resources reserved per worker process."""
@@ -116,6 +117,26 @@ class RayResourcePool(ResourcePool):
         if self._slots is None:
             self._slots = self._reserve()
         return self._slots
+
+    def prestart(self, preload: Sequence[str]) -> None:
+        """Reserve the bundles and start one worker process on each now, importing the
+        modules ``preload`` names, before the worker class is known (two-phase start,
+        :mod:`hf_controller.ray.host`).
+
+        The next worker group placed on this pool builds its workers in these processes
+        (when its class can be hosted: see :func:`~hf_controller.ray.host.can_host`), so
+        their imports overlap whatever the driver does meanwhile. Unused ones end with the
+        pool's placement groups (:meth:`release`).
+        """
+        from hf_controller.ray.host import start_hosts
+
+        if not self._hosts:
+            self._hosts = start_hosts(self.slots(), self.actor_resources(), preload)
+
+    def take_hosts(self) -> list[Any]:
+        """The prestarted worker processes, in rank order, handed over once ([] if none)."""
+        hosts, self._hosts = self._hosts, []
+        return hosts
 
     def node_ids(self) -> list[str]:
         """The Ray node id of every placement group, in rank order (reserves on first use)."""
@@ -234,6 +255,7 @@ class RayResourcePool(ResourcePool):
             self._finalizer.detach()
             self._finalizer = None
         slots, self._slots = self._slots, None
+        self._hosts = []  # they end with the placement groups
         _remove([s.placement_group for s in slots or []])
 
     def _keep_until_released(self) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 from hf_controller.errors import ConfigurationError
 from hf_controller.ray.cluster import LOOPBACK_ENV, ensure_ray, started_local_ray
 from hf_controller.ray.failures import wait_for_results
+from hf_controller.ray.host import can_host
 from hf_controller.ray.resource_pool import BundleSlot, RayResourcePool, node_of
 from hf_controller.worker import GROUP_NAME_ENV, RESERVED_ENV, master_address
 from hf_controller.worker_class import ROLES_ATTR, ClassWithInitArgs, unwrap_worker_class
@@ -109,6 +110,8 @@ class RayWorkerGroup(WorkerGroup):
         ensure_ray()
         user_class = unwrap_worker_class(ray_cls_with_init.cls)
         name = name_prefix or f"{user_class.__name__}_{uuid.uuid4().hex[:6]}"
+        self._hosted = False  # workers built inside prestarted hosts (hf_controller.ray.host)
+        self._start_refs: list[Any] | None = None
         if worker_names is not None:
             self._workers = [_get_actor(n) for n in worker_names]
             self._worker_names = list(worker_names)
@@ -135,7 +138,9 @@ class RayWorkerGroup(WorkerGroup):
         super().__init__(name, len(self._workers), call_timeout_s)
         self.cls_with_init = self.ray_cls_with_init = ray_cls_with_init
         # Shared with every spawn() view (copies share the object), so one wait serves all.
-        self._readiness = _Readiness([w._hf_process_info.remote() for w in self._workers])
+        self._readiness = _Readiness(
+            self._start_refs or [w._hf_process_info.remote() for w in self._workers]
+        )
         if block_until_ready:
             try:
                 self.wait_ready()
@@ -173,7 +178,14 @@ class RayWorkerGroup(WorkerGroup):
         # The loopback switch only concerns a local Ray we started; a real cluster's
         # workers keep their nodes' own setting (and so their network addresses).
         loopback = {LOOPBACK_ENV: os.environ.get(LOOPBACK_ENV, "0")} if started_local_ray() else {}
+        hosts = pool.take_hosts()
+        options_of_class = getattr(cls_with_init, "options", {})
+        if hosts and (detached or not can_host(user_class, options_of_class, worker_env)):
+            for host in hosts:  # this group cannot use them: they would only hold memory
+                ray.kill(host)
+            hosts = []
         workers = []
+        start_refs = []
         for rank, slot in enumerate(slots):
             env = {
                 **loopback,
@@ -186,6 +198,11 @@ class RayWorkerGroup(WorkerGroup):
                 "MASTER_PORT": str(master_port),
                 GROUP_NAME_ENV: name,
             }
+            if hosts:
+                args = (env, user_class, cls_with_init.args, cls_with_init.kwargs)
+                start_refs.append(hosts[rank]._hf_construct.remote(*args))
+                workers.append(hosts[rank])
+                continue
             options: dict[str, Any] = {
                 **pool.actor_resources(),
                 "scheduling_strategy": PlacementGroupSchedulingStrategy(
@@ -200,6 +217,8 @@ class RayWorkerGroup(WorkerGroup):
             workers.append(
                 actor_class.options(**options).remote(*cls_with_init.args, **cls_with_init.kwargs)
             )
+        if hosts:
+            self._hosted, self._start_refs = True, start_refs
         return workers
 
     def wait_ready(self, timeout_s: float | None = None) -> None:
@@ -256,6 +275,11 @@ class RayWorkerGroup(WorkerGroup):
     def _execute(
         self, method: str, calls: list[tuple[tuple[Any, ...], dict[str, Any]]], ranks: list[int]
     ) -> list[Any]:
+        if self._hosted:  # through the host; Ray's task name still says which method
+            return [
+                self._workers[rank]._hf_call.options(name=method).remote(method, *args, **kwargs)
+                for rank, (args, kwargs) in zip(ranks, calls, strict=True)
+            ]
         return [
             getattr(self._workers[rank], method).remote(*args, **kwargs)
             for rank, (args, kwargs) in zip(ranks, calls, strict=True)
