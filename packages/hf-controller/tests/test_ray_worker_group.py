@@ -216,8 +216,22 @@ except RuntimeError as error:  # Ray: "Unknown keyword argument(s)"
     print("raised:", "no_such_ray_init_argument" in str(error))
 start_ray_in_background(num_cpus=1, log_to_driver=False)
 start_ray_in_background()  # a second call before ensure_ray: nothing more starts
+import threading
+errors = []
+
+def connect():
+    try:
+        ensure_ray()  # each waits for the background start; none starts a Ray of its own
+    except Exception as error:
+        errors.append(repr(error))
+
+threads = [threading.Thread(target=connect) for _ in range(2)]
+for thread in threads:
+    thread.start()
 ensure_ray()  # waits for the background start
-print("initialised:", ray.is_initialized(), ray.cluster_resources().get("CPU"))
+for thread in threads:
+    thread.join()
+print("initialised:", ray.is_initialized(), ray.cluster_resources().get("CPU"), errors)
 ray.shutdown()
 """
 
@@ -239,7 +253,7 @@ def test_start_ray_in_background_hands_its_result_to_ensure_ray(tmp_path: Any) -
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "raised: True" in result.stdout
-    assert "initialised: True 1.0" in result.stdout
+    assert "initialised: True 1.0 []" in result.stdout
 
 
 def test_a_second_background_start_while_ray_is_half_imported_does_nothing(

@@ -43,6 +43,10 @@ class HostedWorker(Worker):
         }
 
     @register(Dispatch.ONE_TO_ALL)
+    def echo(self, method: str) -> str:  # a keyword the host's own call also has
+        return method
+
+    @register(Dispatch.ONE_TO_ALL)
     def fail_on(self, rank: int) -> int:
         if self.rank == rank:
             raise ValueError(f"bad input on rank {rank}")
@@ -67,6 +71,7 @@ def test_group_builds_its_workers_in_the_prestarted_processes(ray_session: Any) 
     assert [i["env"]["RANK"] for i in info] == ["0", "1"]
     assert {i["env"]["WORLD_SIZE"] for i in info} == {"2"}
     assert info[0]["env"]["MASTER_PORT"] == info[1]["env"]["MASTER_PORT"] is not None
+    assert group.echo(method="sgd") == ["sgd", "sgd"]
     out = group.double(Rows(range(5)))
     assert out.values == [(0, 0), (6, 0), (12, 0), (18, 1), (24, 1)]
     # the group's own start-up answers came from the hosted workers

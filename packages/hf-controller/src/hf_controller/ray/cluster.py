@@ -61,6 +61,7 @@ class _BackgroundStart:
 
 
 _background: _BackgroundStart | None = None
+_background_lock = threading.Lock()
 
 
 def start_ray_in_background(**init_kwargs: Any) -> None:
@@ -84,12 +85,20 @@ def start_ray_in_background(**init_kwargs: Any) -> None:
 
 
 def _wait_for_background_start() -> None:
-    """Wait for :func:`start_ray_in_background`'s thread; raise what it raised (once)."""
+    """Wait for :func:`start_ray_in_background`'s thread; raise what it raised (once).
+
+    Every thread that calls :func:`ensure_ray` meanwhile waits (e.g. the trainer's and one
+    that starts worker processes early): none may start a second Ray while the first starts.
+    """
     global _background
-    started, _background = _background, None
+    started = _background
     if started is None:
         return
     started.done.wait()
+    with _background_lock:
+        if _background is not started:  # another waiter took it (and its error) first
+            return
+        _background = None
     if started.error is not None:
         raise started.error
 

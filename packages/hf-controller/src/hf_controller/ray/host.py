@@ -43,8 +43,9 @@ class WorkerHost:
         info: dict[str, Any] = self._worker._hf_process_info()
         return info
 
-    def _hf_call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """Call ``method`` of the hosted worker."""
+    def _hf_call(self, method: str, /, *args: Any, **kwargs: Any) -> Any:
+        """Call ``method`` of the hosted worker (positional-only: the worker's own keyword
+        arguments may be called anything, ``method`` included)."""
         return getattr(self._worker, method)(*args, **kwargs)
 
     def __repr__(self) -> str:
