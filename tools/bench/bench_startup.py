@@ -181,7 +181,7 @@ def _install_wrappers(marks: Marks) -> None:
 def child(argv: list[str]) -> int:
     """One measured start-up (the child process): writes its marks as JSON to ``--marks``."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("--init", type=Path, required=True)
+    parser.add_argument("--init", type=Path, help="the bench entry's model folder")
     parser.add_argument("--workdir", type=Path, required=True)
     parser.add_argument("--marks", type=Path, required=True)
     parser.add_argument("--override", action="append", default=[])
@@ -266,13 +266,14 @@ def cli_child(args: argparse.Namespace, marks: Marks, imported: float) -> int:
 
 
 def run_once(
-    init: Path, workdir: Path, overrides: list[str], entry: str = "bench"
+    init: Path | None, workdir: Path, overrides: list[str], entry: str = "bench"
 ) -> dict[str, float]:
     """Spawn one child, return its phase seconds."""
     from bench_support import column_env
 
     marks_file = workdir / "marks.json"
-    command = [sys.executable, str(Path(__file__).resolve()), "child", f"--init={init}"]
+    command = [sys.executable, str(Path(__file__).resolve()), "child"]
+    command += [f"--init={init}"] if init is not None else []
     command += [f"--workdir={workdir}", f"--marks={marks_file}", f"--entry={entry}"]
     command += [f"--override={o}" for o in overrides]
     log = workdir / "child.log"
@@ -347,7 +348,9 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-startup-"))
     workdir.mkdir(parents=True, exist_ok=True)
     init = args.init
-    if init is None:  # start-up does not depend on the weights: an untrained model will do
+    # start-up does not depend on the weights: an untrained model will do (the cli entry's
+    # config makes its own model)
+    if init is None and args.entry == "bench":
         import grpo_task
 
         init = grpo_task.build_task_model(workdir / "model")

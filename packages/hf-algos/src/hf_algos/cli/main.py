@@ -166,13 +166,11 @@ def compose_command_config(command: Command, args: argparse.Namespace) -> DictCo
 
 
 def load_command_config(
-    command: Command, args: argparse.Namespace, tree: DictConfig | None = None
+    command: Command, args: argparse.Namespace, tree: DictConfig
 ) -> tuple[Any, DictConfig]:
-    """The validated root config of ``command`` and its resolved tree (for ``--cfg``);
-    ``tree`` is :func:`compose_command_config`'s, composed here when not given. The checks
-    import torch (the advantage registry, the losses)."""
-    if tree is None:
-        tree = compose_command_config(command, args)
+    """The validated root config of ``command`` and its resolved tree (printed for ``--cfg``),
+    from :func:`compose_command_config`'s ``tree``. The checks import torch (the advantage
+    registry, the losses)."""
     resolved = resolve_config(tree)
     if args.cfg:
         print(OmegaConf.to_yaml(resolved), end="")
@@ -191,9 +189,8 @@ def start_early(tree: DictConfig) -> None:
 
 
 def train(command: Command, config: Any) -> None:
-    """Run the trainer to the end; export the final actor where ``trainer.export_dir`` says."""
-    if config.trainer.backend == "ray":  # already started by start_early when run from main
-        start_ray_in_background(include_dashboard=config.trainer.ray_dashboard)
+    """Run the trainer to the end; export the final actor where ``trainer.export_dir`` says
+    (Ray, when used, is already starting: :func:`start_early`)."""
     from hf_algos import trainers
     from hf_algos.trainers import builders
 
