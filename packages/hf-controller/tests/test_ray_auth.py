@@ -1,9 +1,12 @@
-"""A local Ray started by ensure_ray requires Ray's token: the GCS refuses calls without it."""
+"""A local Ray started by ensure_ray requires Ray's token: the GCS refuses calls without it,
+and a driver joining such a cluster without the token is told how to send it."""
 
 from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -46,3 +49,28 @@ def test_token_file_is_private(ray_session: Any) -> None:
     if os.environ.get("RAY_AUTH_TOKEN"):
         pytest.skip("the token comes from RAY_AUTH_TOKEN, not a file")
     assert path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO) == 0
+
+
+JOIN = "from hf_controller import ensure_ray; ensure_ray(); print('joined')"
+
+
+def _join(address: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """A fresh driver joining ``address`` through ``RAY_ADDRESS`` (``env`` on top; an empty
+    value removes the variable). Ray's wait for an unreachable GCS is cut to 2 tries."""
+    child = {**os.environ, "RAY_ADDRESS": address, "RAY_NUM_REDIS_GET_RETRIES": "2", **env}
+    child = {name: value for name, value in child.items() if value}
+    return subprocess.run(
+        [sys.executable, "-c", JOIN], env=child, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_joining_a_token_cluster_without_the_token_says_how(ray_session: Any) -> None:
+    address = ray_session.get_runtime_context().gcs_address
+    refused = _join(address, RAY_AUTH_MODE="")
+    assert refused.returncode != 0
+    assert "joined" not in refused.stdout
+    assert f"could not join the Ray cluster at {address!r}" in refused.stderr
+    assert "export RAY_AUTH_MODE=token" in refused.stderr
+    accepted = _join(address, RAY_AUTH_MODE="token")
+    assert accepted.returncode == 0, accepted.stderr[-2000:]
+    assert accepted.stdout.strip().endswith("joined")

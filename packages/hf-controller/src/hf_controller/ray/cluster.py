@@ -111,7 +111,9 @@ def ensure_ray(**init_kwargs: Any) -> None:
       cluster. Arguments that only describe a node being started (``num_cpus``,
       ``num_gpus``, ``resources``, ``labels``, ``object_store_memory``) are dropped,
       since the cluster's nodes declare their own; the loopback switch is left alone,
-      so the cluster's workers keep their real network addresses.
+      so the cluster's workers keep their real network addresses. A failed join without
+      ``RAY_AUTH_MODE=token`` raises a ``ConnectionError`` that says how to send the
+      cluster's token (Ray sends none to an explicit address on its own).
     * Otherwise start a local single-node Ray bound to 127.0.0.1: ``LOOPBACK_ENV``
       defaults to ``"0"`` for the driver, the raylet and (see :func:`started_local_ray`)
       the workers of every group. It also requires Ray's token authentication
@@ -155,13 +157,32 @@ def _connect(**init_kwargs: Any) -> None:
         init_kwargs["address"] = "local"
         init_kwargs.setdefault("include_dashboard", False)
     init_kwargs.setdefault("namespace", "hybridflow")
-    ray.init(**init_kwargs)
+    try:
+        ray.init(**init_kwargs)
+    except ConnectionError as error:
+        if joining and os.environ.get(AUTH_MODE_ENV, "").lower() != "token":
+            raise ConnectionError(_token_hint(address, error)) from error
+        raise
     _local_gcs_address = None if joining else ray.get_runtime_context().gcs_address
     if not joining:
         _keep_token_private()
     url = dashboard_url()
     if url is not None:
         logger.warning("Ray dashboard: %s", url)  # warning: shown by default logging config
+
+
+def _token_hint(address: str, error: ConnectionError) -> str:
+    """Why joining ``address`` may have failed when this driver sends no Ray token, and the fix."""
+    return (
+        f"could not join the Ray cluster at {address!r} ({error}). If the cluster requires "
+        f"Ray's token authentication (`ray start` turns it on when a token exists, e.g. at "
+        f"~/.ray/auth_token, which a local Ray started by HybridFlow creates), this driver "
+        f"must send the token, which Ray does not do for an address given explicitly: "
+        f"export {AUTH_MODE_ENV}=token, with the cluster's token in RAY_AUTH_TOKEN or in the "
+        f"file named by {AUTH_TOKEN_PATH_ENV} (default ~/.ray/auth_token). The lines "
+        f"'InvalidAuthToken' above mean exactly this. Otherwise check that the head is "
+        f"running and reachable at that address (`ray status --address {address}`)"
+    )
 
 
 def dashboard_url() -> str | None:
