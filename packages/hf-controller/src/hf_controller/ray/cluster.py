@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import stat
-import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -65,20 +64,25 @@ _background_lock = threading.Lock()
 
 
 def start_ray_in_background(**init_kwargs: Any) -> None:
-    """Start (or join) Ray as :func:`ensure_ray` would, in a thread, and return at once.
+    """Start (or join) Ray as :func:`ensure_ray` would, in a thread, and return once the
+    thread runs (after importing Ray here: 0.3 s).
 
     The "start early" phase of an entry point: call it first, before importing torch and
     preparing data, so that Ray's own processes (GCS, raylet, agents: seconds on a small
     machine) start meanwhile. The next :func:`ensure_ray` waits for it and raises its
     error, if any; a second call before then does nothing. Same arguments as
     :func:`ensure_ray`.
+
+    Ray is imported in the caller's thread, not in the background one: there, it shared the
+    interpreter lock with the caller's own imports (torch) and took twice as long, and Ray's
+    first process (the GCS) started 0.4 s later (measured in docs/benchmarks.md).
     """
     global _background
-    if _background is not None:  # first: its thread may be importing Ray right now
+    if _background is not None:  # a start is under way
         return
-    ray = sys.modules.get("ray")  # not imported here: importing Ray is part of the work
-    initialized = getattr(ray, "is_initialized", None)  # None while Ray is half-imported
-    if initialized is not None and initialized():
+    import ray  # here, not in the thread, where it would share the GIL with the caller's imports
+
+    if ray.is_initialized():
         return
     _background = _BackgroundStart(dict(init_kwargs))
     _background.thread.start()
