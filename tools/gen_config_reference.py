@@ -151,10 +151,17 @@ import sys
 from hf_algos.config import RLConfig, load_config
 from hf_algos.trainers import PPOTrainer
 
-config = load_config(RLConfig, "grpo.yaml", sys.argv[1:])
-with PPOTrainer(config) as trainer:
-    trainer.fit()
+if __name__ == "__main__":  # the reward's scoring processes re-run this file: see below
+    config = load_config(RLConfig, "grpo.yaml", sys.argv[1:])
+    with PPOTrainer(config) as trainer:
+        trainer.fit()
 ```
+
+Keep the training under `if __name__ == "__main__":`. The reward's scoring processes are
+started by Python's multiprocessing (`forkserver`), which runs the main script again in every
+child before the child's own work; a trainer built there is refused at once ("a trainer is
+being built while a child process re-runs the driver's script ..."), and the driver reports the
+scoring process's death with the same fix.
 
 How values are read:
 

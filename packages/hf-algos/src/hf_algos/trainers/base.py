@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import multiprocessing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,25 @@ def is_worker_death(error: BaseException) -> bool:
     return isinstance(error, WorkerDiedError | ray.exceptions.RayActorError)
 
 
+def refuse_in_reimported_main() -> None:
+    """Refuse to build a trainer while a multiprocessing child re-runs the driver's script.
+
+    Python's ``spawn`` and ``forkserver`` start methods (the reward's scoring processes use
+    ``forkserver``) run the main script again in every child before the child's own work,
+    so a script that trains at module level, without ``if __name__ == "__main__":``, would
+    start a second run, with a Ray of its own, inside each scoring process. This stops it at
+    once with the fix; the driver then reports the scoring process's death with the same
+    hint. The flag read is the one Python's own check of this mistake reads.
+    """
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise RuntimeError(
+            "a trainer is being built while a child process re-runs the driver's script "
+            "(Python's multiprocessing imports the main module in every 'spawn' or "
+            "'forkserver' child, such as the reward's scoring processes): put the training "
+            'under `if __name__ == "__main__":`'
+        )
+
+
 class Trainer:
     """The driver loop over a :class:`~hf_algos.data.StatefulDataLoader`.
 
@@ -76,6 +96,7 @@ class Trainer:
     instead of a reference group of its own."""
 
     def __init__(self, trainer: TrainerSection, config_dict: dict[str, Any]) -> None:
+        refuse_in_reimported_main()
         self.trainer_config = trainer
         self.config_dict = config_dict
         self.global_step = 0
