@@ -110,14 +110,13 @@ class RayWorkerGroup(WorkerGroup):
         ensure_ray()
         user_class = unwrap_worker_class(ray_cls_with_init.cls)
         name = name_prefix or f"{user_class.__name__}_{uuid.uuid4().hex[:6]}"
-        self._hosted = False  # workers built inside prestarted hosts (hf_controller.ray.host)
-        self._start_refs: list[Any] | None = None
+        start_refs: list[Any] | None = None  # the hosts' constructions, when hosted
         if worker_names is not None:
             self._workers = [_get_actor(n) for n in worker_names]
             self._worker_names = list(worker_names)
         elif resource_pool is not None:
             self._worker_names = []
-            self._workers = self._create_workers(
+            self._workers, start_refs = self._create_workers(
                 name, resource_pool, ray_cls_with_init, detached, worker_env
             )
         else:
@@ -137,9 +136,11 @@ class RayWorkerGroup(WorkerGroup):
         self._finalizer.atexit = False  # at exit Ray ends the job's actors and groups itself
         super().__init__(name, len(self._workers), call_timeout_s)
         self.cls_with_init = self.ray_cls_with_init = ray_cls_with_init
+        # Workers built inside prestarted hosts (hf_controller.ray.host) are called through them.
+        self._hosted = start_refs is not None
         # Shared with every spawn() view (copies share the object), so one wait serves all.
         self._readiness = _Readiness(
-            self._start_refs or [w._hf_process_info.remote() for w in self._workers]
+            start_refs or [w._hf_process_info.remote() for w in self._workers]
         )
         if block_until_ready:
             try:
@@ -158,7 +159,9 @@ class RayWorkerGroup(WorkerGroup):
         cls_with_init: ClassWithInitArgs,
         detached: bool,
         worker_env: dict[str, str] | None,
-    ) -> list[Any]:
+    ) -> tuple[list[Any], list[Any] | None]:
+        """The workers (actors, or the pool's prestarted hosts building the class), and the
+        hosts' construction refs (``None`` for actors of their own)."""
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -217,9 +220,7 @@ class RayWorkerGroup(WorkerGroup):
             workers.append(
                 actor_class.options(**options).remote(*cls_with_init.args, **cls_with_init.kwargs)
             )
-        if hosts:
-            self._hosted, self._start_refs = True, start_refs
-        return workers
+        return workers, (start_refs if hosts else None)
 
     def wait_ready(self, timeout_s: float | None = None) -> None:
         """Wait until every worker process has started and constructed its class (once).
