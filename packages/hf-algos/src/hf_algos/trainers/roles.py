@@ -386,7 +386,8 @@ def _optional_group(group: object | None, protocol: Callable[..., GroupT]) -> Gr
 def _pool(
     trainer: TrainerSection, workers: int, name: str, gpus_per_worker: float
 ) -> RayResourcePool | None:
-    """``workers`` processes in total, ``workers / nnodes`` on each of ``nnodes`` nodes."""
+    """:func:`~hf_algos.trainers.placement.worker_pool` with these arguments, or ``None``
+    with the local backend (no Ray)."""
     if trainer.backend == "local":
         return None
     return worker_pool(trainer, workers, name, gpus_per_worker)

@@ -183,9 +183,9 @@ def _token_hint(address: str, error: ConnectionError) -> str:
         f"~/.ray/auth_token, which a local Ray started by HybridFlow creates), this driver "
         f"must send the token, which Ray does not do for an address given explicitly: "
         f"export {AUTH_MODE_ENV}=token, with the cluster's token in RAY_AUTH_TOKEN or in the "
-        f"file named by {AUTH_TOKEN_PATH_ENV} (default ~/.ray/auth_token). The lines "
-        f"'InvalidAuthToken' above mean exactly this. Otherwise check that the head is "
-        f"running and reachable at that address (`ray status --address {address}`)"
+        f"file named by {AUTH_TOKEN_PATH_ENV} (default ~/.ray/auth_token); 'InvalidAuthToken' "
+        f"lines above mean this was the cause. Otherwise check that the head is running "
+        f"and reachable at that address (`ray status --address {address}`)"
     )
 
 
