@@ -12,13 +12,17 @@ import torch.distributed as dist
 from transformers import AutoModelForCausalLM
 
 from hf_controller import (
+    Dispatch,
     LocalWorkerGroup,
     RayClassWithInitArgs,
     RayResourcePool,
     RayWorkerGroup,
+    Worker,
     create_colocated_worker_cls,
     create_colocated_worker_cls_fused,
+    register,
 )
+from hf_controller.threads import usable_cores
 from hf_engines import (
     ActorConfig,
     ActorWorker,
@@ -247,3 +251,26 @@ def test_resumed_actor_shuffles_like_an_uninterrupted_run(
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+class TorchThreadsWorker(Worker):
+    @register(Dispatch.ALL_TO_ALL)
+    def torch_threads(self) -> int:
+        return torch.get_num_threads()
+
+
+@pytest.mark.usefixtures("ray_session")
+@pytest.mark.parametrize("prestart", [False, True])
+def test_worker_torch_uses_its_share_of_the_cores(prestart: bool) -> None:
+    """Ray starts a fractional-CPU actor with OMP_NUM_THREADS=1; the group's thread count
+    reaches torch, also in a prestarted process that imported torch before its rank's
+    environment arrived."""
+    one = RayResourcePool([1], use_gpu=False)
+    if prestart:
+        one.prestart(("torch",))
+    group = RayWorkerGroup(one, RayClassWithInitArgs(TorchThreadsWorker))
+    try:
+        assert group.torch_threads() == [usable_cores()]
+    finally:
+        group.shutdown()
+        one.release()

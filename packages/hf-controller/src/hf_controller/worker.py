@@ -22,6 +22,7 @@ from typing import Any
 
 from hf_controller.decorator import Dispatch, register
 from hf_controller.stacks import enable_stack_dumps
+from hf_controller.threads import apply_worker_threads
 
 GROUP_NAME_ENV = "HF_CONTROLLER_GROUP"
 RESERVED_ENV = (
@@ -138,6 +139,7 @@ class Worker:
 
     def __init__(self) -> None:
         self._identity = _CONTEXT.get() or _identity_from_env()
+        apply_worker_threads()  # the cores of its bundle (hf_controller.threads)
         self._dp_layouts: dict[str, tuple[int, bool]] = {}
 
     def _get_identity(self) -> WorkerIdentity:

@@ -40,6 +40,7 @@ from hf_controller.ray.cluster import (
     ensure_ray,
     pick_nodes,
 )
+from hf_controller.threads import threads_per_worker
 from hf_controller.worker_group import ResourcePool
 
 PLACEMENT_TIMEOUT_S = 60.0
@@ -137,6 +138,18 @@ class RayResourcePool(ResourcePool):
         """The prestarted worker processes, in rank order, handed over once ([] if none)."""
         hosts, self._hosts = self._hosts, []
         return hosts
+
+    def worker_threads(self) -> list[int]:
+        """CPU threads of each rank's worker, in rank order
+        (:func:`~hf_controller.threads.threads_per_worker`: whole cores of its bundle, or
+        its share of its node's CPUs among the bundles placed there)."""
+        cpus = {node.node_id: node.cpus for node in cluster_nodes()}
+        threads = []
+        for slot in self.slots():
+            node_cpus = cpus.get(node_of(slot.placement_group), 1.0)
+            sharing = len(slot.placement_group.bundle_specs)
+            threads.append(threads_per_worker(self.cpus_per_worker, sharing, node_cpus))
+        return threads
 
     def node_ids(self) -> list[str]:
         """The Ray node id of every placement group, in rank order (reserves on first use)."""

@@ -18,6 +18,7 @@ from hf_controller.ray.cluster import LOOPBACK_ENV, ensure_ray, started_local_ra
 from hf_controller.ray.failures import wait_for_results
 from hf_controller.ray.host import can_host
 from hf_controller.ray.resource_pool import BundleSlot, RayResourcePool, node_of
+from hf_controller.threads import THREADS_ENV
 from hf_controller.worker import GROUP_NAME_ENV, RESERVED_ENV, master_address
 from hf_controller.worker_class import ROLES_ATTR, ClassWithInitArgs, unwrap_worker_class
 from hf_controller.worker_group import WorkerGroup
@@ -181,6 +182,7 @@ class RayWorkerGroup(WorkerGroup):
         # The loopback switch only concerns a local Ray we started; a real cluster's
         # workers keep their nodes' own setting (and so their network addresses).
         loopback = {LOOPBACK_ENV: os.environ.get(LOOPBACK_ENV, "0")} if started_local_ray() else {}
+        threads = pool.worker_threads()
         hosts = pool.take_hosts()
         options_of_class = getattr(cls_with_init, "options", {})
         if hosts and (detached or not can_host(user_class, options_of_class, worker_env)):
@@ -192,6 +194,7 @@ class RayWorkerGroup(WorkerGroup):
         for rank, slot in enumerate(slots):
             env = {
                 **loopback,
+                THREADS_ENV: str(threads[rank]),  # a worker_env of the caller may override it
                 **(worker_env or {}),
                 "RANK": str(rank),
                 "WORLD_SIZE": str(len(slots)),
