@@ -41,9 +41,10 @@ class ModelConfig:
     """Which model to train and how to materialise it."""
 
     path: str | None = None
-    """A local Hugging Face model directory (with ``config.json``), or a model id
-    (``org/name``) already in the local Hugging Face cache (``HF_HOME`` / ``HF_HUB_CACHE``);
-    nothing is downloaded at run time."""
+    """A local Hugging Face model directory (with ``config.json``), a model id
+    (``org/name``) already in the local Hugging Face cache (``HF_HOME`` / ``HF_HUB_CACHE``), or
+    a GGUF file (``*.gguf``, or ``pkg:<module>/<file>`` shipped by an installed package),
+    imported once into a cached model directory; nothing is downloaded at run time."""
     hf_config: dict[str, Any] | None = None
     """A Hugging Face config dict (with ``model_type``) for a randomly initialised model."""
     dtype: DType = "float32"

@@ -5,6 +5,8 @@ training engines, the reward model, the driver's tokenizer and the rollout's mod
 a model id means the same directory everywhere. Nothing here contacts a hub: ids resolve
 offline (``local_files_only``) from the cache laid out by ``huggingface_hub``
 (``models--org--name/snapshots/<commit>/`` with ``refs/<branch>`` naming the commit).
+A GGUF file (``*.gguf``, or ``pkg:<module>/<file>`` shipped by an installed package) resolves
+to the directory :func:`hf_engines.gguf.import_gguf` dequantizes it into, once, in a cache.
 Importing this module is cheap (no transformers, huggingface_hub only when an id is resolved).
 """
 
@@ -14,6 +16,7 @@ import os
 from pathlib import Path
 
 from hf_controller import ConfigurationError
+from hf_engines.gguf import import_gguf, is_gguf_reference
 
 
 def hub_cache_dir() -> Path:
@@ -37,8 +40,9 @@ def _looks_like_model_id(path: str) -> bool:
 
 
 def resolve_model_path(path: str, revision: str | None = None, option: str = "model.path") -> Path:
-    """The local directory of ``path``: itself when it is a directory, else the snapshot of
-    model id ``path`` (at ``revision``, default ``main``) in the local Hugging Face cache.
+    """The local directory of ``path``: itself when it is a directory, the directory a GGUF
+    file (``*.gguf`` or ``pkg:<module>/<file>``) is imported into, else the snapshot of model
+    id ``path`` (at ``revision``, default ``main``) in the local Hugging Face cache.
 
     Never touches the network (``local_files_only``); the cache is laid out as
     huggingface_hub writes it (``models--org--name/snapshots/<commit>/``, ``refs/<branch>``).
@@ -54,11 +58,18 @@ def resolve_model_path(path: str, revision: str | None = None, option: str = "mo
                 "the model id (org/name) to pick a revision from the Hugging Face cache"
             )
         return local
+    if is_gguf_reference(path):
+        if revision is not None:
+            raise ConfigurationError(
+                f"{option}={path!r} is a GGUF file, which has one version; "
+                f"revision={revision!r} applies to a model id only. Unset the revision"
+            )
+        return import_gguf(path, option=option)
     if not _looks_like_model_id(path):
         raise ConfigurationError(
             f"{option}={path!r} does not exist. Give a local Hugging Face model directory "
-            "(model.save_pretrained(dir)) or a model id such as 'Qwen/Qwen2.5-0.5B' that is in "
-            "the local Hugging Face cache"
+            "(model.save_pretrained(dir)), a .gguf file, or a model id such as "
+            "'Qwen/Qwen2.5-0.5B' that is in the local Hugging Face cache"
         )
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
