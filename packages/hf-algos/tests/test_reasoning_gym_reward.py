@@ -17,6 +17,7 @@ from hf_algos.rewards import (
     extract_answer,
     get_scoring_function,
 )
+from hf_algos.rewards.reasoning_gym import decode_entry, encode_entry
 from hf_protocol import DataProto, right_pad
 
 
@@ -74,6 +75,18 @@ def test_entry_may_be_a_dict_and_the_format_defaults_to_last_number() -> None:
     info = {"task": "chain_sum", "entry": json.loads(row["extra_info"]["entry"])}
     truth = row["reward_model"]["ground_truth"]
     assert compute_reasoning_gym_score(f"so {truth}", truth, info) == 1.0
+
+
+def test_entries_round_trip_with_tuples_sets_and_number_keys() -> None:
+    entry = {"answer": "1", "metadata": {"grid": ((1, 2), (3,)), "seen": {3, 1}, "by": {1: "a"}}}
+    assert decode_entry(encode_entry(entry)) == entry
+    # arc_agi's verifier compares its tuple grids: plain JSON (lists) would score its own
+    # answer 0.05
+    row = reasoning_gym_rows("reasoning_gym:arc_agi?size=1&answer=answer_tag")[0]
+    answer = row["reward_model"]["ground_truth"]
+    assert "\n" in answer
+    response = f"<answer>{answer}</answer>"
+    assert compute_reasoning_gym_score(response, answer, row["extra_info"]) == 1.0
 
 
 @pytest.mark.parametrize(

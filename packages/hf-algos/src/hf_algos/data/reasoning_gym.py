@@ -23,6 +23,7 @@ from urllib.parse import parse_qsl
 from hf_algos.rewards.reasoning_gym import (
     ANSWER_FORMATS,
     REASONING_GYM_DATA_SOURCE,
+    encode_entry,
     import_reasoning_gym,
 )
 
@@ -161,7 +162,8 @@ def reasoning_gym_rows(spec: ReasoningGymSpec | str) -> list[dict[str, Any]]:
     and the answer format's instruction, :data:`INSTRUCTIONS`); ``ability``, the task's
     category; ``reward_model`` ``{"style": "rule", "ground_truth": <the entry's answer>}``;
     ``extra_info`` with ``task``, ``index``, ``answer_format``, ``entry`` (the reasoning-gym
-    entry as one JSON string, so Arrow holds any task's metadata) and ``task_config`` (the
+    entry as one JSON string, :func:`~hf_algos.rewards.reasoning_gym.encode_entry`, so Arrow
+    holds any task's metadata) and ``task_config`` (the
     task's settings as JSON, for its verifier).
     """
     if isinstance(spec, str):
@@ -187,16 +189,9 @@ def reasoning_gym_rows(spec: ReasoningGymSpec | str) -> list[dict[str, Any]]:
                     "task": spec.task,
                     "index": index,
                     "answer_format": spec.answer,
-                    "entry": json.dumps(entry, default=_jsonable),
+                    "entry": encode_entry(entry),
                     "task_config": config,
                 },
             }
         )
     return rows
-
-
-def _jsonable(value: Any) -> Any:
-    """What JSON cannot hold as is in an entry's metadata: sets as lists, else the text."""
-    if isinstance(value, (set, frozenset)):
-        return sorted(value, key=repr)
-    return repr(value) if not hasattr(value, "tolist") else value.tolist()

@@ -80,6 +80,53 @@ def compute_reasoning_gym_score(
     return float(score_answer(answer, entry))
 
 
+def encode_entry(entry: Mapping[str, Any]) -> str:
+    """A reasoning-gym entry as one JSON string that :func:`decode_entry` turns back into an
+    equal entry: tuples, sets and dicts with non-text keys are tagged (``{"__tuple__": [...]}``),
+    since verifiers compare them (``arc_agi``'s grids are tuples of tuples); other values JSON
+    cannot hold become their ``repr``."""
+    return json.dumps(_tagged(entry))
+
+
+def decode_entry(text: str) -> Any:
+    """The entry of :func:`encode_entry`'s ``text``."""
+    return json.loads(text, object_hook=_untagged)
+
+
+def _tagged(value: Any) -> Any:
+    if isinstance(value, dict):
+        if all(isinstance(key, str) for key in value):
+            return {key: _tagged(item) for key, item in value.items()}
+        return {"__dict__": [[_tagged(key), _tagged(item)] for key, item in value.items()]}
+    if isinstance(value, list):
+        return [_tagged(item) for item in value]
+    if isinstance(value, tuple):
+        return {"__tuple__": [_tagged(item) for item in value]}
+    if isinstance(value, (set, frozenset)):
+        return {"__set__": [_tagged(item) for item in sorted(value, key=repr)]}
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if hasattr(value, "tolist"):  # a numpy array or scalar
+        return _tagged(value.tolist())
+    return repr(value)
+
+
+def _untagged(value: dict[str, Any]) -> Any:
+    if len(value) == 1:
+        (key, items), *_ = value.items()
+        if key == "__tuple__":
+            return tuple(items)
+        if key == "__set__":
+            return set(items)
+        if key == "__dict__":
+            return {_hashable(k): item for k, item in items}
+    return value
+
+
+def _hashable(key: Any) -> Any:
+    return tuple(_hashable(k) for k in key) if isinstance(key, list) else key
+
+
 def _missing(name: str, value: Any) -> str:
     return (
         f"a reasoning_gym row's extra_info[{name!r}] is {value!r:.80}: scoring needs the task "
@@ -93,7 +140,7 @@ def _decoded(value: Any, name: str) -> Any:
     if not isinstance(value, str):
         return value
     try:
-        return json.loads(value)
+        return decode_entry(value)
     except json.JSONDecodeError as error:
         raise ValueError(_missing(name, value) + f" (not JSON: {error.msg})") from error
 
