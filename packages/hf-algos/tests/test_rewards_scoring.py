@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 import torch
 
@@ -48,6 +50,31 @@ def test_math_boxed_extraction_and_equivalence() -> None:
     assert compute_math_score(r"thus \boxed{3}", r"the answer is \boxed{3}.") == 1.0
     assert compute_math_score(r"thus \boxed{2}", "3") == 0.0
     assert compute_math_score("3", "3") == 0.0  # no box, no credit
+
+
+def test_math_verify_compares_answers_as_math() -> None:
+    """Equal answers the former string and fraction checks scored 0."""
+    assert math_answers_equal(r"\sqrt{4}", "2")
+    assert math_answers_equal(r"\frac{\pi}{2}", r"\pi/2")
+    assert math_answers_equal("x+1", "1+x")
+    assert math_answers_equal(r"\{1, 2\}", r"\{2, 1\}")
+    assert not math_answers_equal(r"\sqrt{5}", "2")
+    assert not math_answers_equal("x+2", "1+x")
+    assert compute_math_score(r"so \boxed{\sqrt{4}}", "2") == 1.0
+    assert compute_math_score(r"so \boxed{0.5}", r"\frac{1}{2}") == 1.0
+    assert compute_math_score(r"so \boxed{2\sqrt{2}}", r"\sqrt{8}") == 1.0
+    assert compute_math_score(r"so \boxed{2\sqrt{2}}", r"\sqrt{6}") == 0.0
+    assert compute_gsm8k_score("#### 18", "$18") == 1.0
+    assert compute_gsm8k_score("#### 0.5", "1/2") == 1.0
+    assert compute_gsm8k_score("#### 72", "72.00") == 1.0
+    assert compute_gsm8k_score("#### 18", "$19", format_score=0.1) == 0.1
+
+
+def test_math_verify_runs_outside_the_main_thread() -> None:
+    """Its own SIGALRM timeouts are off (the scoring worker bounds time), so a thread works."""
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(compute_math_score, r"\boxed{\frac{1}{2}}", "0.5").result() == 1.0
+        assert pool.submit(compute_gsm8k_score, "#### 18", "$18").result() == 1.0
 
 
 def test_registry_is_explicit() -> None:

@@ -25,14 +25,26 @@ from hf_engines.hub import resolve_model_path
 
 
 def _existing_files(name: str, paths: tuple[str, ...]) -> None:
-    missing = [p for p in paths if not Path(p).exists()]
+    specs = [p for p in paths if p.startswith("reasoning_gym:")]
+    missing = [p for p in paths if p not in specs and not Path(p).exists()]
     if missing:
         raise ConfigurationError(
             f"{name} lists files that do not exist: {missing}; give paths to local .jsonl, "
             ".json, .parquet or .arrow files or saved dataset directories (relative paths "
             "are taken from the working directory "
-            f"{str(Path.cwd())!r})"
+            f"{str(Path.cwd())!r}), or 'reasoning_gym:<task>?size=...' specs"
         )
+    if specs:  # reasoning_gym is imported only here: it takes seconds
+        from hf_algos.data.reasoning_gym import check_reasoning_gym_spec
+
+        for spec in specs:
+            try:
+                check_reasoning_gym_spec(spec)
+            except (ValueError, ImportError) as error:
+                raise ConfigurationError(
+                    f"{name} lists the reasoning-gym spec {spec!r}, which cannot be used: "
+                    f"{error}. Fix the spec (docs/data.md, 'Tasks from reasoning-gym')"
+                ) from error
 
 
 @dataclass(frozen=True)
@@ -41,7 +53,8 @@ class DataSection:
 
     train_files: tuple[str, ...] = ()
     """Training files (.jsonl / .json / .parquet / .arrow, or a directory written by
-    ``datasets.Dataset.save_to_disk``), rows as in docs/data.md."""
+    ``datasets.Dataset.save_to_disk``), rows as in docs/data.md, or
+    ``reasoning_gym:<task>?size=...`` specs of generated tasks."""
     val_files: tuple[str, ...] = ()
     """Held-out prompt files for validation (greedy decoding); empty disables validation."""
     tokenizer_path: str | None = None

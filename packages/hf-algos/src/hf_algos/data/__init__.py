@@ -1,5 +1,5 @@
-"""Datasets and loaders: RL prompts, DPO preference pairs, SFT rows, a local character
-tokenizer.
+"""Datasets and loaders: RL prompts, DPO preference pairs, SFT rows, reasoning-gym tasks, a
+local character tokenizer.
 
 Public names are imported on first use (``hf_algos._lazy``), so importing one light
 submodule does not import torch."""
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         collate_preference_pairs,
     )
     from hf_algos.data.preference_pairs import build_preference_pairs, make_preference_batch
+    from hf_algos.data.reasoning_gym import ReasoningGymSpec, reasoning_gym_rows
     from hf_algos.data.rl_dataset import RLDataset, RLDatasetConfig
     from hf_algos.data.sft import SFTDataset
     from hf_algos.data.tokenizer import CHAR_CHAT_TEMPLATE, build_char_tokenizer
@@ -31,6 +32,7 @@ _WHERE = {
     "PreferenceDatasetConfig": "hf_algos.data.preference",
     "RLDataset": "hf_algos.data.rl_dataset",
     "RLDatasetConfig": "hf_algos.data.rl_dataset",
+    "ReasoningGymSpec": "hf_algos.data.reasoning_gym",
     "RowSource": "hf_algos.data.files",
     "SFTDataset": "hf_algos.data.sft",
     "StatefulDataLoader": "hf_algos.data.loader",
@@ -40,6 +42,7 @@ _WHERE = {
     "collate_to_dataproto": "hf_algos.data.collate",
     "make_preference_batch": "hf_algos.data.preference_pairs",
     "read_rows": "hf_algos.data.files",
+    "reasoning_gym_rows": "hf_algos.data.reasoning_gym",
     "write_rows": "hf_algos.data.files",
 }
 
@@ -50,6 +53,7 @@ __all__ = [
     "PreferenceDatasetConfig",
     "RLDataset",
     "RLDatasetConfig",
+    "ReasoningGymSpec",
     "RowSource",
     "SFTDataset",
     "StatefulDataLoader",
@@ -59,6 +63,7 @@ __all__ = [
     "collate_to_dataproto",
     "make_preference_batch",
     "read_rows",
+    "reasoning_gym_rows",
     "write_rows",
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _WHERE)

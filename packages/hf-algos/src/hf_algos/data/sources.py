@@ -2,10 +2,11 @@
 
 Local ``.jsonl`` / ``.json`` / ``.parquet`` / ``.arrow`` files load with
 ``datasets.load_dataset`` (Arrow-backed, memory-mapped, cached), a directory written by
-``Dataset.save_to_disk`` with ``datasets.load_from_disk``. Each file stays its own table so an
-error names its file and row. Rows that Arrow cannot hold in one table (a column that is a
-string in one row and a message list in another, mixed number / text ground truths) are kept
-as Python rows instead, and still work.
+``Dataset.save_to_disk`` with ``datasets.load_from_disk``; a ``reasoning_gym:<task>?...``
+spec gives the rows it generates (:mod:`hf_algos.data.reasoning_gym`). Each file stays its
+own table so an error names its file and row. Rows that Arrow cannot hold in one table (a
+column that is a string in one row and a message list in another, mixed number / text
+ground truths) are kept as Python rows instead, and still work.
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from hf_algos.data.files import DataError, PathsLike, RowSource, _read_jsonl, _read_parquet
+from hf_algos.data.reasoning_gym import (
+    is_reasoning_gym_spec,
+    parse_reasoning_gym_spec,
+    reasoning_gym_rows,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -76,12 +82,25 @@ def load_parts(data: PathsLike | list[dict[str, Any]] | datasets.Dataset) -> lis
         given = [dict(row) for row in data]
         return [TablePart(None, _arrow_or_python(given, None), given)]
     paths = [data] if isinstance(data, (str, os.PathLike)) else list(data)
-    parts = [TablePart(str(path), _load_path(Path(path))) for path in paths]
+    parts = [TablePart(str(path), _load_source(path)) for path in paths]
     for part in parts:
         if len(part.rows) == 0:
             fix = "add rows or leave the file out"
             raise DataError(str(part.file), None, "the file has no rows", fix)
     return parts
+
+
+def _load_source(path: str | os.PathLike[str]) -> Rows:
+    """A file, a saved dataset directory, or a ``reasoning_gym:`` spec's generated rows."""
+    if not is_reasoning_gym_spec(path):
+        return _load_path(Path(path))
+    spec = str(path)
+    try:
+        rows = reasoning_gym_rows(parse_reasoning_gym_spec(spec))
+    except ValueError as error:
+        fix = "fix the spec (docs/data.md, 'Tasks from reasoning-gym')"
+        raise DataError(spec, None, str(error), fix) from error
+    return _arrow_or_python(rows, spec)
 
 
 def _load_path(path: Path) -> Rows:

@@ -20,6 +20,11 @@ if TYPE_CHECKING:
     )
     from hf_algos.rewards.placement import last_token_index, place_on_last_token
     from hf_algos.rewards.pool import RewardError
+    from hf_algos.rewards.reasoning_gym import (
+        ANSWER_FORMATS,
+        compute_reasoning_gym_score,
+        extract_answer,
+    )
     from hf_algos.rewards.registry import (
         SCORING_FUNCTIONS,
         BatchedScoringFunction,
@@ -32,6 +37,7 @@ if TYPE_CHECKING:
 
 _WHERE = {
     "ACCEPTED_FORMS": "hf_algos.rewards.signature",
+    "ANSWER_FORMATS": "hf_algos.rewards.reasoning_gym",
     "BatchedScoringFunction": "hf_algos.rewards.registry",
     "RewardError": "hf_algos.rewards.pool",
     "RewardManager": "hf_algos.rewards.manager",
@@ -42,6 +48,8 @@ _WHERE = {
     "ScoringCall": "hf_algos.rewards.signature",
     "compute_gsm8k_score": "hf_algos.rewards.gsm8k",
     "compute_math_score": "hf_algos.rewards.math_boxed",
+    "compute_reasoning_gym_score": "hf_algos.rewards.reasoning_gym",
+    "extract_answer": "hf_algos.rewards.reasoning_gym",
     "extract_gsm8k_answer": "hf_algos.rewards.gsm8k",
     "get_scoring_function": "hf_algos.rewards.registry",
     "last_boxed_content": "hf_algos.rewards.math_boxed",
@@ -55,6 +63,7 @@ _WHERE = {
 
 __all__ = [
     "ACCEPTED_FORMS",
+    "ANSWER_FORMATS",
     "SCORING_FUNCTIONS",
     "BatchedScoringFunction",
     "RewardError",
@@ -65,6 +74,8 @@ __all__ = [
     "ScoringCall",
     "compute_gsm8k_score",
     "compute_math_score",
+    "compute_reasoning_gym_score",
+    "extract_answer",
     "extract_gsm8k_answer",
     "get_scoring_function",
     "last_boxed_content",

@@ -1,10 +1,13 @@
-"""GSM8K: the answer is the number after ``####`` (strict) or the last number (flexible)."""
+"""GSM8K: the answer is the number after ``####`` (strict) or the last number (flexible),
+compared with the ground truth by math-verify."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from hf_algos.rewards.math_boxed import math_answers_equal
 
 _STRICT = re.compile(r"####\s*(-?[0-9][0-9,]*(?:\.[0-9]+)?)")
 _NUMBER = re.compile(r"-?[0-9][0-9,]*(?:\.[0-9]+)?")
@@ -38,8 +41,9 @@ def compute_gsm8k_score(
     """1.0 if the extracted answer equals ``ground_truth``; ``format_score`` if an answer was
     found but is wrong; 0.0 if none was found.
 
-    ``ground_truth`` may be a number or a string such as ``"1,234"`` or a full GSM8K
-    solution ending in ``#### 1234``.
+    ``ground_truth`` may be a number or a string such as ``"1,234"``, ``"$18"``, ``"1/2"`` or
+    a full GSM8K solution ending in ``#### 1234``; equal numbers in other forms agree
+    (``0.5`` and ``1/2``), by :func:`~hf_algos.rewards.math_boxed.math_answers_equal`.
     """
     truth = str(ground_truth)
     expected = extract_gsm8k_answer(truth, strict=True) if "####" in truth else None
@@ -47,4 +51,4 @@ def compute_gsm8k_score(
     answer = extract_gsm8k_answer(solution, strict=strict)
     if answer is None:
         return 0.0
-    return 1.0 if answer == expected else format_score
+    return 1.0 if answer == expected or math_answers_equal(answer, expected) else format_score

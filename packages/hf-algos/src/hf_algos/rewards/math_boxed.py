@@ -1,10 +1,11 @@
-"""Math answers in ``\\boxed{...}``: extraction with brace matching and light normalization."""
+"""Math answers in ``\\boxed{...}``: extraction with brace matching, comparison by math-verify.
+
+``math_verify`` (with sympy) is imported on the first comparison, in the scoring process."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from fractions import Fraction
 from typing import Any
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
@@ -56,25 +57,28 @@ def normalize_math_answer(answer: str) -> str:
     return text
 
 
-def _as_number(text: str) -> Fraction | None:
-    match = re.fullmatch(r"\\frac\{(-?\d+)\}\{(-?\d+)\}", text)
-    try:
-        if match:
-            return Fraction(int(match[1]), int(match[2]))
-        if re.fullmatch(r"-?\d+/\d+|-?\d+(?:\.\d+)?", text.replace(",", "")):
-            return Fraction(text.replace(",", ""))
-    except (ValueError, ZeroDivisionError):
-        return None
-    return None
-
-
 def math_answers_equal(answer: str, ground_truth: str) -> bool:
-    """Whether two answers agree after :func:`normalize_math_answer`, or as equal numbers."""
-    left, right = normalize_math_answer(answer), normalize_math_answer(ground_truth)
-    if left == right:
+    """Whether ``answer`` agrees with ``ground_truth``: equal after
+    :func:`normalize_math_answer`, or equal as math by ``math_verify`` (``\\frac{1}{2}`` and
+    ``0.5``, ``\\sqrt{4}`` and ``2``, ``x+1`` and ``1+x``, intervals, sets, percent...)."""
+    if normalize_math_answer(answer) == normalize_math_answer(ground_truth):
         return True
-    left_number, right_number = _as_number(left), _as_number(right)
-    return left_number is not None and left_number == right_number
+    return _math_verify_equal(ground_truth, answer)
+
+
+def _math_verify_equal(gold: str, answer: str) -> bool:
+    import math_verify
+    from math_verify import grader, parser
+
+    # No timeouts of math_verify's own: they use SIGALRM, which works in the main thread
+    # only and would replace the scoring worker's alarm that bounds each sample's time.
+    # So its warning that timeouts are off says nothing here.
+    parser.TIMEOUT_WARNING_SHOWN = grader.TIMEOUT_WARNING_SHOWN = True
+    parsed_gold = math_verify.parse(f"\\boxed{{{gold}}}", parsing_timeout=None)
+    parsed_answer = math_verify.parse(f"\\boxed{{{answer}}}", parsing_timeout=None)
+    if not parsed_gold or not parsed_answer:
+        return False
+    return bool(math_verify.verify(parsed_gold, parsed_answer, timeout_seconds=None))
 
 
 def compute_math_score(

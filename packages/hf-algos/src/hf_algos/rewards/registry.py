@@ -8,6 +8,7 @@ from typing import Any
 
 from hf_algos.rewards.gsm8k import compute_gsm8k_score
 from hf_algos.rewards.math_boxed import compute_math_score
+from hf_algos.rewards.reasoning_gym import REASONING_GYM_DATA_SOURCE, compute_reasoning_gym_score
 from hf_algos.rewards.signature import ScoringCall, scoring_call
 from hf_algos.rewards.user_file import FileScoringFunction, is_batched
 
@@ -88,8 +89,8 @@ def resolve_scoring_function(
 
     Precedence: a function registered for ``data_source`` by the user's code, then
     ``default`` (``reward.function_path``: it serves every other data_source, and replaces
-    the built-in gsm8k / math functions, as verl's custom reward function replaces its
-    default scoring), then a built-in one. Without ``default`` an unknown name raises.
+    the built-in gsm8k / math / reasoning_gym functions, as verl's custom reward function
+    replaces its default scoring), then a built-in one. Without ``default`` an unknown name raises.
     """
     source = SCORING_FUNCTIONS if registry is None else registry
     if default is None:
@@ -116,6 +117,7 @@ BUILTIN_SCORING_FUNCTIONS: Mapping[str, ScoreFn] = {
     "math": compute_math_score,
     "lighteval/MATH": compute_math_score,
     "DigitalLearningGmbH/MATH-lighteval": compute_math_score,
+    REASONING_GYM_DATA_SOURCE: compute_reasoning_gym_score,
 }
 """The functions HybridFlow registers itself; ``reward.function_path`` takes precedence."""
 
