@@ -118,6 +118,7 @@ def test_grpo_separate_placement_resumes_and_validates(
         "trainer.test_freq=2",
         "trainer.log_val_generations=3",
         "trainer.trace_file=trace.json",
+        "actor_rollout_ref.rollout.val_kwargs.n=3",  # verl's name of trainer.val_samples
     ]
     full, resumed = run_and_resume(base, tmp_path)
     run_directory = metrics_path(tmp_path / "logs", "hybridflow", "run").parent
@@ -136,6 +137,8 @@ def test_grpo_separate_placement_resumes_and_validates(
     assert_finite(full, [*CORE_METRICS, "actor/kl_loss", "timing_s/ref"])
     assert "val/score/mean" in full[1] and "val/accuracy" in full[2]
     assert f"val/{toy_task_scored}/score/mean" in full[2]
+    sampled, passed = full[2]["val/sampled/accuracy"], full[2]["val/sampled/pass@3"]
+    assert 0.0 <= sampled <= passed <= 1.0
     assert comparable(resumed[0]) == comparable(full[2])
     # the policy changed: the KL to the reference grew from exactly 0 at the first step
     assert full[0]["actor/kl_loss"] == 0.0 and full[2]["actor/kl_loss"] > 0.0

@@ -209,7 +209,16 @@ VERL_ALIASES: tuple[Alias, ...] = (
     ),
     _renamed(f"{_ROLL}.enforce_eager", "rollout.engine_kwargs.enforce_eager", note="vllm"),
     _ignored(f"{_ROLL}.log_prob_micro_batch_size_per_gpu", "uses the actor's micro-batches"),
-    _unsupported(f"{_ROLL}.val_kwargs", "validation decodes greedily"),
+    _renamed(
+        f"{_ROLL}.val_kwargs.n",
+        "trainer.val_samples",
+        note="sampled at rollout.temperature besides the greedy answer",
+    ),
+    _unsupported(
+        f"{_ROLL}.val_kwargs",
+        "validation decodes greedily; rollout.val_kwargs.n (trainer.val_samples) adds k "
+        "sampled answers per prompt at rollout.temperature",
+    ),
     _renamed(f"{_ROLL}.multi_turn.enable", "rollout.multi_turn.enable"),
     _renamed(f"{_ROLL}.multi_turn.max_assistant_turns", "rollout.multi_turn.max_turns"),
     _renamed(

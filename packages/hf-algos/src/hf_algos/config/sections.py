@@ -418,6 +418,10 @@ class TrainerSection:
     """Validate every this many steps (and at the end); 0 disables."""
     val_before_train: bool = False
     """Validate once before the first step."""
+    val_samples: int = 0
+    """Besides the greedy answer, sample this many answers per validation prompt at the
+    rollout's temperature: ``val/sampled/accuracy`` (mean@k) and ``val/sampled/pass@k``
+    (verl's ``val_kwargs.n`` with ``do_sample``); 0 validates greedily only."""
     save_freq: int = 0
     """Checkpoint every this many steps (and at the end); 0 disables."""
     checkpoint_dir: str = "outputs/checkpoints"
@@ -481,6 +485,7 @@ class TrainerSection:
         require_positive("trainer.save_freq", self.save_freq, allow_zero=True)
         require_positive("trainer.max_restarts", self.max_restarts, allow_zero=True)
         require_positive("trainer.log_val_generations", self.log_val_generations, allow_zero=True)
+        require_positive("trainer.val_samples", self.val_samples, allow_zero=True)
         if self.call_timeout_s is not None:
             require_positive("trainer.call_timeout_s", self.call_timeout_s)
         resume_dir = Path(self.resume_from) if self.resume_from is not None else None

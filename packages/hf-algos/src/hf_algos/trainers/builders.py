@@ -233,11 +233,13 @@ def sampling_config(
     tokenizer: PreTrainedTokenizerBase,
     seed: int | None = None,
     greedy: bool = False,
+    n: int | None = None,
 ) -> SamplingConfig:
     """Sampling for a step (``seed``) or, with ``greedy``, one deterministic answer: the one
-    object that reaches the rollout workers (``meta_info["sampling"]``)."""
+    object that reaches the rollout workers (``meta_info["sampling"]``). ``n`` answers per
+    prompt (default ``rollout.n``; 1 when greedy)."""
     return SamplingConfig(
-        n=1 if greedy else rollout.n,
+        n=1 if greedy else (rollout.n if n is None else n),
         temperature=rollout.temperature,
         top_p=rollout.top_p,
         top_k=rollout.top_k,

@@ -68,12 +68,14 @@ from hf_algos.trainers.steps import (
     generate,
     generation_phase,
     generation_rows,
-    greedy_validation,
     has_rollout_log_probs,
     keep_varied_groups,
     old_log_probs_from_update,
     rename_prefix,
+    sampled_validation_metrics,
+    score_validation,
     tensors,
+    validation_metrics,
 )
 from hf_controller import RayClassWithInitArgs
 from hf_protocol import DataProto, fields
@@ -373,11 +375,13 @@ class PPOTrainer(Trainer):
     # ------------------------------------------------------------------ validation
 
     def validate(self) -> Metrics:
-        """Greedy answers on the validation set: ``val/score/mean``, ``val/accuracy`` and
-        ``val/<data_source>/score/mean``."""
+        """Greedy answers on the validation set (``val/score/mean``, ``val/accuracy``,
+        ``val/<data_source>/score/mean``), and with ``trainer.val_samples=k`` also ``k``
+        sampled answers per prompt at the rollout's temperature (``val/sampled/accuracy``
+        = mean@k, ``val/sampled/pass@k``)."""
         if self.val_data is None:
             return {}
-        sampling = builders.sampling_config(self.config.rollout, self.tokenizer, greedy=True)
+        greedy = builders.sampling_config(self.config.rollout, self.tokenizer, greedy=True)
         keep, rows = self.trainer_config.log_val_generations, self.val_generations
         if self.pipeline is not None:  # validate the trainer's weights, not the rollout's
             self.pipeline.sync(self.global_step)
@@ -386,10 +390,21 @@ class PPOTrainer(Trainer):
             if len(rows) < keep:
                 rows.extend(generation_rows(output, scores, self._decode, keep - len(rows)))
 
+        samples = self.trainer_config.val_samples
         with generation_phase(self.roles, self.config.actor.engine.offload, {}):
-            return greedy_validation(
-                self.roles.rollout, self.reward, self.val_data, sampling, sample if keep else None
+            scores, sources = score_validation(
+                self.roles.rollout, self.reward, self.val_data, greedy, sample if keep else None
             )
+            metrics = validation_metrics(scores, sources)
+            if samples:
+                sampled = builders.sampling_config(
+                    self.config.rollout, self.tokenizer, seed=self.global_step, n=samples
+                )
+                scores, _ = score_validation(
+                    self.roles.rollout, self.reward, self.val_data, sampled
+                )
+                metrics.update(sampled_validation_metrics(scores, samples))
+        return metrics
 
     def _decode(self, ids: list[int]) -> str:
         return str(self.tokenizer.decode(ids, skip_special_tokens=True))

@@ -1,5 +1,5 @@
 """Step pieces shared by the trainers: worker-call plumbing, generation and its memory
-phases, dynamic-sampling group filters, rollout correction, greedy validation."""
+phases, dynamic-sampling group filters, rollout correction, validation (greedy and sampled)."""
 
 from __future__ import annotations
 
@@ -198,15 +198,15 @@ def absorb(batch: DataProto | None, output: DataProto, metrics: Metrics) -> None
         batch.union(output)
 
 
-def greedy_validation(
+def score_validation(
     rollout: RolloutGroup,
     reward: RewardScorer,
     val_data: tuple[RLDataset, int],
     sampling: SamplingConfig,
     on_batch: Callable[[DataProto, torch.Tensor], None] | None = None,
-) -> Metrics:
-    """Greedy answers to every validation prompt, scored: ``val/score/mean``,
-    ``val/accuracy`` and ``val/<data_source>/score/mean``.
+) -> tuple[torch.Tensor, np.ndarray]:
+    """Answers to every validation prompt (``sampling.n`` each, in prompt order), scored:
+    the ``(prompts * n,)`` scores and each answer's data source.
 
     ``on_batch(output, scores)`` sees each generated batch and its ``(B,)`` scores (e.g. to
     keep sample generations, see :func:`generation_rows`).
@@ -220,7 +220,7 @@ def greedy_validation(
         sources.append(np.asarray(output.non_tensor_batch[fields.DATA_SOURCE]))
         if on_batch is not None:
             on_batch(output, scores[-1])
-    return validation_metrics(torch.cat(scores), np.concatenate(sources))
+    return torch.cat(scores), np.concatenate(sources)
 
 
 def generation_rows(
@@ -249,6 +249,19 @@ def generation_rows(
             }
         )
     return rows
+
+
+def sampled_validation_metrics(scores: torch.Tensor, samples: int) -> Metrics:
+    """Metrics of ``samples`` sampled answers per prompt (``scores`` ``(prompts * samples,)``,
+    each prompt's answers together): ``val/sampled/score/mean``, ``val/sampled/accuracy``
+    (mean@k: the share of right answers) and ``val/sampled/pass@k`` (the share of prompts
+    with at least one right answer among their k)."""
+    right = (scores >= 1.0).float().view(-1, samples)
+    return {
+        "val/sampled/score/mean": float(scores.mean()),
+        "val/sampled/accuracy": float(right.mean()),
+        f"val/sampled/pass@{samples}": float(right.amax(dim=1).mean()),
+    }
 
 
 def validation_metrics(scores: torch.Tensor, sources: np.ndarray) -> Metrics:
