@@ -163,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         callbacks=[make_callback(tokenizer, val, settings, record, args.eval_every, args.seed)],
     )
     trainer.train()
+    record.rewards = [float(h["reward"]) for h in trainer.state.log_history if "reward" in h]
     record.notes = f"trl optimizer {config.optim}; threads {args.threads}"
     args.result.write_text(json.dumps(asdict(record), indent=1))
     return 0
