@@ -7,6 +7,9 @@
 # (any other version makes pip fetch a multi-GB CUDA build); transformers and tokenizers are
 # pinned to the dev venv's versions so both sides of the comparison run the same model code.
 # matplotlib is not needed here: the harness (bench_grpo.py) draws the plot in the dev venv.
+# reasoning-gym and math-verify serve bench_real_grpo.py's TRL column: it scores SmolLM2's
+# chain_sum answers with hf_algos.rewards.reasoning_gym (the task's own verifier), as the
+# HybridFlow and plain-loop columns do.
 #
 # The task's data generator and reward are the quickstart's (hf_algos.examples, wired up
 # by tools/bench/grpo_task.py), which build on hf-algos (hf_algos.data, hf_algos.rewards),
@@ -26,8 +29,10 @@ PYTHON="${PYTHON:-python3.11}"
 
 TORCH_VERSION="2.13.0"
 TRL_VERSION="1.16.0"
-TRANSFORMERS_VERSION="5.23.0"
+TRANSFORMERS_VERSION="5.24.0"
 TOKENIZERS_VERSION="0.23.3"
+REASONING_GYM_VERSION="0.1.25"
+MATH_VERIFY_VERSION="0.9.0"
 
 CONSTRAINTS=()
 if [[ -f "$ROOT/tools/constraints.txt" ]]; then
@@ -52,14 +57,15 @@ print(torch.__version__.split("+")[0], transformers.__version__, trl.__version__
 }
 
 WANTED="$TORCH_VERSION $TRANSFORMERS_VERSION $TRL_VERSION"
-if [[ "$(installed_versions)" == "$WANTED" ]] && "$VENV/bin/python" -c 'import hf_algos, omegaconf' 2>/dev/null; then
+if [[ "$(installed_versions)" == "$WANTED" ]] && "$VENV/bin/python" -c 'import hf_algos, omegaconf, reasoning_gym, math_verify' 2>/dev/null; then
     echo "already installed: torch $TORCH_VERSION, transformers $TRANSFORMERS_VERSION, trl $TRL_VERSION"
 else
     echo "installing torch $TORCH_VERSION, trl $TRL_VERSION, transformers $TRANSFORMERS_VERSION"
     "$VENV/bin/python" -m pip install --quiet "${CONSTRAINTS[@]}" \
         "torch==$TORCH_VERSION" "trl==$TRL_VERSION" \
         "transformers==$TRANSFORMERS_VERSION" "tokenizers==$TOKENIZERS_VERSION" \
-        "omegaconf>=2.4,<2.5" -e "$ROOT/packages/hf-protocol"
+        "omegaconf>=2.4,<2.5" "reasoning-gym==$REASONING_GYM_VERSION" \
+        "math-verify==$MATH_VERIFY_VERSION" -e "$ROOT/packages/hf-protocol"
     echo "installing hf-algos (editable, no dependencies)"
     "$VENV/bin/python" -m pip install --quiet --no-deps -e "$ROOT/packages/hf-algos"
 fi
@@ -75,6 +81,7 @@ import datasets
 import transformers
 import trl
 import grpo_task  # noqa: F401  (the task as the benchmark's columns use it)
+import real_grpo_task  # noqa: F401  (bench_real_grpo.py's scorer and evaluator)
 from trl import GRPOConfig, GRPOTrainer  # noqa: F401  (the imports this venv exists for)
 
 print(
