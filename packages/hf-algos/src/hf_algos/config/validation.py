@@ -244,7 +244,7 @@ def validate_dpo_config(
         )
     # A pair is two rows (chosen, rejected) that must stay in one micro-batch.
     micro = actor.engine.micro_batch
-    if micro.max_tokens is not None or (micro.micro_batch_size or 0) % 2 != 0:
+    if micro.max_tokens is not None or micro.micro_batch_size is None or micro.micro_batch_size % 2:
         raise ConfigurationError(
             f"DPO keeps each pair's chosen and rejected rows in one micro-batch, so "
             f"actor.engine.micro_batch.micro_batch_size must be even and max_tokens unset "

@@ -98,6 +98,11 @@ class KVCache:
         self.keys = self.keys[:, rows]
         self.values = self.values[:, rows]
 
+    def repeat_rows(self, times: int) -> None:
+        """Each batch row becomes ``times`` consecutive copies (samples of one prompt)."""
+        self.keys = self.keys.repeat_interleave(times, dim=1)
+        self.values = self.values.repeat_interleave(times, dim=1)
+
 
 class LlamaFamilyDecoder:
     """The forward pass of a supported transformers causal LM (see :func:`supports`)."""

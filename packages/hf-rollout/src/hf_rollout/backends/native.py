@@ -1,7 +1,8 @@
 """The ``native`` backend: batched sampling in pure torch over a transformers causal LM.
 
 It is the embedded default on CPU and the reference the other backends are checked against.
-One ``generate`` call repeats each prompt ``n`` times, runs one prefill forward, then one
+One ``generate`` call runs one prefill forward over the prompts, copies each prompt's cache
+row for its ``n`` samples (GRPO's group shares one prefill), then one
 forward per new token over a KV cache (a lean Llama-family forward over a preallocated
 cache, or the transformers forward over a ``DynamicCache``); sampling is batched tensor ops,
 rows that hit a stop token stop being counted, rows are dropped from the cache once many have
@@ -208,8 +209,10 @@ class NativeRollout:
         if sampling.seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
         if self.prefix_cache is None or not counts_from_zero(attention_mask, prompt_tensors[2]):
-            ids, mask, pos = self._dense_prefill(prompt_tensors, sampling.n)
-            tokens, mask, log_probs, _ = self._decode(ids, mask, pos, sampling, budget, generator)
+            ids, mask, pos = self._dense_prefill(prompt_tensors)
+            tokens, mask, log_probs, _ = self._decode(
+                ids, mask, pos, sampling, budget, generator, repeat=sampling.n
+            )
         else:
             tokens, mask, log_probs = self._decode_reusing(
                 prompt_tensors, sampling, budget, generator
@@ -220,15 +223,13 @@ class NativeRollout:
         )  # fmt: skip
 
     def _dense_prefill(
-        self, prompt_tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor], n: int
+        self, prompt_tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The prompt tensors ``(B, P)``, each row ``n`` times, on the engine's device."""
+        """The prompt tensors ``(B, P)`` on the engine's device, without the columns that
+        are padding in every row (they cost compute and change nothing)."""
         attention_mask = prompt_tensors[1]
-        # Columns that are padding in every row cost compute and change nothing.
         keep_from = int((attention_mask.sum(dim=0) > 0).long().argmax())
-        ids, mask, pos = (
-            t[:, keep_from:].repeat_interleave(n, dim=0).to(self.device) for t in prompt_tensors
-        )
+        ids, mask, pos = (t[:, keep_from:].to(self.device) for t in prompt_tensors)
         return ids, mask, pos
 
     def _decode_reusing(
@@ -255,10 +256,12 @@ class NativeRollout:
             cache.discard([key for key, reused in found if reused])
             ids, mask, pos = layout.input_ids, layout.attention_mask, layout.position_ids
             past = layout.past
+            repeat = 1
         else:
-            ids, mask, pos = self._dense_prefill(prompt_tensors, sampling.n)
+            ids, mask, pos = self._dense_prefill(prompt_tensors)
+            repeat = sampling.n
         tokens, out_mask, log_probs, snapshots = self._decode(
-            ids, mask, pos, sampling, budget, generator, past=past, keep=True
+            ids, mask, pos, sampling, budget, generator, past=past, keep=True, repeat=repeat
         )
         lengths = out_mask.sum(dim=1).tolist()
         for out_rows, snapshot in snapshots:
@@ -284,13 +287,16 @@ class NativeRollout:
         generator: torch.Generator,
         past: PastKV | None = None,
         keep: bool = False,
+        repeat: int = 1,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[tuple[torch.Tensor, PastKV]]]:
-        """The decode loop; returns ``(B, R)`` tokens, response mask and log-probs, and with
-        ``keep`` the cache of every row as ``(output rows, snapshot)`` pairs.
+        """The decode loop; returns ``(B * repeat, R)`` tokens, response mask and log-probs,
+        and with ``keep`` the cache of every row as ``(output rows, snapshot)`` pairs.
 
         ``past`` are reused keys and values the prompts continue (``attention_mask`` then
-        covers them too)."""
-        rows = input_ids.shape[0]
+        covers them too). ``repeat``: each prompt row is sampled that many times (its
+        copies consecutive); the prompt is prefilled once and its cache row copied, so the
+        ``n`` samples of GRPO share one prefill instead of ``n``."""
+        rows = input_ids.shape[0] * repeat
         stop_ids = torch.tensor(stop_ids_for(sampling, self.eos_ids), device=self.device)
         out_tokens = torch.full((rows, budget), self.pad_token_id, device=self.device)
         out_mask = torch.zeros((rows, budget), dtype=torch.long, device=self.device)
@@ -299,8 +305,11 @@ class NativeRollout:
         finished = torch.zeros(rows, dtype=torch.bool, device=self.device)
         stepper = self._stepper(attention_mask.shape[1] + budget)
         snapshots: list[tuple[torch.Tensor, PastKV]] = []
-        next_pos = position_ids[:, -1] + 1
+        next_pos = (position_ids[:, -1] + 1).repeat_interleave(repeat)
         logits = stepper.prefill(input_ids, attention_mask, position_ids, past)
+        if repeat > 1:
+            logits = logits.repeat_interleave(repeat, dim=0)
+            stepper.repeat_rows(repeat)
         steps = budget
         for step in range(budget):
             uniform = None

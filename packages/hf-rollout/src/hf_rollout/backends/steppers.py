@@ -46,6 +46,11 @@ class Stepper(Protocol):
         """Drop every cache row not in ``rows``."""
         ...
 
+    def repeat_rows(self, times: int) -> None:
+        """Replace every cache row by ``times`` consecutive copies of it (after a prefill,
+        for the samples of one prompt)."""
+        ...
+
     def snapshot(self, rows: torch.Tensor) -> PastKV:
         """Keys, values and column mask of cache ``rows`` (every column fed so far)."""
         ...
@@ -107,6 +112,11 @@ class TransformersStepper:
         self.cache.batch_select_indices(rows)
         self.attention_mask = self.attention_mask[rows]
 
+    def repeat_rows(self, times: int) -> None:
+        """See :class:`Stepper`."""
+        self.cache.batch_repeat_interleave(times)
+        self.attention_mask = self.attention_mask.repeat_interleave(times, dim=0)
+
     def snapshot(self, rows: torch.Tensor) -> PastKV:
         """See :class:`Stepper`."""
         layers: Any = self.cache.layers
@@ -155,6 +165,12 @@ class LeanStepper:
         assert self.cache is not None
         self.cache.select_rows(rows)
         self.key_mask = self.key_mask[rows]
+
+    def repeat_rows(self, times: int) -> None:
+        """See :class:`Stepper`."""
+        assert self.cache is not None
+        self.cache.repeat_rows(times)
+        self.key_mask = self.key_mask.repeat_interleave(times, dim=0)
 
     def snapshot(self, rows: torch.Tensor) -> PastKV:
         """See :class:`Stepper`."""
