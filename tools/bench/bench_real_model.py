@@ -11,9 +11,10 @@ reasoning-gym ``chain_sum`` through the model's chat template, ``--samples`` eac
   each ``FSDPEngine`` contender is the engine at 1 rank with one micro-batching setting
   (``rows=N`` or ``tokens=N``, the ``max_tokens`` budget). Rounds step every contender once
   in a shuffled order; medians of wall and CPU seconds.
-* **generation**: the batch's prompts x samples, sampling at temperature 1 with no eos (every
-  row generates the full length in both): hf-rollout's native backend vs transformers
-  ``generate``, medians over ``--repeats`` calls after a warm-up.
+* **generation**: ``--samples`` answers to each prompt (the rollout's ``n``, ``generate``'s
+  ``num_return_sequences``), sampling at temperature 1 with no eos (every row generates the
+  full length in both): hf-rollout's native backend vs transformers ``generate``, medians
+  over ``--repeats`` calls after a warm-up.
 
 Every contender runs in this process with ``--threads`` torch threads.
 
@@ -168,12 +169,12 @@ def update_rows(args: argparse.Namespace, model_dir: Path, batch: DataProto) -> 
 def generation_rows(
     args: argparse.Namespace, model_dir: Path, prompts: list[list[int]]
 ) -> list[str]:
-    """The generation table: native backend vs transformers ``generate``."""
-    rows = [prompt for prompt in prompts for _ in range(args.samples)]
+    """The generation table: native backend vs transformers ``generate``, both asked for
+    ``--samples`` answers to each of the prompts (``n`` / ``num_return_sequences``)."""
     pad = 0
-    batch = make_prompts(rows, pad)
+    batch = make_prompts(prompts, pad)
     native = NativeRollout(RolloutConfig(model_path=str(model_dir), pad_token_id=pad))
-    sampling = SamplingConfig(max_new_tokens=args.new_tokens, eos_token_id=-1, seed=0)
+    sampling = SamplingConfig(n=args.samples, max_new_tokens=args.new_tokens, eos_token_id=-1)
     progress("generation: native")
     timings = {
         "hf-rollout native": time_calls(
@@ -190,6 +191,7 @@ def generation_rows(
                 input_ids=tensors["input_ids"],
                 attention_mask=tensors["attention_mask"],
                 do_sample=True,
+                num_return_sequences=args.samples,
                 temperature=1.0,
                 top_k=0,
                 top_p=1.0,
@@ -203,7 +205,8 @@ def generation_rows(
     timings["transformers generate"] = time_calls(hf_generate, args.repeats)
     base: Timing = timings["transformers generate"]
     lines = [
-        f"| generation ({len(rows)} rows x {args.new_tokens} tokens) | s / call | tokens/s "
+        f"| generation ({len(prompts)} prompts x {args.samples} samples x {args.new_tokens} "
+        "tokens) | s / call | tokens/s "
         "| vs generate |",
         "|---|---:|---:|---:|",
     ]

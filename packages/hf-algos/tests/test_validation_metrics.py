@@ -11,7 +11,7 @@ from hf_algos.trainers.steps import sampled_validation_metrics, validation_metri
 
 def test_sampled_metrics_are_mean_and_pass_at_k() -> None:
     # 3 prompts x 4 answers, each prompt's answers together (the rollout's order)
-    scores = torch.tensor([1.0, 0, 0, 0] + [0.0, 0, 0, 0] + [1.0, 1, 1, 0.5])
+    scores = torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0.5])
     metrics = sampled_validation_metrics(scores, samples=4)
     assert metrics["val/sampled/accuracy"] == pytest.approx(4 / 12)
     assert metrics["val/sampled/pass@4"] == pytest.approx(2 / 3)

@@ -15,6 +15,7 @@ from hf_controller import (
     Worker,
     register,
 )
+from hf_controller.ray.resource_pool import bundles_per_node
 from hf_controller.threads import (
     THREADS_ENV,
     apply_worker_threads,
@@ -63,20 +64,41 @@ def test_no_setting_leaves_the_process_alone(monkeypatch: pytest.MonkeyPatch) ->
     assert os.environ["OMP_NUM_THREADS"] == "3"
 
 
+def test_bundles_are_counted_per_node_over_reserved_groups() -> None:
+    table = {
+        "a": {"state": "CREATED", "bundles_to_node_id": {0: "n1", 1: "n1", 2: "n2"}},
+        "b": {"state": "CREATED", "bundles_to_node_id": {0: "n1"}},
+        "c": {"state": "REMOVED", "bundles_to_node_id": {0: "n1"}},
+    }
+    assert bundles_per_node(table) == {"n1": 3, "n2": 1}
+
+
+def placed_bundles() -> int:
+    """Bundles of every reserved placement group of the session cluster (one node)."""
+    from ray.util.placement_group import placement_group_table
+
+    return sum(bundles_per_node(placement_group_table()).values())
+
+
 @pytest.mark.usefixtures("ray_session")
 @pytest.mark.parametrize("prestart", [False, True])
 def test_group_gives_each_rank_its_share(prestart: bool) -> None:
-    """The session cluster declares 4 CPUs: 2 fractional ranks are told 2 threads each,
-    and take at most their share of the cores this machine really has."""
+    """The session cluster declares 4 CPUs: fractional ranks share them with every bundle
+    reserved on the node (a second pool, as a separate rollout's, counts too), and take
+    at most their share of the cores this machine really has."""
     pool = RayResourcePool([2], use_gpu=False)
+    other = RayResourcePool([1], use_gpu=False)
     if prestart:
         pool.prestart(())
+    other.slots()  # reserved before the group's workers start, as the trainers do
     group = RayWorkerGroup(pool, RayClassWithInitArgs(ThreadsWorker))
     try:
+        told = max(1, 4 // placed_bundles())
         for seen in group.threads():
-            assert seen[THREADS_ENV] == "2"
+            assert seen[THREADS_ENV] == str(told)
             assert seen["LOCAL_WORLD_SIZE"] == "2"
-            assert seen["OMP_NUM_THREADS"] == str(max(1, min(2, usable_cores() // 2)))
+            assert seen["OMP_NUM_THREADS"] == str(max(1, min(told, usable_cores() // 2)))
     finally:
         group.shutdown()
         pool.release()
+        other.release()

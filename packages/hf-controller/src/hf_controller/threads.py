@@ -8,8 +8,8 @@ threads its bundle stands for (:data:`THREADS_ENV`, set with the rank's environm
 
 * a bundle of ``cpus_per_worker >= 1`` holds ``int(cpus_per_worker)`` cores;
 * fractional bundles (the CPU default, 0.1, so several workers share a node) share the
-  node: each of the ``k`` ranks of the pool on a node of ``c`` CPUs gets ``c // k`` (at
-  least 1).
+  node: with ``k`` bundles reserved on a node of ``c`` CPUs (this pool's and every other
+  one's, e.g. a separate rollout pool's), each rank gets ``c // k`` (at least 1).
 
 Either way a worker never takes more than its share of the cores it may run on (its CPU
 affinity divided among the group's ranks on its node, ``LOCAL_WORLD_SIZE``): a test

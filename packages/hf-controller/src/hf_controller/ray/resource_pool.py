@@ -142,13 +142,17 @@ class RayResourcePool(ResourcePool):
     def worker_threads(self) -> list[int]:
         """CPU threads of each rank's worker, in rank order
         (:func:`~hf_controller.threads.threads_per_worker`: whole cores of its bundle, or
-        its share of its node's CPUs among the bundles placed there)."""
+        its share of its node's CPUs among all the bundles placed there, this pool's and
+        every other reserved one's, e.g. a separate rollout pool's)."""
+        from ray.util.placement_group import placement_group_table
+
         cpus = {node.node_id: node.cpus for node in cluster_nodes()}
+        placed = bundles_per_node(placement_group_table())
         threads = []
         for slot in self.slots():
-            node_cpus = cpus.get(node_of(slot.placement_group), 1.0)
-            sharing = len(slot.placement_group.bundle_specs)
-            threads.append(threads_per_worker(self.cpus_per_worker, sharing, node_cpus))
+            node = node_of(slot.placement_group)
+            sharing = max(len(slot.placement_group.bundle_specs), placed.get(node, 0))
+            threads.append(threads_per_worker(self.cpus_per_worker, sharing, cpus.get(node, 1.0)))
         return threads
 
     def node_ids(self) -> list[str]:
@@ -288,6 +292,17 @@ class RayResourcePool(ResourcePool):
         self._users = max(0, self._users - 1)
         if self._users == 0 and not self._pinned:
             self.release()
+
+
+def bundles_per_node(table: dict[str, Any]) -> dict[str, int]:
+    """Node id -> bundles of reserved (``CREATED``) placement groups on it, from Ray's
+    ``placement_group_table()``."""
+    counts: dict[str, int] = {}
+    for info in table.values():
+        if info.get("state") == "CREATED":
+            for node in info.get("bundles_to_node_id", {}).values():
+                counts[node] = counts.get(node, 0) + 1
+    return counts
 
 
 def node_of(group: Any) -> str:
