@@ -1,8 +1,8 @@
-"""The library's shape limits: files under 500 lines, functions under 80, public API documented.
+"""The library's shape limits: functions under 80 lines, public API documented.
 
-These are the limits docs/contributing.md sets; a file or function that outgrows them is a sign
-to split it by concept. Only library code (``packages/*/src``) is checked: tests, recipes and
-tools may be longer.
+These are the limits docs/contributing.md sets; a function that outgrows them is a sign to
+split it. Files have no length cap: a file holds one concept, whatever its length. Only
+library code (``packages/*/src``) is checked: tests, recipes and tools may be longer.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted(ROOT.glob("packages/*/src/**/*.py"))
-MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 80
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
@@ -47,10 +46,8 @@ def test_sources_are_found() -> None:
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_file_and_function_sizes(path: Path) -> None:
+def test_function_sizes(path: Path) -> None:
     text = path.read_text(encoding="utf-8")
-    lines = len(text.splitlines())
-    assert lines <= MAX_FILE_LINES, f"{path} has {lines} lines; split it by concept"
     long = [
         f"{node.name} (line {node.lineno}): {node.end_lineno - node.lineno + 1} lines"
         for node in ast.walk(ast.parse(text))
