@@ -56,6 +56,11 @@ def test_yaml_then_overrides_with_types(tmp_path: Path) -> None:
     # YAML's "1e-5" (a string to PyYAML) became a float before validation
     assert load_config(RLConfig, path).actor.engine.optim.lr == pytest.approx(1e-5)
     assert config_to_dict(config)["rollout"]["n"] == 4
+    # tuple fields stay OmegaConf TupleConfigs after loading; the plain form (config.yaml of
+    # a run) holds lists, not their str() ("('console', 'jsonl')")
+    plain = config_to_dict(config)
+    assert plain["trainer"]["loggers"] == ["console", "jsonl"]
+    assert plain["actor"]["engine"]["optim"]["betas"] == [0.9, 0.95]
 
 
 def test_optional_section_and_lists() -> None:

@@ -381,6 +381,8 @@ def config_to_dict(config: Any) -> Any:
         return {f.name: config_to_dict(getattr(config, f.name)) for f in dataclasses.fields(config)}
     if isinstance(config, Mapping):
         return {str(k): config_to_dict(v) for k, v in config.items()}
-    if isinstance(config, list | tuple):
+    if isinstance(config, Sequence) and not isinstance(config, str | bytes):
+        # tuples, lists, and OmegaConf's ListConfig / TupleConfig (a typed tuple field stays
+        # one after loading; str() of it would end up in config.yaml as "('a',)")
         return [config_to_dict(v) for v in config]
     return config
