@@ -29,7 +29,7 @@ def test_smollm2_grpo_smoke(ray_session: object, tmp_path: Path) -> None:
             "trainer.total_training_steps=2",
             "trainer.test_freq=2",
             "trainer.val_samples=2",
-            "data.val_files=[reasoning_gym:${vars.task}&size=4&seed=2]",
+            "data.val_files=['reasoning_gym:${vars.task}&size=4&seed=2']",
         ]
     )
     steps = [r for r in result.records if "timing_s/step" in r]
