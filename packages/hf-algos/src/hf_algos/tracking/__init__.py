@@ -23,6 +23,7 @@ from hf_algos.tracking.metrics import (
     prompt_and_response_lengths,
     reduce_metrics,
     timed,
+    timing_metrics,
 )
 from hf_algos.tracking.run_dir import (
     CONFIG_FILE,
@@ -74,6 +75,7 @@ __all__ = [
     "resolve_wandb_mode",
     "run_dir",
     "timed",
+    "timing_metrics",
     "wandb_key_source",
     "write_config",
 ]

@@ -91,7 +91,7 @@ def compute_data_metrics(
 
 
 def compute_timing_metrics(batch: DataProto, timing: Mapping[str, float]) -> dict[str, float]:
-    """``timing_s/<stage>`` for every stage, and ``timing_per_token_ms/<stage>``.
+    """:func:`timing_metrics`, and ``timing_per_token_ms/<stage>``.
 
     Per-token time divides by the tokens the stage processed: response tokens for ``gen``,
     prompt + response tokens for the others.
@@ -99,10 +99,10 @@ def compute_timing_metrics(batch: DataProto, timing: Mapping[str, float]) -> dic
     prompt_length, response_length = prompt_and_response_lengths(batch)
     response_tokens = float(response_length.sum())
     all_tokens = response_tokens + float(prompt_length.sum())
-    metrics = {f"timing_s/{name}": float(value) for name, value in timing.items()}
+    metrics = timing_metrics(timing)
     for name, value in timing.items():
         tokens = response_tokens if name == "gen" else all_tokens
-        if tokens > 0 and name != "step":
+        if tokens > 0 and name != "step" and f"timing_s/{name}" in metrics:
             metrics[f"timing_per_token_ms/{name}"] = 1000.0 * float(value) / tokens
     return metrics
 
@@ -153,11 +153,41 @@ def merge_worker_metrics(outputs: Sequence[DataProto | Mapping[str, Any]]) -> di
     return reduce_metrics(merged)
 
 
+MEMORY_PEAK = "memory_peak_gib/"
+"""``timing`` key prefix: this process's peak CUDA memory allocated in a phase, GiB."""
+MEMORY_DEVICE = "memory_device_gib/"
+"""``timing`` key prefix: the device's used memory at a phase's end (all processes), GiB."""
+
+
 @contextmanager
 def timed(name: str, timing: dict[str, float]) -> Iterator[None]:
-    """Add the wall time of the ``with`` block, in seconds, to ``timing[name]``."""
+    """Add the wall time of the ``with`` block, in seconds, to ``timing[name]``.
+
+    In a process that uses CUDA (the local backend's worker runs in the driver), also
+    record the block's memory: ``timing["memory_peak_gib/<name>"]``, the peak this process's
+    torch allocated in it, and ``timing["memory_device_gib/<name>"]``, the device's used
+    memory at its end, other processes (a vLLM engine) included. Phases must not nest: the
+    peak counter is reset at each block's start.
+    """
+    track = torch.cuda.is_available() and torch.cuda.is_initialized()
+    if track:
+        torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     try:
         yield
     finally:
         timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
+        if track:
+            peak = torch.cuda.max_memory_allocated() / 2**30
+            timing[MEMORY_PEAK + name] = max(timing.get(MEMORY_PEAK + name, 0.0), peak)
+            free, total = torch.cuda.mem_get_info()
+            timing[MEMORY_DEVICE + name] = (total - free) / 2**30
+
+
+def timing_metrics(timing: Mapping[str, float]) -> dict[str, float]:
+    """``timing_s/<stage>`` for every timed stage; the memory entries of :func:`timed` as
+    they are."""
+    return {
+        name if name.startswith((MEMORY_PEAK, MEMORY_DEVICE)) else f"timing_s/{name}": float(value)
+        for name, value in timing.items()
+    }

@@ -209,7 +209,7 @@ def rollout_class(
         model_path=model.local_path(),  # a model id resolved here, in the driver
         model_config=model.hf_config,
         trust_remote_code=model.trust_remote_code,
-        dtype=model.dtype,
+        dtype=rollout.dtype or model.dtype,
         max_model_len=rollout.max_model_len,
         pad_token_id=tokenizer.pad_token_id,
         seed=trainer.seed,

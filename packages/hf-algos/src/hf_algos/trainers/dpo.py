@@ -26,7 +26,7 @@ from hf_algos.data import (
     make_preference_batch,
 )
 from hf_algos.losses import dpo_loss_fn
-from hf_algos.tracking import compute_data_metrics, compute_timing_metrics, timed
+from hf_algos.tracking import compute_data_metrics, compute_timing_metrics, timed, timing_metrics
 from hf_algos.trainers import builders
 from hf_algos.trainers.base import Metrics, Trainer, WorkerClasses
 from hf_algos.trainers.steps import MODEL_FIELDS, absorb, for_worker, generate, tensors
@@ -131,7 +131,7 @@ class DPOTrainer(Trainer):
         if len(batch) > 0:
             metrics.update(compute_timing_metrics(batch, timing))
         else:  # no pair this step (online, every response scored the same): nothing trained
-            metrics.update({f"timing_s/{name}": value for name, value in timing.items()})
+            metrics.update(timing_metrics(timing))
         return metrics
 
     def sample_pairs(self, prompts: DataProto, metrics: Metrics) -> DataProto:

@@ -52,6 +52,7 @@ from hf_algos.tracking import (
     compute_throughput_metrics,
     compute_timing_metrics,
     timed,
+    timing_metrics,
 )
 from hf_algos.trainers import builders
 from hf_algos.trainers.async_loop import AsyncRollout, AsyncSpec
@@ -206,7 +207,7 @@ class PPOTrainer(Trainer):
                 self.global_step,
             )
             metrics["filter_groups/skipped_update"] = 1.0
-            metrics.update({f"timing_s/{name}": value for name, value in timing.items()})
+            metrics.update(timing_metrics(timing))
             return metrics
         if old_log_probs_from_update(self.config, len(batch)):  # one optimizer step: from it
             batch.meta_info[fields.OLD_LOG_PROBS_FROM_UPDATE] = True
