@@ -9,6 +9,8 @@ NLL of the response tokens), AdamW and gradient clipping at 1.0, one micro-batch
   FSDP2 ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``;
 - **engine + checkpointing**: the same with ``fsdp.activation_checkpointing``;
 - **engine, no reshard**: the same with ``fsdp.reshard_after_forward=False``;
+- **engine, fused AdamW / 4 blocks per unit / both + no reshard**: the host-overhead
+  variants (``optim.fused``, ``fsdp.blocks_per_unit``);
 - **plain autocast**: ``AutoModelForCausalLM`` in fp32 + ``torch.autocast(bfloat16)`` +
   ``torch.optim.AdamW`` (the same fp32-master mixed precision, written by hand);
 - **plain bf16**: the model and AdamW state entirely in bf16 (no fp32 master copy).
@@ -125,14 +127,19 @@ def nll_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
 
 
 def engine_step(
-    args: argparse.Namespace, batch: DataProto, checkpointing: bool, reshard: bool = True
+    args: argparse.Namespace,
+    batch: DataProto,
+    checkpointing: bool,
+    reshard: bool = True,
+    fused: bool = False,
+    blocks_per_unit: int = 1,
 ) -> StepFn:
     """A step function over a fresh FSDPEngine (bf16 params, fp32 reduce and master)."""
     config = config_from_dict(
         EngineConfig,
         {
             "model": {"hf_config": qwen_config(args), "seed": 0},
-            "optim": {"lr": 1e-5, "grad_clip": 1.0},
+            "optim": {"lr": 1e-5, "grad_clip": 1.0, "fused": fused},
             "micro_batch": {"micro_batch_size": args.micro_batch},
             "fsdp": {
                 "device": args.device,
@@ -140,6 +147,7 @@ def engine_step(
                 "reduce_dtype": "float32",
                 "activation_checkpointing": checkpointing,
                 "reshard_after_forward": reshard,
+                "blocks_per_unit": blocks_per_unit,
             },
         },
     )
@@ -298,6 +306,11 @@ def main(argv: list[str]) -> None:
         "FSDPEngine (bf16 mixed precision)": lambda: engine_step(args, batch, False),
         "FSDPEngine + activation checkpointing": lambda: engine_step(args, batch, True),
         "FSDPEngine, reshard_after_forward=False": lambda: engine_step(args, batch, False, False),
+        "FSDPEngine, fused AdamW": lambda: engine_step(args, batch, False, fused=True),
+        "FSDPEngine, 4 blocks per unit": lambda: engine_step(args, batch, False, blocks_per_unit=4),
+        "FSDPEngine, fused AdamW + 4 blocks per unit + no reshard": lambda: engine_step(
+            args, batch, False, False, fused=True, blocks_per_unit=4
+        ),
         "plain transformers, fp32 + autocast bf16": lambda: plain_step(args, batch, False),
         "plain transformers, pure bf16": lambda: plain_step(args, batch, True),
     }

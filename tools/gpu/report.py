@@ -42,6 +42,11 @@ def stage_table(results: dict[str, Any]) -> list[str]:
     return rows
 
 
+def gib(value: float | None) -> str:
+    """A memory figure, or ``-`` where none was recorded (a CPU run)."""
+    return "-" if value is None else f"{value:.2f}"
+
+
 def grpo_section(summary: dict[str, Any]) -> list[str]:
     """Per-phase median seconds and peak memory of the GRPO run, and its validation."""
     seconds, peak = summary.get("seconds", {}), summary.get("memory_peak_gib", {})
@@ -52,8 +57,7 @@ def grpo_section(summary: dict[str, Any]) -> list[str]:
     ]
     for phase in [p for p in PHASES if p in seconds] + sorted(set(seconds) - set(PHASES)):
         rows.append(
-            f"| {phase} | {seconds[phase]:.3f} | {peak.get(phase, float('nan')):.2f} | "
-            f"{device.get(phase, float('nan')):.2f} |"
+            f"| {phase} | {seconds[phase]:.3f} | {gib(peak.get(phase))} | {gib(device.get(phase))} |"
         )
     rows.append("")
     rows.append(f"{summary.get('steps')} steps; first step {summary.get('first_step_seconds')} s.")
@@ -64,13 +68,26 @@ def grpo_section(summary: dict[str, Any]) -> list[str]:
 
 
 def mfu_section(mfu: Any) -> list[str]:
-    """The FSDP2 benchmark's contenders as they were written."""
-    rows = mfu.get("results", mfu) if isinstance(mfu, dict) else mfu
-    lines = ["| contender | result |", "| --- | --- |"]
-    for row in rows if isinstance(rows, list) else []:
-        name = row.get("name", "?")
-        rest = {k: v for k, v in row.items() if k != "name"}
-        lines.append(f"| {name} | {json.dumps(rest)} |")
+    """The FSDP2 benchmark's contenders: seconds per step, tokens/s, MFU, peak memory, and
+    the step against the plain autocast loop."""
+    rows = mfu.get("results", []) if isinstance(mfu, dict) else []
+    plain = next(
+        (r["step_s"] for r in rows if r["name"].startswith("plain transformers, fp32")), None
+    )
+    lines = [
+        "| contender | s / step | vs plain autocast | tokens/s | MFU (6N) | peak GiB |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in rows:
+        ratio = f"{row['step_s'] / plain:.2f}x" if plain else "-"
+        mfu_6n = row.get("mfu_6n")
+        shown = "-" if mfu_6n is None else f"{100 * mfu_6n:.1f}%"
+        peak = row.get("peak_memory_gib")
+        lines.append(
+            f"| {row['name']} | {row['step_s']:.3f} | {ratio} | "
+            f"{row['tokens_per_s']:,.0f} | {shown} | "
+            f"{'-' if peak is None else f'{peak:.1f}'} |"
+        )
     return lines
 
 

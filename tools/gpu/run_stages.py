@@ -138,34 +138,37 @@ def stage_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def run_stage(name: str, stage: Stage, work: Path, log: Any) -> dict[str, Any]:
-    """Run one stage to its deadline; its status, seconds, exit code, output tail and files."""
+def run_stage(name: str, stage: Stage, work: Path, log_path: Path) -> dict[str, Any]:
+    """Run one stage to its deadline; its status, seconds, exit code, output tail and files.
+
+    The stage's output goes straight into the log file, so a device call cut off at its
+    limit still brings back what every stage printed so far.
+    """
     folder = work / name
     folder.mkdir(parents=True, exist_ok=True)
-    log.write(f"\n===== {name}: {' '.join(stage.command)}\n")
-    log.flush()
-    start = time.perf_counter()
-    try:
-        done = subprocess.run(
-            stage.command,
-            cwd=stage.cwd,
-            env=stage_env(stage.env),
-            timeout=stage.timeout_s,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-        )
-        output, code = done.stdout, done.returncode
-        status = "ok" if code == 0 else "failed"
-    except subprocess.TimeoutExpired as error:
-        raw = error.stdout or b""
-        output = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
-        code, status = None, "timeout"
-    seconds = time.perf_counter() - start
-    log.write(output)
-    log.write(f"\n===== {name}: {status} in {seconds:.1f} s (exit {code})\n")
-    log.flush()
+    with open(log_path, "a") as log:
+        log.write(f"\n===== {name}: {' '.join(stage.command)}\n")
+        log.flush()
+        start_offset = log.tell()
+        start = time.perf_counter()
+        try:
+            code: int | None = subprocess.run(
+                stage.command,
+                cwd=stage.cwd,
+                env=stage_env(stage.env),
+                timeout=stage.timeout_s,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            ).returncode
+            status = "ok" if code == 0 else "failed"
+        except subprocess.TimeoutExpired:
+            code, status = None, "timeout"
+        seconds = time.perf_counter() - start
+    with open(log_path, errors="replace") as log:
+        log.seek(start_offset)
+        output = log.read()
+    with open(log_path, "a") as log:
+        log.write(f"\n===== {name}: {status} in {seconds:.1f} s (exit {code})\n")
     result: dict[str, Any] = {
         "status": status,
         "seconds": round(seconds, 1),
@@ -217,10 +220,9 @@ def main(argv: Sequence[str]) -> int:
         raise SystemExit(f"unknown stages {unknown}; choose from {list(table)}")
     chosen = [name for name in table if not args.stages or name in args.stages]
     results: dict[str, Any] = {"device": args.device, "model": model, "steps": steps}
-    with open(out / "log.txt", "a") as log:
-        for name in chosen:
-            results[name] = run_stage(name, table[name], work, log)
-            (out / "results.json").write_text(json.dumps(results, indent=1))
+    for name in chosen:
+        results[name] = run_stage(name, table[name], work, out / "log.txt")
+        (out / "results.json").write_text(json.dumps(results, indent=1))
     failed = [name for name in chosen if results[name]["status"] != "ok"]
     print(f"[gpu] done; not passed: {failed or 'none'}", flush=True)
     return 1 if failed else 0

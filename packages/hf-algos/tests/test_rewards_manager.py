@@ -230,3 +230,38 @@ def test_configuration_errors_are_raised_not_scored(tokenizer) -> None:  # type:
             manager.score(batch)
     with pytest.raises(ValueError, match="num_workers"):
         RewardManagerConfig(num_workers=0)
+
+
+CLOSE_BESIDE_A_CHILD = """
+import multiprocessing, sys, time
+from hf_algos.rewards.pool import ScoringPool
+
+if __name__ == "__main__":
+    pool = ScoringPool("spawn", 1, None)
+    pool.start_processes()  # the pool starts multiprocessing's resource tracker
+    # Started after the pool's helpers, like vLLM's engine beside the local backend's reward
+    # pool: a spawned child gets a copy of the resource tracker's pipe.
+    child = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(60,))
+    child.start()
+    start = time.perf_counter()
+    pool.close()
+    print(f"closed in {time.perf_counter() - start:.1f} s", flush=True)
+    child.terminate()
+    child.join()
+"""
+
+
+def test_pool_closes_while_another_child_process_shares_its_helpers(tmp_path: Any) -> None:
+    """Closing the pool must not wait for helpers that another child process keeps alive
+    (it used to wait forever: the local backend's driver with a vLLM engine)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "close.py"
+    script.write_text(CLOSE_BESIDE_A_CHILD)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "closed in" in done.stdout
+    assert float(done.stdout.split("closed in ")[1].split()[0]) < 15.0

@@ -1,7 +1,7 @@
 """Scenarios run as N gloo ranks by test_fsdp_engine.py (``launch_ranks``), not collected.
 
-Usage: ``python fsdp_scenarios.py {train,critic} MODEL_DIR OUT_DIR [RESUME_FROM]``. Each rank
-writes ``OUT_DIR/rank<r>.pt`` with what the tests compare.
+Usage: ``python fsdp_scenarios.py {train,critic,variants} MODEL_DIR OUT_DIR [RESUME_FROM]``.
+Each rank writes ``OUT_DIR/rank<r>.pt`` with what the tests compare.
 """
 
 from __future__ import annotations
@@ -99,6 +99,29 @@ def run_critic(model_dir: str, out: Path) -> dict[str, Any]:
     return {"values": values, "losses": losses}
 
 
+VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "fused_adamw": {"optim": {"lr": 1e-2, "fused": True}},
+    "two_blocks_per_unit": {"fsdp": {"blocks_per_unit": 2}},
+}
+"""The host-overhead variants the GPU script compares (``bench_engine_mfu.py``)."""
+
+
+def run_variants(model_dir: str) -> dict[str, Any]:
+    """Train one engine per :data:`VARIANTS` entry on the same batches; their losses."""
+    losses = {}
+    for name, overrides in VARIANTS.items():
+        settings: dict[str, Any] = {
+            "model": {"path": model_dir},
+            "optim": {"lr": 1e-2},
+            "micro_batch": {"micro_batch_size": 2},
+        }
+        settings.update(overrides)
+        engine = FSDPEngine(config_from_dict(EngineConfig, settings))
+        losses[name] = train_losses(engine, range(TRAIN_STEPS))
+    return {"losses": losses}
+
+
 def main() -> None:
     """Run the scenario named on the command line on this rank."""
     scenario, model_dir, out_dir = sys.argv[1:4]
@@ -110,6 +133,8 @@ def main() -> None:
         result = run_train(model_dir, out, resume_from)
     elif scenario == "critic":
         result = run_critic(model_dir, out)
+    elif scenario == "variants":
+        result = run_variants(model_dir)
     else:
         raise SystemExit(f"unknown scenario {scenario!r}")
     torch.save(result, out / f"rank{dist.get_rank()}.pt")

@@ -141,6 +141,11 @@ class OptimConfig:
     """Total optimizer steps of the run; required by the cosine schedule."""
     min_lr_ratio: float = 0.0
     """Cosine floor, as a fraction of ``lr``."""
+    fused: bool = False
+    """Step AdamW with torch's fused kernel (all parameters in a few kernels) instead of its
+    ``foreach`` loop; both work on FSDP2's DTensor shards and give the same update up to
+    rounding. Meant for GPUs, where the step is host-bound at small sizes
+    (docs/benchmarks.md, "The GPU run")."""
 
     def __post_init__(self) -> None:
         _check_positive("optim.lr", self.lr)
@@ -182,6 +187,10 @@ class FSDPConfig:
     """Keep sharded parameters, gradients and optimizer state on the CPU (CUDA only)."""
     reshard_after_forward: bool = True
     """Free gathered parameters after forward (ZeRO-3); False keeps them until backward."""
+    blocks_per_unit: int = 1
+    """Transformer blocks sharded as one FSDP unit: each unit is gathered with one
+    all-gather and one set of hooks. More blocks per unit means fewer, larger collectives
+    and less host work per step, for more memory held while a unit runs."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Compute device: ``auto`` picks CUDA when the process group backend is NCCL."""
 
@@ -192,6 +201,7 @@ class FSDPConfig:
         _check_choice("fsdp.param_dtype", self.param_dtype, _DTYPES)
         _check_choice("fsdp.reduce_dtype", self.reduce_dtype, _DTYPES)
         _check_choice("fsdp.device", self.device, ("auto", "cpu", "cuda"))
+        _check_positive("fsdp.blocks_per_unit", self.blocks_per_unit)
 
     def mesh_shape(self, world_size: int) -> tuple[int, int]:
         """Return ``(dp_replicate, dp_shard)`` for ``world_size`` ranks, or raise naming the fix."""

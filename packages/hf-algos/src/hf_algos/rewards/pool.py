@@ -221,7 +221,15 @@ def _running_helpers() -> set[str]:
 
 
 def _stop_helpers(names: set[str]) -> None:
-    """Stop helper processes a pool started; each restarts by itself when next needed."""
+    """Stop helper processes a pool started; each restarts by itself when next needed.
+
+    Not while other processes this one started are alive (a vLLM engine in the local
+    backend's driver): they hold copies of the helpers' pipes, so a helper would never see
+    its pipe close and the stop would wait for it forever. The helpers then live on until
+    the driver exits.
+    """
+    if multiprocessing.active_children():
+        return
     # Private but long-stable stop methods (CPython uses them in its own tests); without
     # them the helpers outlive every pool until the driver exits.
     if "forkserver" in names:

@@ -80,13 +80,14 @@ class FSDPEngine:
         # foreach=True: torch picks it only for CUDA parameters; on the CPU the default
         # per-tensor loop pays one DTensor dispatch per op and parameter (the step of the
         # quickstart's 0.5M-parameter model: 3.0 -> 1.7 ms), and the result is bit-identical.
+        # optim.fused: one fused kernel over all parameters instead.
         self.optimizer = torch.optim.AdamW(
             self.trainable,
             lr=optim.lr,
             betas=optim.betas,
             eps=optim.eps,
             weight_decay=optim.weight_decay,
-            foreach=True,
+            **({"fused": True} if optim.fused else {"foreach": True}),
         )
         self.scheduler = build_lr_scheduler(
             self.optimizer,

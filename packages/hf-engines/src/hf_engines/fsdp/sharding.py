@@ -34,10 +34,11 @@ def build_mesh(config: FSDPConfig, device_type: str) -> DeviceMesh:
 
 
 def shard_model(model: PreTrainedModel, mesh: DeviceMesh, config: FSDPConfig) -> None:
-    """Apply ``fully_shard`` to every transformer block, then to the root, in place.
+    """Apply ``fully_shard`` to each group of ``config.blocks_per_unit`` consecutive
+    transformer blocks, then to the root, in place.
 
-    Sharding per block lets FSDP2 gather one block's parameters at a time; the root
-    holds the rest (embeddings, final norm, head).
+    Sharding per block (the default) lets FSDP2 gather one block's parameters at a time;
+    the root holds the rest (embeddings, final norm, head).
     """
     param_dtype = getattr(torch, config.param_dtype)
     reduce_dtype = getattr(torch, config.reduce_dtype)
@@ -46,9 +47,12 @@ def shard_model(model: PreTrainedModel, mesh: DeviceMesh, config: FSDPConfig) ->
     if config.activation_checkpointing:
         # Non-reentrant checkpointing composes with FSDP2's per-block all-gathers.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    for block in transformer_blocks(model):
+    blocks = list(transformer_blocks(model))
+    step = config.blocks_per_unit
+    for start in range(0, len(blocks), step):
+        unit = blocks[start : start + step]
         fully_shard(
-            block,
+            unit[0] if len(unit) == 1 else unit,
             mesh=mesh,
             mp_policy=mixed_precision,
             offload_policy=offload,

@@ -83,6 +83,7 @@ class MegatronEngine:
             betas=optim.betas,
             eps=optim.eps,
             weight_decay=optim.weight_decay,
+            **({"fused": True} if optim.fused else {}),
         )
         self.scheduler = build_lr_scheduler(
             self.optimizer,
