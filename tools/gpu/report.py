@@ -56,9 +56,8 @@ def grpo_section(summary: dict[str, Any]) -> list[str]:
         "| --- | ---: | ---: | ---: |",
     ]
     for phase in [p for p in PHASES if p in seconds] + sorted(set(seconds) - set(PHASES)):
-        rows.append(
-            f"| {phase} | {seconds[phase]:.3f} | {gib(peak.get(phase))} | {gib(device.get(phase))} |"
-        )
+        memory = f"{gib(peak.get(phase))} | {gib(device.get(phase))}"
+        rows.append(f"| {phase} | {seconds[phase]:.3f} | {memory} |")
     rows.append("")
     rows.append(f"{summary.get('steps')} steps; first step {summary.get('first_step_seconds')} s.")
     for val in summary.get("validation", []):
