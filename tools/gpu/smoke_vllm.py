@@ -27,7 +27,8 @@ def hf_greedy(
     model_dir: Path, prompts: list[list[int]], device: str, dtype: torch.dtype
 ) -> list[list[int]]:
     """transformers' greedy continuation of each prompt (no eos stop)."""
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
+    torch.nn.Module.to(model, torch.device(device)).eval()
     out = []
     for ids in prompts:
         x = torch.tensor([ids], device=device)
