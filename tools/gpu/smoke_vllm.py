@@ -10,6 +10,7 @@ per position; the first generated token of every prompt must agree.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import time
@@ -44,6 +45,8 @@ def main(device: str, out_dir: str) -> int:
     from vllm import LLM, SamplingParams
 
     gpu = device == "cuda"
+    if not gpu:  # the CPU build's KV cache, in GiB (default 4); as the rollout backend sets it
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     dtype = torch.bfloat16 if gpu else torch.float32
     model_dir = build_tiny_model(
         Path(tempfile.mkdtemp()) / "qwen2",
