@@ -20,7 +20,6 @@ Usage (dev venv; the driver writes the files):
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -94,14 +93,7 @@ def grpo_step(
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: GRPO from the model in the settings; write the run record."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    for flag in ("--settings", "--train", "--val", "--result"):
-        parser.add_argument(flag, type=Path, required=True)
-    parser.add_argument("--steps", type=int, default=24)
-    parser.add_argument("--eval-every", type=int, default=8)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args(argv)
+    args = task.column_args(__doc__ or "", argv)
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

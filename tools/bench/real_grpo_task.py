@@ -17,6 +17,7 @@ What lives here, used the same way in the dev venv and in the TRL venv:
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 from dataclasses import dataclass, field
@@ -222,3 +223,16 @@ def evaluate(
         right = [score(t, r) >= 1.0 for t, r in zip(texts, repeated, strict=True)]
         result["sampled"] = sum(right) / len(repeated)
     return result
+
+
+def column_args(doc: str, argv: list[str] | None) -> argparse.Namespace:
+    """The command line every column of the comparison takes: the run's files, steps,
+    evaluation interval, seed and torch threads (``doc`` is the script's docstring)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    for flag in ("--settings", "--train", "--val", "--result"):
+        parser.add_argument(flag, type=Path, required=True)
+    parser.add_argument("--steps", type=int, default=24)
+    parser.add_argument("--eval-every", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+    return parser.parse_args(argv)

@@ -20,7 +20,6 @@ Runs in the TRL venv (``bash tools/bench/setup_trl_venv.sh``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -91,14 +90,7 @@ def make_callback(
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: GRPO with TRL from the model in the settings; write the run record."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    for flag in ("--settings", "--train", "--val", "--result"):
-        parser.add_argument(flag, type=Path, required=True)
-    parser.add_argument("--steps", type=int, default=24)
-    parser.add_argument("--eval-every", type=int, default=8)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args(argv)
+    args = task.column_args(__doc__ or "", argv)
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from datasets import Dataset
