@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_algos.cli import main as hybridflow
+from hf_algos.tracking.metrics import MEMORY_DEVICE, MEMORY_PEAK
 
 
 def overrides(device: str, model: str, steps: int, out: Path) -> list[str]:
@@ -61,6 +62,14 @@ def summarize(metrics_file: Path) -> dict[str, Any]:
     def median(key: str) -> float:
         return statistics.median(row[key] for row in later if key in row)
 
+    def largest(prefix: str) -> dict[str, float]:
+        """Per phase, the largest value of the ``<prefix><phase>`` entries over the steps."""
+        return {
+            k.removeprefix(prefix): max(r.get(k, 0.0) for r in steps)
+            for k in keys
+            if k.startswith(prefix)
+        }
+
     vals = [row for row in rows if any(key.startswith("val/") for key in row)]
     return {
         "steps": len(steps),
@@ -68,16 +77,8 @@ def summarize(metrics_file: Path) -> dict[str, Any]:
             k.removeprefix("timing_s/"): median(k) for k in keys if k.startswith("timing_s/")
         },
         "first_step_seconds": steps[0].get("timing_s/step") if steps else None,
-        "memory_peak_gib": {
-            k.split("/", 1)[1]: max(r.get(k, 0.0) for r in steps)
-            for k in keys
-            if k.startswith("memory_peak_gib/")
-        },
-        "memory_device_gib": {
-            k.split("/", 1)[1]: max(r.get(k, 0.0) for r in steps)
-            for k in keys
-            if k.startswith("memory_device_gib/")
-        },
+        "memory_peak_gib": largest(MEMORY_PEAK),
+        "memory_device_gib": largest(MEMORY_DEVICE),
         "reward_mean": [row.get("critic/score/mean") for row in steps],
         "validation": [{k: v for k, v in row.items() if k.startswith("val/")} for row in vals],
     }

@@ -169,7 +169,7 @@ def timed(name: str, timing: dict[str, float]) -> Iterator[None]:
     memory at its end, other processes (a vLLM engine) included. Phases must not nest: the
     peak counter is reset at each block's start.
     """
-    track = torch.cuda.is_available() and torch.cuda.is_initialized()
+    track = torch.cuda.is_initialized()  # False where CUDA is absent
     if track:
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
