@@ -9,7 +9,10 @@ reasoning-gym ``chain_sum`` through the model's chat template, ``--samples`` eac
   tokens, AdamW, clipping at 1.0). ``plain`` is a single-process transformers + AdamW loop
   with micro-batches of ``--plain-micro-batch`` rows (the issue's reference loop used 16);
   each ``FSDPEngine`` contender is the engine at 1 rank with one micro-batching setting
-  (``rows=N`` or ``tokens=N``, the ``max_tokens`` budget). Rounds step every contender once
+  (``rows=N`` or ``tokens=N``, the ``max_tokens`` budget), full fine-tuning or, with
+  ``,lora=R`` (e.g. ``tokens=2048,lora=16``), LoRA adapters of rank R on every attention and
+  MLP projection. The table also gives each contender's trained parameters and the bytes of
+  its optimizer state. Rounds step every contender once
   in a shuffled order; medians of wall and CPU seconds.
 * **generation**: ``--samples`` answers to each prompt (the rollout's ``n``, ``generate``'s
   ``num_return_sequences``), sampling at temperature 1 with no eos (every row generates the
@@ -30,17 +33,18 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from bench_engine import Contender, engine_contender, measure
+from bench_engine import Contender, measure, nll_loss
 from bench_rollout import Timing, generated_tokens, time_calls
 from bench_support import machine_line, write_section
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from hf_engines import EngineConfig
-from hf_engines.config import MicroBatchConfig, ModelConfig, OptimConfig
+from hf_engines import EngineConfig, FSDPEngine
+from hf_engines.config import LoRAConfig, MicroBatchConfig, ModelConfig, OptimConfig
 from hf_engines.hub import resolve_model_path
 from hf_engines.micro_batch import batch_tensors, split_micro_batches
 from hf_protocol import DataProto, fields
@@ -94,9 +98,11 @@ def update_batch(prompts: list[list[int]], samples: int, new_tokens: int, vocab:
     )
 
 
-def plain_contender(model_dir: Path, batch: DataProto, micro_batch: int) -> Contender:
+def plain_contender(
+    model_dir: Path, batch: DataProto, micro_batch: int
+) -> tuple[Contender, torch.optim.Optimizer]:
     """A plain transformers + AdamW step over ``batch`` in micro-batches of ``micro_batch``
-    rows (gradients accumulated; loss = token mean over the whole batch)."""
+    rows (gradients accumulated; loss = token mean over the whole batch), and its optimizer."""
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01)
@@ -124,7 +130,8 @@ def plain_contender(model_dir: Path, batch: DataProto, micro_batch: int) -> Cont
         optimizer.zero_grad(set_to_none=True)
         return loss_sum
 
-    return Contender(f"plain transformers + AdamW, micro-batches of {micro_batch} rows", step)
+    name = f"plain transformers + AdamW, micro-batches of {micro_batch} rows"
+    return Contender(name, step), optimizer
 
 
 def micro_batch_config(spec: str) -> MicroBatchConfig:
@@ -134,34 +141,68 @@ def micro_batch_config(spec: str) -> MicroBatchConfig:
         return MicroBatchConfig(micro_batch_size=int(value))
     if kind == "tokens":
         return MicroBatchConfig(micro_batch_size=None, max_tokens=int(value))
-    raise SystemExit(f"--engine {spec!r}: give rows=N or tokens=N")
+    raise SystemExit(f"--engine {spec!r}: give rows=N or tokens=N, optionally ',lora=R'")
+
+
+def engine_setting(spec: str) -> tuple[MicroBatchConfig, LoRAConfig]:
+    """``rows=N`` / ``tokens=N``, optionally followed by ``,lora=R`` (LoRA of rank R on every
+    linear layer but the head: the attention and MLP projections)."""
+    batching, _, lora = spec.partition(",")
+    rank = 0
+    if lora:
+        key, _, value = lora.partition("=")
+        if key != "lora" or not value.isdigit():
+            raise SystemExit(f"--engine {spec!r}: the part after ',' is lora=R, e.g. lora=16")
+        rank = int(value)
+    return micro_batch_config(batching), LoRAConfig(rank=rank, alpha=2.0 * max(rank, 1))
+
+
+def optimizer_state(optimizer: torch.optim.Optimizer) -> tuple[int, int]:
+    """(parameters the optimizer updates, bytes of its state tensors)."""
+    params = sum(p.numel() for group in optimizer.param_groups for p in group["params"])
+    state = sum(
+        value.numel() * value.element_size()
+        for entry in optimizer.state.values()
+        for value in entry.values()
+        if isinstance(value, torch.Tensor)
+    )
+    return params, state
+
+
+def engine_step(engine: FSDPEngine, batch: DataProto) -> Callable[[], float]:
+    """One ``train_step`` of ``engine`` over ``batch`` (token-mean NLL); returns the loss."""
+    return lambda: float(engine.train_step(batch, nll_loss)["loss"])
 
 
 def update_rows(args: argparse.Namespace, model_dir: Path, batch: DataProto) -> list[str]:
-    """The actor-update table."""
-    contenders = [plain_contender(model_dir, batch, args.plain_micro_batch)]
+    """The actor-update table, with each contender's trained parameters and optimizer state."""
+    plain, plain_optimizer = plain_contender(model_dir, batch, args.plain_micro_batch)
+    contenders, optimizers = [plain], [plain_optimizer]
     for spec in args.engine:
+        micro_batch, lora = engine_setting(spec)
         config = EngineConfig(
             model=ModelConfig(path=str(model_dir)),
             optim=OptimConfig(lr=LR, weight_decay=0.01, grad_clip=1.0),
-            micro_batch=micro_batch_config(spec),
+            micro_batch=micro_batch,
         )
-        contender = engine_contender(config, batch, "auto")
-        contender.name = f"FSDPEngine, 1 rank, micro-batches {spec}"
-        contenders.append(contender)
+        engine = FSDPEngine(config, lora=lora)
+        contenders.append(Contender(f"FSDPEngine, 1 rank, {spec}", engine_step(engine, batch)))
+        optimizers.append(engine.optimizer)
     progress(f"update: {len(contenders)} contenders x {args.steps} steps")
     measure(contenders, args.warmup, args.steps, seed=0)
-    plain = statistics.median(contenders[0].times)
+    plain_wall = statistics.median(contenders[0].times)
     lines = [
-        "| actor update | wall s / step | vs plain | CPU s / step | first-step loss |",
-        "|---|---:|---:|---:|---:|",
+        "| actor update | wall s / step | vs plain | CPU s / step | first-step loss "
+        "| trained params | optimizer state MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for contender in contenders:
+    for contender, optimizer in zip(contenders, optimizers, strict=True):
         wall = statistics.median(contender.times)
         cpu = statistics.median(contender.cpu_times)
+        params, state = optimizer_state(optimizer)
         lines.append(
-            f"| {contender.name} | {wall:.2f} | {wall / plain:.2f}x | {cpu:.2f} | "
-            f"{contender.first_loss:.4f} |"
+            f"| {contender.name} | {wall:.2f} | {wall / plain_wall:.2f}x | {cpu:.2f} | "
+            f"{contender.first_loss:.4f} | {params / 1e6:.2f}M | {state / 2**20:.1f} |"
         )
     return lines
 

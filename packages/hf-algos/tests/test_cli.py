@@ -145,7 +145,7 @@ def test_verl_style_config_runs(tmp_path: Path) -> None:
         "algorithm: {adv_estimator: grpo}\n"
         f"custom_reward_function: {{path: {reward}, name: compute_score}}\n"
         "trainer:\n  logger: [jsonl]\n  total_training_steps: 2\n  n_gpus_per_node: 1\n"
-        "  nnodes: 1\n  default_local_dir: ckpt\n  project_name: verl_style\n"
+        "  device: cpu\n  nnodes: 1\n  default_local_dir: ckpt\n  project_name: verl_style\n"
     )
     run = hybridflow(
         "grpo",

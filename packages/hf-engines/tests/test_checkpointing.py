@@ -47,6 +47,16 @@ def test_resolve_compute_device_names_the_section_without_cuda() -> None:
         resolve_compute_device("cuda", "megatron")
 
 
+def test_a_cuda_engine_without_cuda_fails_before_its_process_group() -> None:
+    from hf_engines.workers.distributed import pick_backend
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible")
+    assert pick_backend("auto") == pick_backend("cpu") == "gloo"
+    with pytest.raises(RuntimeError, match=r"device is 'cuda', but this process sees no CUDA"):
+        pick_backend("cuda")
+
+
 class _RunsCodeOnLoad:
     """Unpickling this calls ``os.system``: what a crafted checkpoint would carry."""
 

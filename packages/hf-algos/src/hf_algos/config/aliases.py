@@ -5,7 +5,8 @@ Each :class:`Alias` says what a verl key path becomes here:
 * ``renamed``: the same meaning under our key (values converted where verl spells them
   differently, e.g. ``rollout.name=hf`` -> ``rollout.backend=native``);
 * ``same``: verl's path is ours already (listed so ``docs/from-verl.md`` shows it);
-* ``derived``: computed from several keys (``trainer.n_gpus_per_node`` x ``trainer.nnodes``);
+* ``derived``: computed from several keys (``trainer.n_gpus_per_node`` x ``trainer.nnodes``
+  workers, on GPUs);
 * ``ignored``: a performance knob that has no effect here (a warning says so);
 * ``refused``: the key exists in both but means something else; the error explains the
   difference and the value to use;
@@ -320,8 +321,9 @@ VERL_ALIASES: tuple[Alias, ...] = (
     Alias(
         "trainer.n_gpus_per_node",
         "derived",
-        ("trainer.n_workers",),
-        "trainer.n_workers = n_gpus_per_node x trainer.nnodes (our total over all nodes)",
+        ("trainer.n_workers", "trainer.use_gpu"),
+        "trainer.n_workers = n_gpus_per_node x trainer.nnodes (our total over all nodes), "
+        "and trainer.use_gpu=true (one GPU per worker) unless trainer.device=cpu is given",
     ),
     *(
         _same(f"trainer.{k}")
@@ -346,7 +348,12 @@ VERL_ALIASES: tuple[Alias, ...] = (
     ),
     _renamed("trainer.resume_from_path", "trainer.resume_from"),
     _renamed("trainer.max_actor_ckpt_to_keep", "trainer.max_checkpoints"),
-    _ignored("trainer.device", "trainer.use_gpu says whether workers get GPUs"),
+    _renamed(
+        "trainer.device",
+        "trainer.use_gpu",
+        note="cuda -> true (a GPU per worker), cpu -> false",
+        convert=_map({"cuda": True, "gpu": True, "cpu": False}, "trainer.device"),
+    ),
     _unsupported("trainer.critic_warmup", "the actor trains from the first step"),
     _unsupported("trainer.default_hdfs_dir", "checkpoints go to trainer.checkpoint_dir only"),
 )
@@ -384,7 +391,9 @@ class AliasTracker:
         self.set_by[ours] = (given, value, source)
 
     def derived(self, tree: Any) -> dict[str, Any]:
-        """Values computed from several keys once all sources are merged."""
+        """Values computed from several keys once all sources are merged: verl's
+        ``n_gpus_per_node`` gives the workers in total and asks for GPUs, unless
+        ``trainer.use_gpu`` (or ``trainer.device``) is given too, which then decides."""
         if self.gpus_per_node is None:
             return {}
         nnodes = int(tree.trainer.nnodes)
@@ -396,7 +405,9 @@ class AliasTracker:
                 f"{total} workers, but trainer.n_workers={explicit[1]} (the total over all "
                 "nodes); set only one of them"
             )
-        return {"trainer.n_workers": total}
+        if "trainer.use_gpu" in self.set_by:  # said outright (trainer.device=cpu): CPU slots
+            return {"trainer.n_workers": total}
+        return {"trainer.n_workers": total, "trainer.use_gpu": True}
 
 
 def _apply(

@@ -358,7 +358,7 @@ class TrainerSection:
     n_workers: int = 1
     """Processes per role group in TOTAL, over all nodes (one per GPU, or CPU slots); must be
     a multiple of ``nnodes``. verl's ``trainer.n_gpus_per_node=k`` is accepted and sets
-    ``n_workers = k * nnodes``."""
+    ``n_workers = k * nnodes`` and ``use_gpu=true``."""
     rollout_workers: int | None = None
     """``separate`` placement: processes of the rollout group in total (default
     ``n_workers``); a multiple of ``nnodes``."""
@@ -377,7 +377,8 @@ class TrainerSection:
     queue_size: int = 2
     """``fully_async``: generated-but-untrained batches kept in flight ahead of the trainer."""
     use_gpu: bool = False
-    """Reserve GPUs for the workers (``gpus_per_worker`` each)."""
+    """Reserve GPUs for the workers (``gpus_per_worker`` each) and compute on them (verl's
+    ``trainer.device=cuda``). Refused at start where there is no GPU: never a CPU run."""
     cpus_per_worker: float | None = None
     """CPUs reserved per process (default 1 with GPUs, 0.1 without, so several CPU workers
     share a core)."""

@@ -6,7 +6,7 @@ import dataclasses
 import functools
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from transformers import PreTrainedTokenizerBase
 
@@ -27,7 +27,7 @@ from hf_algos.rewards.registry import scoring_call_of
 from hf_algos.rewards.user_file import FileScoringFunction
 from hf_algos.trainers.multi_turn import rollout_multi_turn
 from hf_algos.trainers.roles import SyncActorWorker
-from hf_controller import RayClassWithInitArgs
+from hf_controller import ConfigurationError, RayClassWithInitArgs
 from hf_engines import EngineConfig, LossFn
 from hf_engines.workers import (
     ActorConfig,
@@ -114,6 +114,28 @@ def all_batches(dataset: CollatingDataset, batch_size: int) -> Iterator[DataProt
         yield dataset.collate(rows)
 
 
+def engine_on_device(engine: EngineConfig, trainer: TrainerSection, key: str) -> EngineConfig:
+    """``engine`` computing where ``trainer.use_gpu`` says: its ``device="auto"`` becomes
+    ``cuda`` or ``cpu``, so that a worker without a visible GPU fails instead of training on
+    the CPU. An explicit device that contradicts ``trainer.use_gpu`` is refused; ``key`` is
+    the engine's config path in errors (``actor.engine``)."""
+    section = "megatron" if engine.backend == "megatron" else "fsdp"
+    current = engine.megatron.device if section == "megatron" else engine.fsdp.device
+    wanted: Literal["cuda", "cpu"] = "cuda" if trainer.use_gpu else "cpu"
+    if current == wanted:
+        return engine
+    if current != "auto":
+        raise ConfigurationError(
+            f"{key}.{section}.device={current!r} contradicts "
+            f"trainer.use_gpu={str(trainer.use_gpu).lower()}; set {key}.{section}.device"
+            f"={wanted!r} (or 'auto'), or trainer.use_gpu={str(not trainer.use_gpu).lower()}"
+        )
+    if section == "megatron":
+        megatron = dataclasses.replace(engine.megatron, device=wanted)
+        return dataclasses.replace(engine, megatron=megatron)
+    return dataclasses.replace(engine, fsdp=dataclasses.replace(engine.fsdp, device=wanted))
+
+
 def actor_class(
     actor: ActorSection,
     trainer: TrainerSection,
@@ -151,7 +173,7 @@ def actor_class_with_loss(
     DPO's chosen/rejected pairs).
     """
     config = ActorConfig(
-        engine=actor.engine,
+        engine=engine_on_device(actor.engine, trainer, "actor.engine"),
         ppo_mini_batch_size=mini_batch_rows or actor.ppo_mini_batch_size,
         ppo_epochs=actor.ppo_epochs,
         shuffle=actor.shuffle,
@@ -162,7 +184,7 @@ def actor_class_with_loss(
     return RayClassWithInitArgs(SyncActorWorker, config, loss_fn)
 
 
-def reference_class(actor: ActorSection) -> RayClassWithInitArgs | None:
+def reference_class(actor: ActorSection, trainer: TrainerSection) -> RayClassWithInitArgs | None:
     """A frozen copy of the actor's initial model; ``None`` with LoRA, whose actor is its
     own reference (the base model with the adapters off)."""
     if actor.lora.enabled:
@@ -170,14 +192,16 @@ def reference_class(actor: ActorSection) -> RayClassWithInitArgs | None:
     engine = EngineConfig(
         model=actor.engine.model, fsdp=actor.engine.fsdp, micro_batch=actor.engine.micro_batch
     )
-    return RayClassWithInitArgs(ReferenceWorker, engine)
+    return RayClassWithInitArgs(ReferenceWorker, engine_on_device(engine, trainer, "actor.engine"))
 
 
 def critic_class(critic: CriticSection, trainer: TrainerSection) -> RayClassWithInitArgs:
     """The value model, with the clipped value loss."""
     model = dataclasses.replace(critic.engine.model, head="value")
     config = CriticConfig(
-        engine=dataclasses.replace(critic.engine, model=model),
+        engine=engine_on_device(
+            dataclasses.replace(critic.engine, model=model), trainer, "critic.engine"
+        ),
         ppo_mini_batch_size=critic.ppo_mini_batch_size,
         ppo_epochs=critic.ppo_epochs,
         seed=trainer.seed,
@@ -188,10 +212,11 @@ def critic_class(critic: CriticSection, trainer: TrainerSection) -> RayClassWith
     return RayClassWithInitArgs(CriticWorker, config, loss_fn)
 
 
-def reward_model_class(engine: EngineConfig) -> RayClassWithInitArgs:
+def reward_model_class(engine: EngineConfig, trainer: TrainerSection) -> RayClassWithInitArgs:
     """A value-head reward model scored at the last response token."""
     model = dataclasses.replace(engine.model, head="value")
-    return RayClassWithInitArgs(RewardModelWorker, dataclasses.replace(engine, model=model))
+    placed = engine_on_device(dataclasses.replace(engine, model=model), trainer, "reward.model")
+    return RayClassWithInitArgs(RewardModelWorker, placed)
 
 
 def rollout_class(

@@ -65,7 +65,7 @@ class DPOTrainer(Trainer):
                 config.actor, config.trainer, loss_fn, rows, row_group_size=2
             ),
         }
-        reference = builders.reference_class(config.actor)
+        reference = builders.reference_class(config.actor, config.trainer)
         if reference is not None:
             roles["ref"] = reference
         self.actor_is_reference = reference is None  # LoRA: the base, adapters off

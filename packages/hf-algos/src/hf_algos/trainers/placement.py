@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hf_controller import RayResourcePool, ensure_ray
+from hf_controller import ConfigurationError, RayResourcePool, cluster_nodes, ensure_ray
 
 if TYPE_CHECKING:
     from hf_algos.config.sections import TrainerSection
@@ -51,10 +51,47 @@ class PoolLayout:
         )
 
 
+GPU_FIX = (
+    "To train on the CPU, set trainer.use_gpu=false (and drop verl's trainer.n_gpus_per_node "
+    "and trainer.device=cuda; trainer.n_workers gives the processes)"
+)
+
+
+def require_gpus(use_gpu: bool, backend: str, workers: int, gpus_per_worker: float) -> None:
+    """Refuse a GPU run where there is no GPU, instead of training on the CPU.
+
+    ``backend="ray"``: the Ray cluster (started or joined) must have GPUs at all; a cluster
+    with some but too few is named by the pool's own placement check. ``backend="local"``:
+    this process must see a CUDA device. Raises :class:`ConfigurationError` with the fix.
+    """
+    if not use_gpu:
+        return
+    if backend == "local":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigurationError(
+                f"trainer.use_gpu=true, but this process sees no CUDA device (torch "
+                f"{torch.__version__}, CUDA build: {torch.version.cuda or 'no'}). {GPU_FIX}"
+            )
+        return
+    nodes = cluster_nodes()
+    if sum(node.gpus for node in nodes) == 0:
+        where = ", ".join(f"{node.address}: {node.cpus:g} CPUs" for node in nodes)
+        raise ConfigurationError(
+            f"trainer.use_gpu=true asks for {workers} x {gpus_per_worker:g} GPUs, but the Ray "
+            f"cluster has no GPU ({where}). {GPU_FIX}; to train on GPUs, join a cluster "
+            "whose nodes have them (RAY_ADDRESS)"
+        )
+
+
 def worker_pool(
     trainer: TrainerSection | PoolLayout, workers: int, name: str, gpus_per_worker: float
 ) -> RayResourcePool:
-    """``workers`` processes in total, ``workers / nnodes`` on each of ``nnodes`` nodes."""
+    """``workers`` processes in total, ``workers / nnodes`` on each of ``nnodes`` nodes
+    (GPU runs refused at once on a cluster without GPUs: :func:`require_gpus`)."""
+    ensure_ray()
+    require_gpus(trainer.use_gpu, "ray", workers, gpus_per_worker)
     return RayResourcePool(
         [workers // trainer.nnodes] * trainer.nnodes,
         use_gpu=trainer.use_gpu,

@@ -170,14 +170,14 @@ class PPOTrainer(Trainer):
             config.actor, config.trainer, rollout_correction=self._rollout_correction
         )
         roles = {"actor": actor}
-        reference = builders.reference_class(config.actor) if self.use_ref else None
+        reference = builders.reference_class(config.actor, config.trainer) if self.use_ref else None
         if reference is not None:
             roles["ref"] = reference
         if self.use_critic:
             assert config.critic is not None  # validated
             roles["critic"] = builders.critic_class(config.critic, config.trainer)
         if config.reward.model is not None:
-            roles["reward_model"] = builders.reward_model_class(config.reward.model)
+            roles["reward_model"] = builders.reward_model_class(config.reward.model, config.trainer)
         return roles
 
     def _rollout_cls(self) -> RayClassWithInitArgs:

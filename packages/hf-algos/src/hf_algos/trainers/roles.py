@@ -31,7 +31,7 @@ from hf_algos.trainers.groups import (
     RolloutGroup,
     as_group,
 )
-from hf_algos.trainers.placement import take_early_pool, worker_pool
+from hf_algos.trainers.placement import require_gpus, take_early_pool, worker_pool
 from hf_controller import (
     CallTiming,
     Dispatch,
@@ -389,6 +389,7 @@ def _pool(
     """:func:`~hf_algos.trainers.placement.worker_pool` with these arguments, or ``None``
     with the local backend (no Ray)."""
     if trainer.backend == "local":
+        require_gpus(trainer.use_gpu, "local", workers, gpus_per_worker)
         return None
     return worker_pool(trainer, workers, name, gpus_per_worker)
 

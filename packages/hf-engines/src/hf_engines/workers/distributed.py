@@ -44,8 +44,17 @@ def pick_backend(device: str) -> str:
     """``nccl`` when the engine computes on CUDA, else ``gloo``.
 
     ``device`` is the engine config's ``auto`` / ``cpu`` / ``cuda``; ``auto`` means CUDA
-    whenever a CUDA device is visible.
+    whenever a CUDA device is visible. ``cuda`` without a visible device raises (never a
+    silent CPU run).
     """
+    if device == "cuda" and not torch.cuda.is_available():
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
+        raise RuntimeError(
+            f"the engine's device is 'cuda', but this process sees no CUDA device (torch "
+            f"{torch.__version__}, CUDA build: {torch.version.cuda or 'no'}, "
+            f"CUDA_VISIBLE_DEVICES={visible}); give the worker a GPU, or set the engine's "
+            "device to 'cpu' to train on the CPU"
+        )
     if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
         return "nccl"
     return "gloo"
