@@ -59,6 +59,15 @@ def test_help_lists_sections_and_packaged_configs(tmp_path: Path) -> None:
     assert grpo.returncode == 0
     assert "rollout              section  Generation: backend and sampling" in grpo.stdout
     assert "quickstart" in grpo.stdout and "+key.sub=value" in grpo.stdout
+    version = hybridflow("--version", cwd=tmp_path)
+    assert version.returncode == 0 and version.stdout.strip() == (
+        f"hybridflow (hf-algos) {hf_algos.__version__}"
+    )
+    typo = hybridflow("grpo", "--config-name", "quickstrat", "--cfg", cwd=tmp_path)
+    assert typo.returncode == 2 and "did you mean --config-name quickstart?" in typo.stderr
+    missing = hybridflow("export", "no_such_run", "out", cwd=tmp_path)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert "checkpoint_dir='no_such_run' is not a directory" in missing.stderr
 
 
 def test_cfg_prints_the_resolved_config_and_errors_exit_2(tmp_path: Path) -> None:
@@ -78,9 +87,9 @@ def test_cfg_prints_the_resolved_config_and_errors_exit_2(tmp_path: Path) -> Non
     assert typo.returncode == 2
     assert "Did you mean: 'total_epochs'?" in typo.stderr and "Traceback" not in typo.stderr
     refused = hybridflow(
-        "grpo", "--config", "my.yaml", "actor_rollout_ref.actor.ppo_mini_batch_size=4", cwd=tmp_path
+        "grpo", "--config", "my.yaml", "async_training.staleness_threshold=0.5", cwd=tmp_path
     )
-    assert refused.returncode == 2 and "verl's value x rollout.n" in refused.stderr
+    assert refused.returncode == 2 and "set trainer.max_staleness" in refused.stderr
 
 
 def _task(tmp_path: Path) -> tuple[Path, Path, Path]:

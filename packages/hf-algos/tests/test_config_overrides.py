@@ -46,6 +46,17 @@ def test_set_add_and_drop() -> None:
         load("+trainer.save_freq=3")
     with pytest.raises(ConfigurationError, match="already set"):
         load("+rollout.engine_kwargs.x=1", "+rollout.engine_kwargs.x=2")
+    with pytest.raises(
+        ConfigurationError,
+        match=r"trainer\.sav_freq is not a key of TrainerSection \(did you "
+        r"mean trainer\.save_freq\?\)",
+    ):
+        load("+trainer.sav_freq=3")
+    # Hydra's ++key sets a key of the schema, or adds one inside a free mapping
+    forced = load(
+        "++trainer.save_freq=3", "++rollout.engine_kwargs.x=1", "++rollout.engine_kwargs.x=2"
+    )
+    assert forced.trainer.save_freq == 3 and forced.rollout.engine_kwargs == {"x": 2}
     with pytest.raises(ConfigurationError, match=r"no key trainer\.nothing to drop"):
         load("~trainer.nothing")
 
@@ -138,10 +149,12 @@ def test_verl_keys_in_overrides_and_yaml(tmp_path: Path) -> None:
 
 
 def test_verl_keys_that_differ_or_do_not_exist_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(ConfigurationError, match=r"counts prompts .* verl's value x rollout.n"):
-        load("actor_rollout_ref.actor.ppo_mini_batch_size=16")
+    with pytest.raises(ConfigurationError, match=r"is 16 rows with rollout.n=4, but .*=8"):
+        load("actor_rollout_ref.actor.ppo_mini_batch_size=4")  # BASE says 8 rows
     with pytest.raises(ConfigurationError, match="not supported by hybridflow"):
         load("trainer.critic_warmup=1")
+    with pytest.raises(ConfigurationError, match=r"refused: .* set trainer\.max_staleness"):
+        load("async_training.staleness_threshold=0.5")
     with pytest.raises(ConfigurationError, match="no equivalent in hybridflow"):
         load("actor_rollout_ref.hybrid_engine=true")
     with pytest.raises(ConfigurationError, match=r"set the same key actor\.engine\.optim\.lr"):
@@ -154,6 +167,19 @@ def test_verl_keys_that_differ_or_do_not_exist_are_refused(tmp_path: Path) -> No
         load("trainer.nnodes=2", "trainer.n_gpus_per_node=1", "trainer.n_workers=4")
     with pytest.warns(UserWarning, match="no effect here"):
         load("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4")
+
+
+def test_verl_keys_whose_meaning_matches_are_accepted() -> None:
+    # verl's mini-batch counts prompts: 2 prompts x rollout.n=4 = our 8 rows
+    config = load_config(
+        RLConfig, overrides=[*MODEL, "rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2"]
+    )
+    assert config.actor.ppo_mini_batch_size == 8
+    assert load("trainer.critic_warmup=0").trainer == load().trainer  # verl's default: a no-op
+    with pytest.warns(UserWarning, match="verl key trainer.balance_batch has no effect"):
+        load("trainer.balance_batch=true")
+    with pytest.warns(UserWarning, match="rollout.mode has no effect"):
+        load("actor_rollout_ref.rollout.mode=async")
 
 
 def test_alias_table_targets_exist_in_the_schema() -> None:

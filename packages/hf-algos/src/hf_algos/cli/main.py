@@ -11,6 +11,7 @@ Exit codes: 0 done, 2 a configuration error (one message, no traceback), 1 anyth
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+import hf_algos
 from hf_algos.cli.help import describe_sections, packaged_configs
 from hf_algos.config import (
     DPOConfig,
@@ -87,6 +89,7 @@ COMMANDS: dict[str, Command] = {
 _GRAMMAR = """overrides (after the options, any number):
   key.sub=value      set a key (value parsed as YAML: 1e-6, true, [a, b], null)
   +key.sub=value     add a key inside a free mapping (rollout.engine_kwargs, vars, ...)
+  ++key.sub=value    set a key, adding it inside a free mapping if it is not there
   ~key.sub           drop a key: back to its default
   vars.name=value    a user variable, used as ${vars.name} anywhere in the config
   verl's key paths (actor_rollout_ref.actor.optim.lr, trainer.logger, ...) are accepted
@@ -100,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="HybridFlow RL post-training: run a job from YAML + key=value overrides.",
         epilog="`hybridflow <command> --help` lists the config sections of a command.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"hybridflow (hf-algos) {hf_algos.__version__}"
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="command")
     for name, command in COMMANDS.items():
@@ -152,9 +158,12 @@ def find_config(args: argparse.Namespace) -> Path | None:
     for candidate in candidates:
         if candidate.is_file():
             return candidate
+    packaged = packaged_configs(CONFIG_DIR)
+    close = difflib.get_close_matches(name.removesuffix(".yaml"), packaged, n=1)
     raise ConfigurationError(
         f"--config-name {args.config_name!r}: no {name} in {str(candidates[0].parent)!r} nor "
-        f"among the packaged configs ({', '.join(packaged_configs(CONFIG_DIR))})"
+        f"among the packaged configs ({', '.join(packaged)})"
+        + (f"; did you mean --config-name {close[0]}?" if close else "")
     )
 
 
@@ -207,7 +216,10 @@ def export(args: argparse.Namespace) -> None:
     """``hybridflow export``: a checkpoint directory to a Hugging Face directory."""
     from hf_algos.export import export_checkpoint  # the conversion lives beside the trainers
 
-    out = export_checkpoint(args.checkpoint_dir, args.out_dir, dtype=args.dtype)
+    try:
+        out = export_checkpoint(args.checkpoint_dir, args.out_dir, dtype=args.dtype)
+    except FileNotFoundError as error:  # the directory given is no checkpoint: a user error
+        raise ConfigurationError(str(error)) from error
     print(f"hybridflow: exported {args.checkpoint_dir} to {out}")
 
 

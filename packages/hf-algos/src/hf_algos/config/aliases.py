@@ -54,6 +54,9 @@ class Alias:
     """Converts verl's value into ours, where they are spelled differently."""
     configs: tuple[str, ...] = ()
     """Root config classes this entry applies to (empty: all)."""
+    accepted: tuple[Any, ...] = ()
+    """Values of a refused or unsupported key that mean what we do anyway (verl's
+    ``critic_warmup=0``): accepted, and they set nothing."""
 
 
 def _map(values: Mapping[Any, Any], name: str) -> Callable[[Any], Any]:
@@ -90,15 +93,9 @@ def _ignored(verl: str, note: str) -> Alias:
     return Alias(verl, "ignored", (), note)
 
 
-def _unsupported(verl: str, note: str) -> Alias:
-    return Alias(verl, "unsupported", (), note)
+def _unsupported(verl: str, note: str, accepted: tuple[Any, ...] = ()) -> Alias:
+    return Alias(verl, "unsupported", (), note, accepted=accepted)
 
-
-_MINI_BATCH_NOTE = (
-    "verl counts prompts in ppo_mini_batch_size, {ours} counts rows (responses = prompts x "
-    "rollout.n), so the same number gives n times more optimizer steps; set {ours} to verl's "
-    "value x rollout.n"
-)
 
 VERL_ALIASES: tuple[Alias, ...] = (
     # data
@@ -175,9 +172,10 @@ VERL_ALIASES: tuple[Alias, ...] = (
     ),
     Alias(
         f"{_ARA}.ppo_mini_batch_size",
-        "refused",
+        "derived",
         ("actor.ppo_mini_batch_size",),
-        _MINI_BATCH_NOTE.format(ours="actor.ppo_mini_batch_size"),
+        "verl counts prompts, we count rows: actor.ppo_mini_batch_size = verl's value x rollout.n",
+        configs=("RLConfig",),
     ),
     _unsupported(f"{_ARA}.ppo_micro_batch_size", "use actor.engine.micro_batch.micro_batch_size"),
     _ignored(f"{_ARA}.use_dynamic_bsz", "set actor.engine.micro_batch.max_tokens to pack"),
@@ -354,7 +352,21 @@ VERL_ALIASES: tuple[Alias, ...] = (
         note="cuda -> true (a GPU per worker), cpu -> false",
         convert=_map({"cuda": True, "gpu": True, "cpu": False}, "trainer.device"),
     ),
-    _unsupported("trainer.critic_warmup", "the actor trains from the first step"),
+    _unsupported(
+        "trainer.critic_warmup",
+        "the actor trains from the first step: 0 (verl's default) is accepted",
+        accepted=(0,),
+    ),
+    _ignored(
+        "trainer.balance_batch",
+        "each rank gets an even share of the rows (uneven batches allowed); verl's reordering "
+        "by token count is not done",
+    ),
+    _ignored(
+        f"{_ROLL}.mode",
+        "generation follows trainer.async_mode and rollout.multi_turn (verl's async server "
+        "mode is our rollout.multi_turn agent loop)",
+    ),
     _unsupported("trainer.default_hdfs_dir", "checkpoints go to trainer.checkpoint_dir only"),
 )
 """Every verl key we know, in the order ``docs/from-verl.md`` lists them."""
@@ -379,6 +391,8 @@ class AliasTracker:
     """Our key -> (the key the user gave, its value, the source), for conflict checks."""
     gpus_per_node: int | None = None
     """verl's ``trainer.n_gpus_per_node`` when given."""
+    mini_batch_prompts: tuple[int, str] | None = None
+    """verl's ``actor_rollout_ref.actor.ppo_mini_batch_size`` (prompts) and its source."""
 
     def record(self, given: str, ours: str, value: Any, source: str) -> None:
         """Note that ``given`` set ``ours``; the same key given twice differently is an error."""
@@ -391,8 +405,27 @@ class AliasTracker:
         self.set_by[ours] = (given, value, source)
 
     def derived(self, tree: Any) -> dict[str, Any]:
-        """Values computed from several keys once all sources are merged: verl's
-        ``n_gpus_per_node`` gives the workers in total and asks for GPUs, unless
+        """Values computed from several keys once all sources are merged (see
+        :meth:`workers` and :meth:`mini_batch_rows`)."""
+        return {**self.workers(tree), **self.mini_batch_rows(tree)}
+
+    def mini_batch_rows(self, tree: Any) -> dict[str, Any]:
+        """verl's actor mini-batch, counted in prompts, as our rows: x ``rollout.n``."""
+        if self.mini_batch_prompts is None:
+            return {}
+        prompts, source = self.mini_batch_prompts
+        rows = prompts * int(tree.rollout.n)
+        explicit = self.set_by.get("actor.ppo_mini_batch_size")
+        if explicit is not None and int(explicit[1]) != rows:
+            raise ConfigurationError(
+                f"actor_rollout_ref.actor.ppo_mini_batch_size={prompts} prompts (from {source}) "
+                f"is {rows} rows with rollout.n={tree.rollout.n}, but "
+                f"actor.ppo_mini_batch_size={explicit[1]} (rows); set only one of them"
+            )
+        return {"actor.ppo_mini_batch_size": rows}
+
+    def workers(self, tree: Any) -> dict[str, Any]:
+        """verl's ``n_gpus_per_node`` gives the workers in total and asks for GPUs, unless
         ``trainer.use_gpu`` (or ``trainer.device``) is given too, which then decides."""
         if self.gpus_per_node is None:
             return {}
@@ -425,6 +458,8 @@ def _apply(
             )
         tracker.record(key, key, value, source)
         return [(key, value)]
+    if alias.kind in ("refused", "unsupported") and value in alias.accepted:
+        return []
     if alias.kind == "refused":
         raise ConfigurationError(f"{key}={value!r} (from {source}) is refused: {alias.note}")
     if alias.kind == "unsupported":
@@ -435,7 +470,10 @@ def _apply(
         warnings.warn(f"verl key {key} has no effect here: {alias.note}", stacklevel=3)
         return []
     if alias.kind == "derived":
-        tracker.gpus_per_node = int(value)
+        if alias.verl == "trainer.n_gpus_per_node":
+            tracker.gpus_per_node = int(value)
+        else:
+            tracker.mini_batch_prompts = (int(value), source)
         return []
     converted = alias.convert(value) if alias.convert is not None else value
     for ours in alias.ours:

@@ -27,6 +27,7 @@ translated by :mod:`hf_algos.config.aliases` in YAML files and overrides alike.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -177,7 +178,9 @@ class _Composer:
     def apply_override(self, text: str) -> None:
         """Apply one command-line override (``key=value``, ``+key=value`` or ``~key``)."""
         body = text.strip()
-        dropping, adding = body.startswith("~"), body.startswith("+")
+        # Hydra's forms: +key adds, ++key sets or adds (here: sets, adding in free mappings)
+        dropping, forcing = body.startswith("~"), body.startswith("++")
+        adding = body.startswith("+") and not forcing
         key, sep, raw = body.lstrip("~+").partition("=")
         if (not sep and not dropping) or not key or any(not p for p in key.split(".")):
             raise ConfigurationError(
@@ -249,11 +252,24 @@ class _Composer:
         typed = isinstance(parent, DictConfig) and dataclasses.is_dataclass(
             OmegaConf.get_type(parent)
         )
+        if typed and leaf not in parent:
+            section = OmegaConf.get_type(parent)
+            name = section.__name__ if isinstance(section, type) else "the schema"
+            close = difflib.get_close_matches(leaf, [str(k) for k in parent], n=1)
+            prefix = key.rpartition(".")[0]
+            hint = f" (did you mean {prefix + '.' if prefix else ''}{close[0]}?)" if close else ""
+            raise ConfigurationError(
+                f"override {text!r}: {key} is not a key of {name}{hint}, and +key adds keys "
+                "only inside free mappings "
+                "(rollout.engine_kwargs, model.hf_config, vars); `hybridflow <command> --help` "
+                "lists the sections, docs/configuration.md every key"
+            )
         if typed or (isinstance(parent, DictConfig) and leaf in parent):
             raise ConfigurationError(
                 f"override {text!r}: +key adds a key that is not there yet inside a free "
                 f"mapping (rollout.engine_kwargs, model.hf_config, vars); {key} is "
-                f"{'a key of the schema' if typed else 'already set'}: use {key}=... instead"
+                f"{'a key of the schema' if typed else 'already set'}: use {key}=... "
+                f"(or ++{key}=...) instead"
             )
 
     def _drop(self, key: str, text: str) -> None:
