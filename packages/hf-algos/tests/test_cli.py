@@ -63,6 +63,11 @@ def test_help_lists_sections_and_packaged_configs(tmp_path: Path) -> None:
     assert version.returncode == 0 and version.stdout.strip() == (
         f"hybridflow (hf-algos) {hf_algos.__version__}"
     )
+    logger = hybridflow(
+        "grpo", "--config-name", "quickstart", "trainer.loggers=[nope]", "--cfg", cwd=tmp_path
+    )
+    assert logger.returncode == 2 and not logger.stdout  # checked before it is printed
+    assert "trainer.loggers names unknown logger(s) ['nope']" in logger.stderr
     typo = hybridflow("grpo", "--config-name", "quickstrat", "--cfg", cwd=tmp_path)
     assert typo.returncode == 2 and "did you mean --config-name quickstart?" in typo.stderr
     missing = hybridflow("export", "no_such_run", "out", cwd=tmp_path)

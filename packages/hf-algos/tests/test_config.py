@@ -20,6 +20,8 @@ from hf_algos.config import (
     config_to_dict,
     load_config,
 )
+from hf_algos.config.validation import DPO_MICRO_BATCH_ROWS
+from hf_algos.trainers.dpo import pairs_per_micro_batch
 from hf_algos.trainers.ppo import roles_needed
 from hf_controller import ConfigurationError
 
@@ -155,7 +157,18 @@ def test_dpo_and_sft_checks() -> None:
     )
     assert dpo.dpo.beta == pytest.approx(0.1)
     with pytest.raises(ConfigurationError, match="must be even"):
-        load_config(DPOConfig, overrides=[*MODEL, "data.train_batch_size=4"])
+        load_config(
+            DPOConfig,
+            overrides=[
+                *MODEL,
+                "data.train_batch_size=4",
+                "actor.engine.micro_batch.micro_batch_size=3",
+            ],
+        )
+    # the engine's default (token packing) is DPO_MICRO_BATCH_ROWS rows: whole pairs
+    default = load_config(DPOConfig, overrides=[*MODEL, "data.train_batch_size=4"])
+    actor = pairs_per_micro_batch(default.actor)
+    assert actor.engine.micro_batch.micro_batch_size == DPO_MICRO_BATCH_ROWS == 8
     pairs = [*MODEL, "actor.engine.micro_batch.micro_batch_size=2"]
     # 5 pairs on 3 workers in mini-batches of 3 pairs: the update keeps pairs whole.
     uneven = ["data.train_batch_size=5", "dpo.mini_batch_size=3", "trainer.n_workers=3"]

@@ -177,13 +177,15 @@ def compose_command_config(command: Command, args: argparse.Namespace) -> DictCo
 def load_command_config(
     command: Command, args: argparse.Namespace, tree: DictConfig
 ) -> tuple[Any, DictConfig]:
-    """The validated root config of ``command`` and its resolved tree (printed for ``--cfg``),
+    """The validated root config of ``command`` and its resolved tree (printed for ``--cfg``
+    once valid),
     from :func:`compose_command_config`'s ``tree``. The checks import torch (the advantage
     registry, the losses)."""
     resolved = resolve_config(tree)
+    config: Any = instantiate_config(command.config, tree)  # checked before --cfg prints it
     if args.cfg:
         print(OmegaConf.to_yaml(resolved), end="")
-    return instantiate_config(command.config, tree), resolved
+    return config, resolved
 
 
 def start_early(tree: DictConfig) -> None:

@@ -222,6 +222,11 @@ def _check_placement(trainer: TrainerSection, rows: int) -> None:
         )
 
 
+DPO_MICRO_BATCH_ROWS = 8
+"""DPO's micro-batch when ``actor.engine.micro_batch`` sets neither field: 4 pairs (TRL's
+``per_device_train_batch_size`` default is 8 rows too)."""
+
+
 def validate_dpo_config(
     *,
     actor: ActorSection,
@@ -242,14 +247,16 @@ def validate_dpo_config(
             f"online DPO pairs the best and worst of rollout.n responses per prompt; "
             f"rollout.n={rollout.n} must be >= 2"
         )
-    # A pair is two rows (chosen, rejected) that must stay in one micro-batch.
+    # A pair is two rows (chosen, rejected) that must stay in one micro-batch; neither
+    # field set means DPO_MICRO_BATCH_ROWS (the DPO trainer fills it in).
     micro = actor.engine.micro_batch
-    if micro.max_tokens is not None or micro.micro_batch_size is None or micro.micro_batch_size % 2:
+    odd = micro.micro_batch_size is not None and micro.micro_batch_size % 2
+    if micro.max_tokens is not None or odd:
         raise ConfigurationError(
             f"DPO keeps each pair's chosen and rejected rows in one micro-batch, so "
             f"actor.engine.micro_batch.micro_batch_size must be even and max_tokens unset "
             f"(got micro_batch_size={micro.micro_batch_size}, max_tokens={micro.max_tokens}); "
-            f"e.g. micro_batch_size=2"
+            f"e.g. micro_batch_size=2, or leave both unset for {DPO_MICRO_BATCH_ROWS} rows"
         )
     if not dpo.online:  # online DPO trims its pairs to a multiple of the workers itself
         check_mini_batches(

@@ -14,11 +14,14 @@ update, then a weight sync to the rollout.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 
 from hf_algos.config.loading import config_to_dict
+from hf_algos.config.sections import ActorSection
 from hf_algos.config.trainers import DPOConfig
+from hf_algos.config.validation import DPO_MICRO_BATCH_ROWS
 from hf_algos.data import (
     PreferenceDataset,
     PreferenceDatasetConfig,
@@ -33,6 +36,17 @@ from hf_algos.trainers.steps import MODEL_FIELDS, absorb, for_worker, generate, 
 from hf_protocol import DataProto, fields
 
 UPDATE_FIELDS = (*MODEL_FIELDS, fields.REF_LOG_PROB)
+
+
+def pairs_per_micro_batch(actor: ActorSection) -> ActorSection:
+    """``actor`` with whole pairs per micro-batch: an unset ``actor.engine.micro_batch``
+    (token packing, which could split a pair) becomes :data:`DPO_MICRO_BATCH_ROWS` rows."""
+    micro = actor.engine.micro_batch
+    if micro.micro_batch_size is not None or micro.max_tokens is not None:
+        return actor
+    rows = dataclasses.replace(micro, micro_batch_size=DPO_MICRO_BATCH_ROWS)
+    engine = dataclasses.replace(actor.engine, micro_batch=rows)
+    return dataclasses.replace(actor, engine=engine)
 
 
 class DPOTrainer(Trainer):
@@ -62,7 +76,7 @@ class DPOTrainer(Trainer):
         rows = 2 * (config.data.train_batch_size if self.online else config.dpo.mini_batch_size)
         roles = {
             "actor": builders.actor_class_with_loss(
-                config.actor, config.trainer, loss_fn, rows, row_group_size=2
+                pairs_per_micro_batch(config.actor), config.trainer, loss_fn, rows, row_group_size=2
             ),
         }
         reference = builders.reference_class(config.actor, config.trainer)
