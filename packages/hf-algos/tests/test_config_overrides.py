@@ -219,3 +219,21 @@ def test_rollout_dtype_defaults_to_the_actor_model_and_takes_verl_key(tmp_path: 
     assert rollout_dtype("actor_rollout_ref.rollout.dtype=bfloat16") == "bfloat16"
     with pytest.raises(ConfigurationError, match=r"rollout\.dtype"):
         load("rollout.dtype=bf16")
+
+
+def test_data_paths_expand_the_home_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "rows.jsonl").write_text('{"prompt": "a", "data_source": "x"}\n')
+    config = load("data.train_files=[~/rows.jsonl]", "data.val_files=~/rows.jsonl")
+    assert config.data.train_files == config.data.val_files == (str(tmp_path / "rows.jsonl"),)
+
+
+def test_a_single_file_in_yaml_is_a_one_item_list(tmp_path: Path) -> None:
+    rows = tmp_path / "train.jsonl"
+    rows.write_text('{"prompt": "a", "data_source": "x"}\n')
+    path = tmp_path / "verl.yaml"
+    path.write_text(f"data:\n  train_files: {rows}\ntrainer: {{logger: console}}\n")
+    config = load(path=path)
+    assert config.data.train_files == (str(rows),) and config.trainer.loggers == ("console",)

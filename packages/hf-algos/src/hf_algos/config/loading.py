@@ -93,10 +93,15 @@ def merge_config(tree: DictConfig, data: Any, source: str) -> DictConfig:
 _YAML_BOOL_WORDS = {False: ("off", "no", "false"), True: ("on", "yes", "true")}
 
 
-def literal_words(tree: DictConfig, data: Any) -> Any:
-    """``data`` (a mapping or an OmegaConf tree) with the booleans that YAML 1.1 made of
-    ``off`` / ``on`` / ``yes`` / ``no`` turned back into the word, where ``tree``'s field
-    there is a ``Literal`` offering that word (e.g. ``Literal["off", "tis", "mis"]``)."""
+def yaml_shorthands(tree: DictConfig, data: Any) -> Any:
+    """``data`` (a mapping or an OmegaConf tree) with two YAML shorthands made explicit,
+    where ``tree``'s field there asks for it:
+
+    * the booleans that YAML 1.1 made of ``off`` / ``on`` / ``yes`` / ``no`` turned back into
+      the word, for a ``Literal`` offering that word (e.g. ``Literal["off", "tis", "mis"]``);
+    * a single string for a list field made a one-item list (verl's
+      ``train_files: data/train.parquet``); an ``${...}`` interpolation is left to resolve.
+    """
     if isinstance(data, DictConfig):
         data = OmegaConf.to_container(data, resolve=False)
     if not isinstance(data, dict) or tree._is_none() or tree._is_missing():
@@ -107,8 +112,10 @@ def literal_words(tree: DictConfig, data: Any) -> Any:
         if isinstance(node, LiteralNode) and isinstance(value, bool):
             choices = typing.get_args(node._metadata.ref_type)
             value = next((w for w in _YAML_BOOL_WORDS[value] if w in choices), value)
+        elif isinstance(node, ListConfig | TupleConfig) and isinstance(value, str):
+            value = value if value.startswith("${") else [value]
         elif isinstance(node, DictConfig) and isinstance(value, dict):
-            value = literal_words(node, value)
+            value = yaml_shorthands(node, value)
         fixed[key] = value
     return fixed
 
@@ -173,7 +180,7 @@ class _Composer:
         self._merge(translate_tree(plain, self.aliases, source), source)
 
     def _merge(self, data: Any, source: str) -> None:
-        self.tree = merge_config(self.tree, literal_words(self.tree, data), source)
+        self.tree = merge_config(self.tree, yaml_shorthands(self.tree, data), source)
 
     def apply_override(self, text: str) -> None:
         """Apply one command-line override (``key=value``, ``+key=value`` or ``~key``)."""

@@ -24,6 +24,11 @@ from hf_engines.config import EngineConfig, LoRAConfig, check_lora_backend
 from hf_engines.hub import resolve_model_path
 
 
+def _expand_user(path: str) -> str:
+    """``path`` with a leading ``~`` expanded (data specs such as ``reasoning_gym:`` kept)."""
+    return str(Path(path).expanduser()) if path.startswith("~") else path
+
+
 def _existing_files(name: str, paths: tuple[str, ...]) -> None:
     specs = [p for p in paths if p.startswith("reasoning_gym:")]
     missing = [p for p in paths if p not in specs and not Path(p).exists()]
@@ -91,6 +96,9 @@ class DataSection:
 
     def __post_init__(self) -> None:
         require_positive("data.num_proc", self.num_proc)
+        for name in ("train_files", "val_files"):  # ~/data.jsonl, as a shell would expand it
+            paths = tuple(_expand_user(p) for p in getattr(self, name))
+            object.__setattr__(self, name, paths)
         _existing_files("data.train_files", self.train_files)
         _existing_files("data.val_files", self.val_files)
         if self.tokenizer_path is not None:  # a directory, or an id in the HF cache
