@@ -148,6 +148,26 @@ def test_grpo_on_own_data_reward_file_and_model(tmp_path: Path) -> None:
     assert all(weights[name].equal(tensor) for name, tensor in final.items())
 
 
+def test_user_errors_in_reward_files_and_rows_exit_2_with_one_message(tmp_path: Path) -> None:
+    (tmp_path / "bad_reward.py").write_text("def compute_score(x):\n    return 1.0\n")
+    (tmp_path / "rows.jsonl").write_text('{"prompt": "abc=", "answer": "cba"}\n')
+    cases = {
+        "has no function 'nope'; its functions are ['compute_score']": [
+            "reward.function_path=bad_reward.py",
+            "reward.function_name=nope",
+        ],
+        "required parameter 'x' names no field": [
+            "reward.function_path=bad_reward.py",
+            "reward.function_name=compute_score",
+        ],
+        "rows.jsonl, line 1: field 'data_source' is missing": ["data.train_files=[rows.jsonl]"],
+    }
+    for message, overrides in cases.items():
+        run = one_quickstart_step(tmp_path, *FAST, *overrides)
+        assert run.returncode == 2, run.stderr[-3000:]
+        assert message in run.stderr and "Traceback" not in run.stderr
+
+
 def test_verl_style_config_runs(tmp_path: Path) -> None:
     model, data, reward = _task(tmp_path)
     (tmp_path / "verl.yaml").write_text(

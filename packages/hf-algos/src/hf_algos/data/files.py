@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hf_controller import ConfigurationError
+
 _FORMATS = (".jsonl", ".parquet")
 
 PathsLike = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
@@ -34,10 +36,12 @@ class RowSource:
         return f"{self.file}, row {self.number} (0-based)"
 
 
-class DataError(ValueError):
+class DataError(ConfigurationError):
     """A dataset file or row that cannot be used; the message names the file, row and field.
 
-    Raised while a dataset is built, before any worker starts.
+    Raised while a dataset is built, before any worker starts. A user error, so a
+    :class:`~hf_controller.ConfigurationError` (and a ``ValueError``): the ``hybridflow``
+    command prints it alone and exits 2.
     """
 
     def __init__(self, source: RowSource | str, field: str | None, problem: str, fix: str) -> None:

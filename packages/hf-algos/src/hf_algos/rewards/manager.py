@@ -27,7 +27,7 @@ from hf_algos.rewards.registry import (
     scoring_call_of,
 )
 from hf_algos.rewards.scoring_worker import ScoringOutcome, ScoringTask
-from hf_algos.rewards.signature import ScoringCall
+from hf_algos.rewards.signature import ScoringCall, ScoringSignatureError
 from hf_protocol import DataProto, fields
 
 if TYPE_CHECKING:
@@ -298,8 +298,8 @@ class RewardManager:
             return cached
         try:
             call = scoring_call_of(fn)
-        except TypeError as error:
-            raise TypeError(f"data_source {data_source!r}: {error}") from error
+        except ScoringSignatureError as error:
+            raise ScoringSignatureError(f"data_source {data_source!r}: {error}") from error
         try:
             blob = cloudpickle.dumps(call)
         except Exception as error:

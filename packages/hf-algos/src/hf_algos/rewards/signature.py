@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from hf_controller import ConfigurationError
+
 ACCEPTED_FORMS = (
     "compute_score(data_source, solution_str, ground_truth, extra_info=None)  # verl",
     "score(solution, ground_truth, extra_info=None)  # HybridFlow",
@@ -48,6 +50,12 @@ BATCHED_FIELDS: Mapping[str, str] = {
 
 _KWARGS_FIELDS = {"ground_truth", "data_source", "extra_info"}
 """Fields a ``**kwargs`` parameter receives when it does not name them (never the text)."""
+
+
+class ScoringSignatureError(ConfigurationError, TypeError):
+    """A scoring function whose parameters do not say which field each one wants: a
+    ``TypeError`` (a call that cannot be made) and a user error, so the ``hybridflow``
+    command prints it alone and exits 2."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +143,7 @@ def scoring_call(fn: Callable[..., Any], batched: bool = False) -> ScoringCall:
 
 def _refuse(fn: object, reason: str) -> NoReturn:
     forms = "\n  ".join(ACCEPTED_FORMS)
-    raise TypeError(
+    raise ScoringSignatureError(
         f"scoring function {describe_function(fn)} cannot be called by keyword: {reason}. "
         f"Scoring functions are called with the fields their parameters name; accepted "
         f"forms:\n  {forms}\n(extra parameters need defaults)"

@@ -23,12 +23,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from hf_controller import ConfigurationError
+
 _MODULES: dict[str, ModuleType] = {}
 """Files already loaded in this process, by absolute path."""
 
 
-class RewardFileError(ValueError):
-    """``reward.function_path`` / ``reward.function_name`` do not give a usable function."""
+class RewardFileError(ConfigurationError):
+    """``reward.function_path`` / ``reward.function_name`` do not give a usable function
+    (a user error: the ``hybridflow`` command prints it alone and exits 2)."""
 
 
 def load_module(path: str) -> ModuleType:
