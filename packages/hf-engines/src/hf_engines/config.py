@@ -138,7 +138,9 @@ class OptimConfig:
     schedule: Literal["constant", "cosine"] = "constant"
     """After warm-up: keep ``lr``, or decay it along a half cosine until ``total_steps``."""
     total_steps: int | None = None
-    """Total optimizer steps of the run; required by the cosine schedule."""
+    """Total optimizer steps of the run, where the cosine schedule ends. Unset, HybridFlow's
+    trainers set it from the run's length; an engine built with it unset and the cosine
+    schedule raises."""
     min_lr_ratio: float = 0.0
     """Cosine floor, as a fraction of ``lr``."""
     fused: bool = False
@@ -157,13 +159,11 @@ class OptimConfig:
             _check_positive("optim.grad_clip", self.grad_clip)
         _check_positive("optim.warmup_steps", self.warmup_steps, allow_zero=True)
         _check_choice("optim.schedule", self.schedule, ("constant", "cosine"))
-        if self.schedule == "cosine" and (
-            self.total_steps is None or self.total_steps <= self.warmup_steps
-        ):
+        if self.total_steps is not None and self.total_steps <= self.warmup_steps:
             raise ConfigurationError(
-                f"optim.schedule='cosine' needs optim.total_steps > optim.warmup_steps "
-                f"(got total_steps={self.total_steps!r}, warmup_steps={self.warmup_steps}); "
-                "set total_steps to the number of optimizer steps of the run"
+                f"optim.total_steps={self.total_steps} must be > optim.warmup_steps="
+                f"{self.warmup_steps}: set total_steps to the number of optimizer steps of the "
+                "run (or leave it unset where a trainer sets it from the run's length)"
             )
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ConfigurationError(f"optim.min_lr_ratio={self.min_lr_ratio!r} must be in [0, 1]")

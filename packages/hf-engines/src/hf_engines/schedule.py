@@ -31,7 +31,8 @@ def lr_multiplier(
     if total_steps is None or total_steps <= warmup_steps:
         raise ValueError(
             f"the cosine schedule needs total_steps > warmup_steps, got "
-            f"total_steps={total_steps!r}, warmup_steps={warmup_steps}"
+            f"total_steps={total_steps!r}, warmup_steps={warmup_steps}; set optim.total_steps "
+            "to the number of optimizer steps of the run"
         )
     progress = min(1.0, (step - warmup_steps) / (total_steps - warmup_steps))
     return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))

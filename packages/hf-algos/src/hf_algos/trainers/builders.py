@@ -36,6 +36,7 @@ from hf_engines.workers import (
     ReferenceWorker,
     RewardModelWorker,
 )
+from hf_engines.workers.updates import mini_batch_ranges
 from hf_protocol import DataProto
 from hf_rollout import RolloutConfig, SamplingConfig
 from hf_rollout.workers import RolloutWorker
@@ -136,15 +137,36 @@ def engine_on_device(engine: EngineConfig, trainer: TrainerSection, key: str) ->
     return dataclasses.replace(engine, fsdp=dataclasses.replace(engine.fsdp, device=wanted))
 
 
+def optimizer_steps(
+    trainer_steps: int, rows: int, mini_batch_rows: int, epochs: int = 1, row_group_size: int = 1
+) -> int:
+    """Optimizer steps of a run of ``trainer_steps`` steps that each update on ``rows`` rows
+    in mini-batches of ``mini_batch_rows`` (``epochs`` passes): what a cosine schedule spans."""
+    return trainer_steps * epochs * len(mini_batch_ranges(rows, mini_batch_rows, row_group_size))
+
+
+def with_run_length(engine: EngineConfig, steps: int | None) -> EngineConfig:
+    """``engine`` whose schedule ends at the run's last optimizer step (``steps``) when
+    ``optim.total_steps`` is unset; as it is otherwise. A run no longer than the warm-up
+    never reaches the decay: its end is put just past the warm-up."""
+    optim = engine.optim
+    if steps is None or optim.total_steps is not None:
+        return engine
+    total = max(steps, optim.warmup_steps + 1)
+    return dataclasses.replace(engine, optim=dataclasses.replace(optim, total_steps=total))
+
+
 def actor_class(
     actor: ActorSection,
     trainer: TrainerSection,
     mini_batch_rows: int | None = None,
     rollout_correction: CorrectionSettings | None = None,
+    run_steps: int | None = None,
 ) -> RayClassWithInitArgs:
     """The actor role (a :class:`~hf_algos.trainers.roles.SyncActorWorker`) with its loss;
     ``rollout_correction`` is applied in the loss when the old log-probs come from the
-    update itself (see :func:`~hf_algos.trainers.steps.old_log_probs_from_update`)."""
+    update itself (see :func:`~hf_algos.trainers.steps.old_log_probs_from_update`);
+    ``run_steps``: the run's optimizer steps (:func:`optimizer_steps`)."""
     loss_fn = functools.partial(
         ppo_actor_loss,
         clip_low=actor.clip_ratio_low,
@@ -157,7 +179,7 @@ def actor_class(
         policy_loss=actor.policy_loss,
         rollout_correction=rollout_correction,
     )
-    return actor_class_with_loss(actor, trainer, loss_fn, mini_batch_rows)
+    return actor_class_with_loss(actor, trainer, loss_fn, mini_batch_rows, run_steps=run_steps)
 
 
 def actor_class_with_loss(
@@ -166,14 +188,17 @@ def actor_class_with_loss(
     loss_fn: LossFn,
     mini_batch_rows: int | None = None,
     row_group_size: int = 1,
+    run_steps: int | None = None,
 ) -> RayClassWithInitArgs:
     """The actor role with any engine loss function (DPO, SFT).
 
     ``row_group_size`` rows are kept together on one worker and in one mini-batch (2 for
-    DPO's chosen/rejected pairs).
+    DPO's chosen/rejected pairs). ``run_steps``: the run's optimizer steps, where a cosine
+    schedule without ``optim.total_steps`` ends (:func:`with_run_length`).
     """
+    engine = with_run_length(actor.engine, run_steps)
     config = ActorConfig(
-        engine=engine_on_device(actor.engine, trainer, "actor.engine"),
+        engine=engine_on_device(engine, trainer, "actor.engine"),
         ppo_mini_batch_size=mini_batch_rows or actor.ppo_mini_batch_size,
         ppo_epochs=actor.ppo_epochs,
         shuffle=actor.shuffle,
@@ -195,13 +220,14 @@ def reference_class(actor: ActorSection, trainer: TrainerSection) -> RayClassWit
     return RayClassWithInitArgs(ReferenceWorker, engine_on_device(engine, trainer, "actor.engine"))
 
 
-def critic_class(critic: CriticSection, trainer: TrainerSection) -> RayClassWithInitArgs:
-    """The value model, with the clipped value loss."""
+def critic_class(
+    critic: CriticSection, trainer: TrainerSection, run_steps: int | None = None
+) -> RayClassWithInitArgs:
+    """The value model, with the clipped value loss (``run_steps``: as for the actor)."""
     model = dataclasses.replace(critic.engine.model, head="value")
+    engine = with_run_length(dataclasses.replace(critic.engine, model=model), run_steps)
     config = CriticConfig(
-        engine=engine_on_device(
-            dataclasses.replace(critic.engine, model=model), trainer, "critic.engine"
-        ),
+        engine=engine_on_device(engine, trainer, "critic.engine"),
         ppo_mini_batch_size=critic.ppo_mini_batch_size,
         ppo_epochs=critic.ppo_epochs,
         seed=trainer.seed,

@@ -74,11 +74,18 @@ class DPOTrainer(Trainer):
         )
         # Online, the pair count varies per step: one optimizer step takes all of them.
         rows = 2 * (config.data.train_batch_size if self.online else config.dpo.mini_batch_size)
-        roles = {
-            "actor": builders.actor_class_with_loss(
-                pairs_per_micro_batch(config.actor), config.trainer, loss_fn, rows, row_group_size=2
-            ),
-        }
+        run_steps = builders.optimizer_steps(
+            self.total_steps, 2 * config.data.train_batch_size, rows, row_group_size=2
+        )
+        actor = builders.actor_class_with_loss(
+            pairs_per_micro_batch(config.actor),
+            config.trainer,
+            loss_fn,
+            rows,
+            row_group_size=2,
+            run_steps=run_steps,
+        )
+        roles = {"actor": actor}
         reference = builders.reference_class(config.actor, config.trainer)
         if reference is not None:
             roles["ref"] = reference

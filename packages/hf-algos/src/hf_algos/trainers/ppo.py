@@ -166,8 +166,15 @@ class PPOTrainer(Trainer):
 
     def _role_classes(self) -> dict[str, RayClassWithInitArgs]:
         config = self.config
+        rows = config.data.train_batch_size * config.rollout.n
+        actor_steps = builders.optimizer_steps(
+            self.total_steps, rows, config.actor.ppo_mini_batch_size, config.actor.ppo_epochs
+        )
         actor = builders.actor_class(
-            config.actor, config.trainer, rollout_correction=self._rollout_correction
+            config.actor,
+            config.trainer,
+            rollout_correction=self._rollout_correction,
+            run_steps=actor_steps,
         )
         roles = {"actor": actor}
         reference = builders.reference_class(config.actor, config.trainer) if self.use_ref else None
@@ -175,7 +182,11 @@ class PPOTrainer(Trainer):
             roles["ref"] = reference
         if self.use_critic:
             assert config.critic is not None  # validated
-            roles["critic"] = builders.critic_class(config.critic, config.trainer)
+            critic = config.critic
+            critic_steps = builders.optimizer_steps(
+                self.total_steps, rows, critic.ppo_mini_batch_size, critic.ppo_epochs
+            )
+            roles["critic"] = builders.critic_class(critic, config.trainer, critic_steps)
         if config.reward.model is not None:
             roles["reward_model"] = builders.reward_model_class(config.reward.model, config.trainer)
         return roles

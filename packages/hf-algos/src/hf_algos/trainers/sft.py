@@ -36,7 +36,15 @@ class SFTTrainer(Trainer):
     def worker_classes(self) -> WorkerClasses:
         """The actor with the SFT loss; no rollout."""
         config = self.config
-        actor = builders.actor_class_with_loss(config.actor, config.trainer, sft_loss)
+        run_steps = builders.optimizer_steps(
+            self.total_steps,
+            config.data.train_batch_size,
+            config.actor.ppo_mini_batch_size,
+            config.actor.ppo_epochs,
+        )
+        actor = builders.actor_class_with_loss(
+            config.actor, config.trainer, sft_loss, run_steps=run_steps
+        )
         return {"actor": actor}, None
 
     def train_step(self, batch: DataProto) -> Metrics:
