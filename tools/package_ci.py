@@ -4,6 +4,8 @@ Usage::
 
     python tools/package_ci.py hf-protocol [--python python3.11] [--keep]
     python tools/package_ci.py --list        # package names in dependency order
+    python tools/package_ci.py --wheels dist # every package's wheel into dist/ (to install
+                                             # with pip install --find-links dist hf-algos)
 
 Steps, each printed with its duration:
 
@@ -157,6 +159,22 @@ def run_tests(venv_python: Path, package: Package, root: Path) -> None:
         raise StepFailedError(f"the tests of {package.name} failed (pytest exit code {code})", code)
 
 
+def build_all_wheels(workspace: Workspace, out_dir: Path) -> list[Path]:
+    """Every package's wheel in ``out_dir`` (older wheels of the same packages removed), in
+    dependency order: ``pip install --find-links <out_dir> hf-algos`` then installs from them."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    built = []
+    for package in workspace.topological_order():
+        for old in out_dir.glob(f"{package.key.replace('-', '_')}-*.whl"):
+            old.unlink()
+        scratch = out_dir / f".build-{package.key}"
+        shutil.rmtree(scratch, ignore_errors=True)
+        wheel = build_wheel(package, scratch, workspace.root)
+        built.append(wheel.rename(out_dir / wheel.name))
+        shutil.rmtree(scratch)
+    return built
+
+
 def run_package_ci(workspace: Workspace, name: str, python: str, keep: bool) -> int:
     """Run every step for package ``name``; return the process exit code."""
     package = workspace.get(name)
@@ -203,13 +221,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep .ci-work/<package> after")
     parser.add_argument("--list", action="store_true", help="print packages in dependency order")
     parser.add_argument("--root", type=Path, default=REPO_ROOT, help="workspace root")
+    parser.add_argument("--wheels", type=Path, help="build every package's wheel into this dir")
     args = parser.parse_args(argv)
-    if not args.list and not args.package:
-        parser.error("give a PACKAGE, or --list")
+    if not args.list and not args.package and args.wheels is None:
+        parser.error("give a PACKAGE, --list or --wheels DIR")
     try:
         workspace = discover(args.root.resolve())
         if args.list:
             print("\n".join(p.name for p in workspace.topological_order()))
+            return 0
+        if args.wheels is not None:
+            built = build_all_wheels(workspace, args.wheels.resolve())
+            print("\n".join(str(wheel) for wheel in built))
             return 0
         return run_package_ci(workspace, args.package, args.python, args.keep)
     except (WorkspaceError, StepFailedError) as error:

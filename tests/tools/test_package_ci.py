@@ -110,3 +110,15 @@ def test_tests_never_see_the_package_sources(workspace_root: Path) -> None:
         package_ci.run_tests(Path(sys.executable), alpha, workspace_root)
 
     assert failure.value.code == 2
+
+
+@pytest.mark.slow
+def test_wheels_builds_every_package_into_one_folder(workspace_root: Path, tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    (dist / "hf_alpha-0.0.1-py3-none-any.whl").write_text("an older build")
+    code = package_ci.main(["--wheels", str(dist), "--root", str(workspace_root)])
+    assert code == 0
+    names = sorted(p.name for p in dist.iterdir())
+    assert [n.split("-")[0] for n in names] == ["hf_alpha", "hf_beta"]  # the old one replaced
+    assert all(n.endswith(".whl") for n in names)
