@@ -237,3 +237,17 @@ def test_a_single_file_in_yaml_is_a_one_item_list(tmp_path: Path) -> None:
     path.write_text(f"data:\n  train_files: {rows}\ntrainer: {{logger: console}}\n")
     config = load(path=path)
     assert config.data.train_files == (str(rows),) and config.trainer.loggers == ("console",)
+
+
+def test_every_problem_of_a_file_is_reported_in_one_run(tmp_path: Path) -> None:
+    path = tmp_path / "typos.yaml"
+    path.write_text("trainer: {total_epoch: 2, save_freq: often}\nrollout: {temprature: 0.7}\n")
+    with pytest.raises(ConfigurationError) as typos:
+        load(path=path)
+    message = str(typos.value)
+    assert message.startswith("3 problems:")
+    for key in ("trainer.total_epoch", "trainer.save_freq", "rollout.temprature"):
+        assert key in message
+    path.write_text("data: {max_prompt_length: 0}\ntrainer: {n_workers: 0}\n")
+    with pytest.raises(ConfigurationError, match=r"(?s)^2 problems:.*max_prompt.*n_workers"):
+        load(path=path)  # values each section refuses, also together

@@ -160,6 +160,17 @@ def _read_yaml(path: str | PathLike[str]) -> DictConfig:
     return tree
 
 
+def _leaf_mappings(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``data`` split into one nested single-key mapping per leaf (``{"a": {"b": 1}}``)."""
+    leaves: list[dict[str, Any]] = []
+    for key, value in data.items():
+        if isinstance(value, Mapping) and value:
+            leaves.extend({key: leaf} for leaf in _leaf_mappings(value))
+        else:
+            leaves.append({key: value})
+    return leaves
+
+
 class _Composer:
     """Merges sources into one typed tree, keeping the user variables beside it."""
 
@@ -177,7 +188,17 @@ class _Composer:
         if not isinstance(variables, Mapping):
             raise ConfigurationError(f"{VARS_KEY} in {source} must be a mapping of variables")
         self.variables = OmegaConf.merge(self.variables, variables)  # type: ignore[assignment]
-        self._merge(translate_tree(plain, self.aliases, source), source)
+        translated = translate_tree(plain, self.aliases, source)
+        try:
+            self._merge(translated, source)
+        except ConfigurationError as first:  # find every bad key of the source, not one
+            problems = []
+            for leaf in _leaf_mappings(translated):
+                try:
+                    self._merge(leaf, source)
+                except ConfigurationError as error:
+                    problems.append(error)
+            raise_together(problems or [first])
 
     def _merge(self, data: Any, source: str) -> None:
         self.tree = merge_config(self.tree, yaml_shorthands(self.tree, data), source)
@@ -345,33 +366,49 @@ def instantiate_config(cls: type[ConfigT], tree: DictConfig) -> ConfigT:
     return built
 
 
+def raise_together(problems: Sequence[ConfigurationError]) -> typing.NoReturn:
+    """Raise one :class:`ConfigurationError` for all of ``problems`` (one message per line)."""
+    if len(problems) == 1:
+        raise problems[0]
+    lines = "\n".join(f"  - {problem}" for problem in problems)
+    raise ConfigurationError(f"{len(problems)} problems:\n{lines}") from None
+
+
+def _build_field(node: DictConfig, name: str, hint: Any, where: str) -> Any:
+    """The value of field ``name`` of ``node``: a built section, ``None`` or a plain value."""
+    path = f"{where}.{name}" if where else name
+    child = node._get_node(name)
+    if OmegaConf.is_missing(node, name):
+        raise ConfigurationError(
+            f"missing required key {path}; set it in the YAML file or with "
+            f"{path}.<key>=... on the command line"
+        )
+    kind = OmegaConf.get_type(child) if isinstance(child, DictConfig) else None
+    if isinstance(child, DictConfig) and dataclasses.is_dataclass(kind) and child._is_none():
+        return None
+    if isinstance(child, DictConfig) and dataclasses.is_dataclass(kind):
+        assert isinstance(kind, type)
+        return _build(kind, child, path)
+    value = OmegaConf.to_object(child) if isinstance(child, DictConfig | ListConfig) else node[name]
+    if isinstance(value, list) and _is_tuple(hint):
+        value = tuple(value)
+    return value
+
+
 def _build(cls: type, node: DictConfig, where: str) -> Any:
     """Build dataclass ``cls`` from a typed node; an error names the dotted section."""
     hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}
+    problems: list[ConfigurationError] = []  # the root's sections, all checked before raising
     for field in dataclasses.fields(cls):
-        path = f"{where}.{field.name}" if where else field.name
-        child = node._get_node(field.name)
-        if OmegaConf.is_missing(node, field.name):
-            raise ConfigurationError(
-                f"missing required key {path}; set it in the YAML file or with "
-                f"{path}.<key>=... on the command line"
-            )
-        kind = OmegaConf.get_type(child) if isinstance(child, DictConfig) else None
-        if isinstance(child, DictConfig) and dataclasses.is_dataclass(kind) and child._is_none():
-            kwargs[field.name] = None
-        elif isinstance(child, DictConfig) and dataclasses.is_dataclass(kind):
-            assert isinstance(kind, type)
-            kwargs[field.name] = _build(kind, child, path)
-        else:
-            value = (
-                OmegaConf.to_object(child)
-                if isinstance(child, DictConfig | ListConfig)
-                else (node[field.name])
-            )
-            if isinstance(value, list) and _is_tuple(hints[field.name]):
-                value = tuple(value)
-            kwargs[field.name] = value
+        try:
+            kwargs[field.name] = _build_field(node, field.name, hints[field.name], where)
+        except ConfigurationError as error:
+            if where:
+                raise
+            problems.append(error)
+    if problems:
+        raise_together(problems)
     try:
         return cls(**kwargs)
     except ConfigurationError as error:
