@@ -250,3 +250,34 @@ def test_every_packaged_config_resolves_and_validates(tmp_path: Path, name: str)
     shown = hybridflow(command, "--config-name", name, "--cfg", "vars.workdir=qs", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr[-3000:]
     assert "trainer:" in shown.stdout
+
+
+def test_eval_scores_a_model_and_keeps_every_generation(tmp_path: Path) -> None:
+    run = hybridflow(
+        "eval",
+        "--config-name",
+        "quickstart",
+        "vars.workdir=qs",
+        "trainer.val_samples=2",
+        "trainer.loggers=[console]",
+        *FAST,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    table = dict(line.split() for line in run.stdout.splitlines() if line.startswith("val/"))
+    assert {"val/accuracy", "val/sampled/accuracy", "val/sampled/pass@2"} <= table.keys()
+    run_dir = Path(run.stdout.rsplit("every greedy generation in ", 1)[1].strip())
+    generations = (tmp_path / run_dir / "generations.jsonl").read_text().splitlines()
+    held_out = (tmp_path / "qs" / "data" / "val.jsonl").read_text().splitlines()
+    assert len(generations) == len(held_out)  # every prompt's greedy answer, nothing trained
+    assert not (tmp_path / "qs" / "checkpoints").exists()
+    verl = hybridflow(
+        "grpo",
+        "--config-name",
+        "quickstart",
+        "vars.workdir=qs",
+        "trainer.val_only=true",
+        *FAST,
+        cwd=tmp_path,
+    )
+    assert verl.returncode == 0 and "val/accuracy" in verl.stdout

@@ -83,6 +83,13 @@ COMMANDS: dict[str, Command] = {
         "DPO on preference pairs (or online DPO: dpo.online=true)", DPOConfig, "DPOTrainer"
     ),
     "sft": Command("supervised fine-tuning on prompt + response rows", SFTConfig, "SFTTrainer"),
+    "eval": Command(
+        "evaluate a model or checkpoint on data.val_files: greedy accuracy and, with "
+        "trainer.val_samples=k, mean@k and pass@k (no training)",
+        RLConfig,
+        "PPOTrainer",
+        {"algorithm": {"adv_estimator": "grpo"}, "trainer": {"val_only": True}},
+    ),
 }
 """The training subcommands, by name."""
 
@@ -206,12 +213,25 @@ def train(command: Command, config: Any) -> None:
     from hf_algos.trainers import builders
 
     with getattr(trainers, command.trainer)(config) as trainer:
-        trainer.fit()
+        history = trainer.fit()
+        if config.trainer.val_only:
+            print_evaluation(history[0], trainer.run_dir)
+            return
         export_dir = config.trainer.export_dir
         if export_dir is not None:
             trainer.roles.actor.export_hf(str(export_dir))
             builders.load_tokenizer(config.data, config.actor).save_pretrained(export_dir)
             print(f"hybridflow: model saved to {export_dir}")
+
+
+def print_evaluation(metrics: dict[str, float], run_dir: Path | None) -> None:
+    """The metrics of ``hybridflow eval`` as a table, and where the generations are."""
+    width = max(map(len, metrics), default=0)
+    print(f"{'metric':<{width}}  value")
+    for name, value in sorted(metrics.items()):
+        print(f"{name:<{width}}  {value:.4f}")
+    if run_dir is not None:
+        print(f"hybridflow: metrics and every greedy generation in {run_dir}")
 
 
 def export(args: argparse.Namespace) -> None:

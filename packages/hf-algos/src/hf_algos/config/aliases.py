@@ -334,6 +334,7 @@ VERL_ALIASES: tuple[Alias, ...] = (
             "save_freq",
             "test_freq",
             "val_before_train",
+            "val_only",
             "log_val_generations",
         )
     ),

@@ -431,6 +431,10 @@ class TrainerSection:
     """Validate every this many steps (and at the end); 0 disables."""
     val_before_train: bool = False
     """Validate once before the first step."""
+    val_only: bool = False
+    """Validate once (the model, or the checkpoint ``resume_from`` names) and stop without
+    training; every greedy generation goes to the loggers (``generations.jsonl``). What
+    ``hybridflow eval`` runs; verl's ``trainer.val_only``."""
     val_samples: int = 0
     """Besides the greedy answer, sample this many answers per validation prompt at the
     rollout's temperature: ``val/sampled/accuracy`` (mean@k) and ``val/sampled/pass@k``

@@ -204,6 +204,11 @@ def _check_loop(trainer: TrainerSection, has_val: bool) -> None:
         )
     if trainer.val_before_train and not has_val:
         raise ConfigurationError("trainer.val_before_train needs data.val_files")
+    if trainer.val_only and not has_val:
+        raise ConfigurationError(
+            "trainer.val_only (hybridflow eval) evaluates on data.val_files, which is empty; "
+            "give the files (or reasoning_gym: specs) to evaluate on"
+        )
 
 
 def _check_placement(trainer: TrainerSection, rows: int) -> None:

@@ -214,6 +214,10 @@ class Trainer:
         self.resume()  # first: a resumed run continues the run id of its checkpoint
         self.tracking = self._open_run()
         try:
+            if config.val_only:
+                self.history = [self._validate()]
+                self.tracking.log(self.history[0], step=self.global_step)
+                return self.history
             if config.val_before_train and self.global_step == 0:
                 self.tracking.log(self._validate(), step=0)
             with self._progress() as bar:
@@ -234,10 +238,13 @@ class Trainer:
     def _open_run(self) -> Tracking:
         """Open the run's directory and loggers; write its resolved ``config.yaml``."""
         config = self.trainer_config
+        loggers = config.loggers
+        if config.val_only and "jsonl" not in loggers:  # eval always keeps its generations
+            loggers = (*loggers, "jsonl")
         tracking = Tracking(
             config.project_name,
             config.experiment_name,
-            config.loggers,
+            loggers,
             config.log_dir,
             self.config_dict,
             run_id=self.run_id,
@@ -253,7 +260,8 @@ class Trainer:
         """:meth:`validate`, then log its sample generations (``trainer.log_val_generations``)."""
         self.val_generations = []
         metrics = self.validate()
-        rows = self.val_generations[: self.trainer_config.log_val_generations]
+        config = self.trainer_config
+        rows = self.val_generations[: None if config.val_only else config.log_val_generations]
         self.val_generations = []
         if rows and self.tracking is not None:
             self.tracking.log_generations(rows, self.global_step)

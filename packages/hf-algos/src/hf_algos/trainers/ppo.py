@@ -394,7 +394,9 @@ class PPOTrainer(Trainer):
         if self.val_data is None:
             return {}
         greedy = builders.sampling_config(self.config.rollout, self.tokenizer, greedy=True)
-        keep, rows = self.trainer_config.log_val_generations, self.val_generations
+        every = len(self.val_data[0]) if self.trainer_config.val_only else 0  # eval: all
+        keep = max(self.trainer_config.log_val_generations, every)
+        rows = self.val_generations
         if self.pipeline is not None:  # validate the trainer's weights, not the rollout's
             self.pipeline.sync(self.global_step)
 
