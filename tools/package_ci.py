@@ -147,7 +147,9 @@ def run_tests(venv_python: Path, package: Package, root: Path) -> None:
     tests = package.path / "tests"
     if not tests.is_dir():
         raise StepFailedError(f"{package.name} has no tests directory ({tests})")
+    # --durations: the slowest tests in the log, to keep the whole CI under its budget
     command = [str(venv_python), "-m", "pytest", "tests", "-p", "no:cacheprovider"]
+    command += ["--durations=15"]
     code = run(command, cwd=package.path, env=child_env())
     if code == PYTEST_NO_TESTS:
         raise StepFailedError(

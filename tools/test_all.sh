@@ -64,7 +64,7 @@ section "GPU script, CPU dry run: every stage of tools/gpu/run_stages.py, small,
 .ci-work/vllm-venv/bin/python tools/gpu/run_stages.py --device cpu --out .ci-work/gpu-dry-run
 
 section "pytest tests (cross-package, recipes and tools)"
-"$PY" -m pytest tests
+"$PY" -m pytest tests --durations=25
 
 section "fault-injection suite (the table of docs/reliability.md)"
 "$PY" tools/reliability/run_faults.py
