@@ -281,3 +281,26 @@ def test_eval_scores_a_model_and_keeps_every_generation(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert verl.returncode == 0 and "val/accuracy" in verl.stdout
+
+
+def test_trl_rows_and_reward_function_train(tmp_path: Path) -> None:
+    """TRL's prompt-only rows (a ``solution`` column, no data_source, no reward_model) and a
+    TRL reward function that takes the column by name, one GRPO step from config alone."""
+    rows = [json.loads(line) for line in (_task(tmp_path)[1]).read_text().splitlines()]
+    trl_rows = [
+        {"prompt": r["prompt"], "solution": r["reward_model"]["ground_truth"]} for r in rows
+    ]
+    (tmp_path / "trl.jsonl").write_text("\n".join(json.dumps(r) for r in trl_rows))
+    (tmp_path / "trl_reward.py").write_text(
+        "def reverse_reward(completions, solution, **kwargs):\n"
+        "    return [float(c.strip() == s) for c, s in zip(completions, solution)]\n"
+    )
+    run = one_quickstart_step(
+        tmp_path,
+        *FAST,
+        "data.train_files=[trl.jsonl]",
+        "data.val_files=[trl.jsonl]",
+        "reward.function_path=trl_reward.py",
+        "reward.function_name=reverse_reward",
+    )
+    assert run.returncode == 0, run.stderr[-3000:]

@@ -21,6 +21,7 @@ from hf_algos.rewards import (
     RewardManagerConfig,
     register_scoring_function,
 )
+from hf_controller import ConfigurationError
 from hf_protocol import DataProto, right_pad
 
 from .toy_task import SORT_DIGITS_SOURCE, score_sorted_digits
@@ -226,7 +227,7 @@ def test_configuration_errors_are_raised_not_scored(tokenizer) -> None:  # type:
             manager.score(make_batch(tokenizer, [("a", "positional", "a")]))
         batch = make_batch(tokenizer, [("1", "sort_digits", "1")])
         batch.non_tensor_batch["reward_model"][0] = {"answer": "a"}
-        with pytest.raises(KeyError, match="'ground_truth'"):
+        with pytest.raises(ConfigurationError, match=r"row 0 .* has no reward_model.ground_truth"):
             manager.score(batch)
     with pytest.raises(ValueError, match="num_workers"):
         RewardManagerConfig(num_workers=0)

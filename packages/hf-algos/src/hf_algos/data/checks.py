@@ -68,13 +68,21 @@ def check_text(source: RowSource, key: str, row: Mapping[str, Any], fix: str) ->
     return text
 
 
-def check_reward_fields(source: RowSource, row: Mapping[str, Any]) -> None:
+def check_reward_fields(source: RowSource, row: Mapping[str, Any], required: bool = True) -> None:
     """The fields rule-based scoring reads: ``data_source`` (which scoring function) and
-    ``reward_model.ground_truth``; ``extra_info``, when given, must be a dict."""
+    ``reward_model.ground_truth``; ``extra_info``, when given, must be a dict.
+
+    ``required=False`` (one reward function for every row, ``reward.function_path``, or a
+    reward model): each field is checked only where the row gives it (TRL's prompt-only rows).
+    """
     source_fix = "give every row a 'data_source' string naming its reward function"
-    data_source = require_field(source, row, fields.DATA_SOURCE, source_fix)
-    if not isinstance(data_source, str) or not data_source:
-        raise DataError(source, fields.DATA_SOURCE, f"is {data_source!r:.60}", source_fix)
+    if required or row.get(fields.DATA_SOURCE) is not None:
+        data_source = require_field(source, row, fields.DATA_SOURCE, source_fix)
+        if not isinstance(data_source, str) or not data_source:
+            raise DataError(source, fields.DATA_SOURCE, f"is {data_source!r:.60}", source_fix)
+    if not required and row.get(fields.REWARD_MODEL) is None:
+        _check_extra_info(source, row)
+        return
     truth_fix = (
         "give 'reward_model' as {\"ground_truth\": ...} with a string or number (or a list of "
         "them) as the ground truth"
@@ -88,6 +96,10 @@ def check_reward_fields(source: RowSource, row: Mapping[str, Any]) -> None:
     if not _is_ground_truth(truth):
         problem = f"has type {type(truth).__name__} ({truth!r:.60})"
         raise DataError(source, truth_key, problem, truth_fix)
+    _check_extra_info(source, row)
+
+
+def _check_extra_info(source: RowSource, row: Mapping[str, Any]) -> None:
     extra = row.get(fields.EXTRA_INFO)
     if extra is not None and not isinstance(extra, Mapping):
         raise DataError(

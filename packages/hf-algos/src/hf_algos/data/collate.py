@@ -16,6 +16,10 @@ NON_TENSOR_KEYS: tuple[str, ...] = (
 )
 """Row fields carried into ``non_tensor_batch`` unchanged (``uid`` is added per prompt)."""
 
+COLUMNS = "dataset_columns"
+"""Non-tensor key of each row's other dataset columns (``{name: value}``, e.g. TRL's
+``solution``): they reach reward functions by name, as TRL passes dataset columns."""
+
 
 def collate_to_dataproto(
     rows: Sequence[Mapping[str, Any]], pad_token_id: int, max_prompt_length: int
@@ -25,7 +29,8 @@ def collate_to_dataproto(
     Tensors ``input_ids``, ``attention_mask``, ``position_ids`` of shape
     ``(B, max_prompt_length)``, left-padded with ``pad_token_id``. Non-tensors
     ``raw_prompt``, ``data_source``, ``reward_model``, ``extra_info`` (``None`` where a row
-    lacks one) and ``uid``, a fresh unique id per prompt (rows repeated for sampling share it).
+    lacks one), :data:`COLUMNS` (each row's other columns as a dict) and ``uid``, a fresh
+    unique id per prompt (rows repeated for sampling share it).
     """
     if not rows:
         raise ValueError("collate_to_dataproto got no rows; a batch needs at least one")
@@ -33,6 +38,8 @@ def collate_to_dataproto(
     non_tensors: dict[str, list[Any]] = {
         key: [row.get(key) for row in rows] for key in NON_TENSOR_KEYS
     }
+    known = {*NON_TENSOR_KEYS, fields.INPUT_IDS}
+    non_tensors[COLUMNS] = [{k: v for k, v in row.items() if k not in known} for row in rows]
     non_tensors[fields.UID] = [str(uuid.uuid4()) for _ in rows]
     return DataProto.from_dict(
         tensors={

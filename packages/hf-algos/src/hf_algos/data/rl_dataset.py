@@ -42,8 +42,9 @@ class RLDatasetConfig:
     """``"error"``: a longer prompt raises, naming its file, row and length; ``"drop"``:
     longer prompts are left out (the count is logged; all of them left out is an error)."""
     require_reward_fields: bool = True
-    """Rows must carry ``data_source`` and ``reward_model.ground_truth`` (rule-based
-    scoring reads them); ``False`` for a reward-model run, which checks them only if given."""
+    """Rows must carry ``data_source`` and ``reward_model.ground_truth`` (rule-based scoring
+    by data_source reads them); ``False`` for a reward-model run or one reward function for
+    every row (``reward.function_path``), which check them only where given."""
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments of ``apply_chat_template`` (e.g. ``enable_thinking``)."""
     system_prompt: str | None = None
@@ -100,8 +101,7 @@ class _PromptEncoder:
         fix = f"give every row a {key!r} (data.prompt_key)"
         prompt = require_field(UNLOCATED, row, key, fix)
         check_prompt(UNLOCATED, key, prompt)
-        if self.require_reward_fields or row.get(fields.REWARD_MODEL) is not None:
-            check_reward_fields(UNLOCATED, row)
+        check_reward_fields(UNLOCATED, row, required=self.require_reward_fields)
         text = prompt_text(self.tokenizer, prompt, self.prompt_format)
         return {}, {fields.INPUT_IDS: (text, not self.prompt_format.use_chat_template)}
 

@@ -18,6 +18,7 @@ import cloudpickle
 import numpy as np
 import torch
 
+from hf_algos.data.collate import COLUMNS
 from hf_algos.rewards.placement import place_on_last_token, response_mask_of
 from hf_algos.rewards.pool import RewardError, ScoringPool, gather_outcomes
 from hf_algos.rewards.registry import (
@@ -28,6 +29,7 @@ from hf_algos.rewards.registry import (
 )
 from hf_algos.rewards.scoring_worker import ScoringOutcome, ScoringTask
 from hf_algos.rewards.signature import ScoringCall, ScoringSignatureError
+from hf_controller import ConfigurationError
 from hf_protocol import DataProto, fields
 
 if TYPE_CHECKING:
@@ -158,20 +160,10 @@ class RewardManager:
     def score(self, batch: DataProto) -> DataProto:
         """Score ``batch`` and wait for the result (see the class docstring)."""
         texts = self.decode_responses(batch)
-        sources = [str(s) for s in _column(batch, fields.DATA_SOURCE)]
-        truths = [
-            _ground_truth(row, i) for i, row in enumerate(_column(batch, fields.REWARD_MODEL))
-        ]
-        extras = list(batch.non_tensor_batch.get(fields.EXTRA_INFO, [None] * len(batch)))
-        calls = {source: self._scoring_call(source) for source in dict.fromkeys(sources)}
-        samples = [
-            {"solution": text, "ground_truth": truth, "data_source": source, "extra_info": extra}
-            for text, truth, source, extra in zip(texts, truths, sources, extras, strict=True)
-        ]
-        if any(call.needs("prompt") for _, call, _ in calls.values()):
-            for sample, prompt in zip(samples, self._prompts(batch), strict=True):
-                sample["prompt"] = prompt
+        calls, samples = self._samples(batch, texts)
         outcomes = self._run(calls, samples)
+        sources = [sample["data_source"] for sample in samples]
+        truths = [sample["ground_truth"] for sample in samples]
         output = self._build_output(batch, outcomes, texts, sources, truths)
         self._check_error_fraction(output.meta_info[fields.REWARD_ERRORS], len(batch))
         return output
@@ -239,14 +231,42 @@ class RewardManager:
         self, rows: DataProto
     ) -> tuple[dict[str, tuple[ScoreFn, ScoringCall, bytes]], dict[str, Any]]:
         """The scoring call and the empty-response sample of ``rows``' first row."""
-        source = str(_column(rows, fields.DATA_SOURCE)[0])
-        truth = _ground_truth(_column(rows, fields.REWARD_MODEL)[0], 0)
-        extra = rows.non_tensor_batch.get(fields.EXTRA_INFO, [None])[0]
-        calls = {source: self._scoring_call(source)}
-        prompt = self._prompts(rows)[0] if calls[source][1].needs("prompt") else None
-        sample = {"solution": "", "ground_truth": truth, "data_source": source}
-        sample.update({"extra_info": extra, "prompt": prompt})
-        return calls, sample
+        first = rows[:1]
+        assert isinstance(first, DataProto)  # a slice is a batch
+        calls, samples = self._samples(first, [""])
+        return calls, samples[0]
+
+    def _samples(
+        self, batch: DataProto, texts: list[str]
+    ) -> tuple[dict[str, tuple[ScoreFn, ScoringCall, bytes]], list[dict[str, Any]]]:
+        """The scoring call of each data_source in ``batch`` and one sample per row with the
+        fields the calls read (see :mod:`hf_algos.rewards.signature`); raises
+        :class:`RewardError` naming the row when a call needs a field the row lacks."""
+        size = len(batch)
+        column = batch.non_tensor_batch.get
+        sources = ["" if s is None else str(s) for s in _column(batch, fields.DATA_SOURCE)]
+        calls = {source: self._scoring_call(source) for source in dict.fromkeys(sources)}
+        truths = [_ground_truth(row) for row in _column(batch, fields.REWARD_MODEL)]
+        extras = list(column(fields.EXTRA_INFO, [None] * size))
+        columns = list(column(COLUMNS, [{}] * size))
+        prompts = (
+            self._prompts(batch)
+            if any(c.needs("prompt") for _, c, _ in calls.values())
+            else [None] * size
+        )
+        samples = []
+        for i, (text, source, prompt) in enumerate(zip(texts, sources, prompts, strict=True)):
+            call = calls[source][1]
+            chat = isinstance(prompt, list) or isinstance(
+                column(fields.RAW_PROMPT, [None] * size)[i], list
+            )
+            sample = {"solution": text, "ground_truth": truths[i], "data_source": source}
+            sample.update(extra_info=extras[i], prompt=prompt, columns=columns[i] or {})
+            # TRL gives a chat prompt's completion as one assistant message
+            sample["completion"] = [{"role": "assistant", "content": text}] if chat else text
+            _check_fields(call, sample, i)
+            samples.append(sample)
+        return calls, samples
 
     def _finish_check(
         self, calls: dict[str, tuple[ScoreFn, ScoringCall, bytes]], sample: dict[str, Any]
@@ -488,10 +508,26 @@ def _column(batch: DataProto, key: str) -> np.ndarray:
     return batch.non_tensor_batch[key]
 
 
-def _ground_truth(reward_model: Any, index: int) -> Any:
-    if not isinstance(reward_model, Mapping) or "ground_truth" not in reward_model:
-        raise KeyError(
-            f"row {index}: reward_model is {reward_model!r:.80}; it must be a dict with a "
-            f"'ground_truth' entry"
+def _ground_truth(reward_model: Any) -> Any:
+    """The row's ``reward_model.ground_truth``, ``None`` where it has none."""
+    if isinstance(reward_model, Mapping):
+        return reward_model.get("ground_truth")
+    return None
+
+
+def _check_fields(call: ScoringCall, sample: Mapping[str, Any], index: int) -> None:
+    """Raise naming row ``index`` when ``call`` reads a field or column it lacks (never a
+    silent ``None``): a data or config error (:class:`ConfigurationError`), not a score."""
+    if call.needs("ground_truth") and sample["ground_truth"] is None:
+        raise ConfigurationError(
+            f"row {index} (data_source {sample['data_source']!r}) has no "
+            f"reward_model.ground_truth, which {call.name} takes; give rows "
+            "reward_model: {ground_truth: ...}, or a function without ground_truth"
         )
-    return reward_model["ground_truth"]
+    missing = [name for name in call.columns if name not in sample["columns"]]
+    if missing:
+        raise ConfigurationError(
+            f"{call.name} takes the dataset column(s) {missing}, which row {index} lacks "
+            f"(its columns: {sorted(sample['columns'])}); add the column to the data, or "
+            "give the parameter a default"
+        )

@@ -213,7 +213,11 @@ def _run_one(
 
 def _run_batched(call: ScoringCall, task: ScoringTask) -> list[ScoringOutcome]:
     count = len(task.samples)
-    columns = {name: [s.get(name) for s in task.samples] for name in task.samples[0]}
+    samples = task.samples
+    columns: dict[str, Any] = {name: [s.get(name) for s in samples] for name in samples[0]}
+    # the dataset columns, as TRL passes them: one list per column name
+    names = dict.fromkeys(name for s in samples for name in s.get("columns") or {})
+    columns["columns"] = {n: [(s.get("columns") or {}).get(n) for s in samples] for n in names}
     kwargs = call.kwargs(columns)
     unbound = _check_binding(call, kwargs)
     result = unbound or _under_alarm(call, kwargs, task.timeout_s * count)

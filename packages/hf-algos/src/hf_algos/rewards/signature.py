@@ -11,7 +11,10 @@ wrong arguments. Accepted forms:
 * batched, TRL's ``fn(completions, **kwargs) -> list[float]`` (recognised by its
   ``completions`` parameter, or said with ``batched=True`` at registration or a
   ``fn.batched = True`` attribute): ``completions``, ``prompts``, ``ground_truth``,
-  ``data_source`` and ``extra_info`` are lists with one entry per sample.
+  ``data_source`` and ``extra_info`` are lists with one entry per sample. As in TRL, any
+  other parameter names a dataset column (``accuracy_reward(completions, solution,
+  **kwargs)`` gets the rows' ``solution``), ``**kwargs`` gets every column, and for chat
+  prompts each completion is one assistant message ``[{"role": "assistant", "content": ...}]``.
 """
 
 from __future__ import annotations
@@ -40,13 +43,21 @@ SAMPLE_FIELDS: Mapping[str, str] = {
 """Per-sample parameter name -> the field it receives (``solution``: the response text)."""
 
 BATCHED_FIELDS: Mapping[str, str] = {
-    "completions": "solution",
+    "completions": "completion",
     "prompts": "prompt",
     "ground_truth": "ground_truth",
     "data_source": "data_source",
     "extra_info": "extra_info",
 }
-"""Batched (TRL) parameter name -> the field whose per-sample list it receives."""
+"""Batched (TRL) parameter name -> the field whose per-sample list it receives
+(``completion``: the response text, or as TRL gives it for chat prompts, one assistant
+message ``[{"role": "assistant", "content": text}]``)."""
+
+COLUMN_FIELD = "columns."
+"""Prefix of the field of a batched function's parameter that names a dataset column
+(``columns.solution``): any other parameter without a default, as TRL passes columns."""
+TEXT_FIELDS = ("solution", "completion")
+"""The fields that carry the response."""
 
 _KWARGS_FIELDS = {"ground_truth", "data_source", "extra_info"}
 """Fields a ``**kwargs`` parameter receives when it does not name them (never the text)."""
@@ -82,17 +93,35 @@ class ScoringCall:
             self.var_kwargs and self.batched and field_name == "prompt"
         )
 
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The dataset columns its parameters name (each row must have them)."""
+        return tuple(f[len(COLUMN_FIELD) :] for _, f in self.params if f.startswith(COLUMN_FIELD))
+
+    @property
+    def all_columns(self) -> bool:
+        """A batched ``**kwargs`` function: it gets every dataset column, as in TRL."""
+        return self.batched and self.var_kwargs
+
     def kwargs(self, sample: Mapping[str, Any]) -> dict[str, Any]:
         """The keyword arguments of one call from ``sample`` (field -> value, or -> list of
-        values when batched)."""
+        values when batched; dataset columns under ``sample["columns"]``)."""
         names = BATCHED_FIELDS if self.batched else SAMPLE_FIELDS
-        out = {param: sample.get(field) for param, field in self.params}
+        columns: Mapping[str, Any] = sample.get("columns") or {}
+        out = {
+            param: columns.get(field[len(COLUMN_FIELD) :])
+            if field.startswith(COLUMN_FIELD)
+            else sample.get(field)
+            for param, field in self.params
+        }
         if self.var_kwargs:
             listed = {field for _, field in self.params}
             for param, field in names.items():
                 wanted = field in _KWARGS_FIELDS or (self.batched and field == "prompt")
                 if wanted and field not in listed and param not in out and field in sample:
                     out[param] = sample[field]
+            if self.all_columns:
+                out.update({k: v for k, v in columns.items() if k not in out})
         return out
 
 
@@ -130,9 +159,11 @@ def scoring_call(fn: Callable[..., Any], batched: bool = False) -> ScoringCall:
                 _refuse(fn, f"its parameter {param.name!r} is positional-only")
         elif param.name in names:
             params.append((param.name, names[param.name]))
+        elif batched and param.default is param.empty:  # a dataset column, as TRL passes
+            params.append((param.name, f"{COLUMN_FIELD}{param.name}"))
         elif param.default is param.empty:
             _refuse(fn, f"its required parameter {param.name!r} names no field")
-    text_params = [p for p, f in params if f == "solution"]
+    text_params = [p for p, f in params if f in TEXT_FIELDS]
     if not text_params:
         wanted = "completions" if batched else "solution_str (or solution)"
         _refuse(fn, f"it takes no {wanted} parameter for the response text")

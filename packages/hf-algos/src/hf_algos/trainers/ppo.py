@@ -135,9 +135,13 @@ class PPOTrainer(Trainer):
             elif manager is not None and turns.enable:
                 self.reward = MultiTurnScorer(manager, turns.reward)
             data = data_with_tools(config.data, turns)
-            self.loader = builders.rl_loader(data, self.tokenizer, rules)
+            # one function for every row (reward.function_path): data_source is optional
+            fields_needed = rules and config.reward.function_path is None
+            self.loader = builders.rl_loader(data, self.tokenizer, fields_needed)
             self.val_data = (
-                builders.val_dataset(data, self.tokenizer, rules) if data.val_files else None
+                builders.val_dataset(data, self.tokenizer, fields_needed)
+                if data.val_files
+                else None
             )
             check = manager.check_async(builders.check_row(self._check_rows())) if manager else None
             self.build_workers()  # waits for the workers started above, builds the models
