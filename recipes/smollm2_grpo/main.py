@@ -60,7 +60,8 @@ def run(overrides: Sequence[str] = (), plot: Path | None = None) -> RecipeResult
     code = hybridflow(["grpo", "--config-name", CONFIG_NAME, *overrides])
     if code != 0:
         raise SystemExit(code)
-    metrics = metrics_path(workdir / "logs", "hybridflow", CONFIG_NAME)
+    experiment = override(overrides, "trainer.experiment_name", CONFIG_NAME)
+    metrics = metrics_path(workdir / "logs", "hybridflow", experiment)
     records = [json.loads(line) for line in metrics.open()]
     plot = plot_accuracy(records, plot or workdir / "accuracy.png")
     val_spec = _val_spec(workdir)
