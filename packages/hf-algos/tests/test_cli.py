@@ -150,7 +150,8 @@ def test_grpo_on_own_data_reward_file_and_model(tmp_path: Path) -> None:
 
 def test_user_errors_in_reward_files_and_rows_exit_2_with_one_message(tmp_path: Path) -> None:
     (tmp_path / "bad_reward.py").write_text("def compute_score(x):\n    return 1.0\n")
-    (tmp_path / "rows.jsonl").write_text('{"prompt": "abc=", "answer": "cba"}\n')
+    (tmp_path / "rows.jsonl").write_text('{"question": "abc=", "answer": "cba"}\n')
+    (tmp_path / "one.jsonl").write_text('{"prompt": "abc=", "answer": "cba"}\n')
     cases = {
         "has no function 'nope'; its functions are ['compute_score']": [
             "reward.function_path=bad_reward.py",
@@ -160,7 +161,8 @@ def test_user_errors_in_reward_files_and_rows_exit_2_with_one_message(tmp_path: 
             "reward.function_path=bad_reward.py",
             "reward.function_name=compute_score",
         ],
-        "rows.jsonl, line 1: field 'data_source' is missing": ["data.train_files=[rows.jsonl]"],
+        "rows.jsonl, line 1: field 'prompt' is missing": ["data.train_files=[rows.jsonl]"],
+        "the dataset has 1 rows, fewer than batch_size=16": ["data.train_files=[one.jsonl]"],
     }
     for message, overrides in cases.items():
         run = one_quickstart_step(tmp_path, *FAST, *overrides)

@@ -473,14 +473,6 @@ class TrainerSection:
         return self.n_workers // self.nnodes
 
     def __post_init__(self) -> None:
-        from hf_algos.tracking.loggers import LOGGERS  # light: no torch
-
-        unknown = [name for name in self.loggers if name not in LOGGERS]
-        if unknown:
-            raise ConfigurationError(
-                f"trainer.loggers names unknown logger(s) {unknown}; choose from "
-                f"{sorted(LOGGERS)} (or add one with hf_algos.tracking.register_logger)"
-            )
         require_positive("trainer.total_epochs", self.total_epochs)
         if self.total_training_steps is not None:
             require_positive("trainer.total_training_steps", self.total_training_steps)

@@ -197,6 +197,7 @@ def check_tokenizer_source(data: DataSection, actor: ActorSection) -> None:
 
 
 def _check_loop(trainer: TrainerSection, has_val: bool) -> None:
+    _check_loggers(trainer)
     if trainer.test_freq > 0 and not has_val:
         raise ConfigurationError(
             f"trainer.test_freq={trainer.test_freq} asks for validation but data.val_files is "
@@ -208,6 +209,18 @@ def _check_loop(trainer: TrainerSection, has_val: bool) -> None:
         raise ConfigurationError(
             "trainer.val_only (hybridflow eval) evaluates on data.val_files, which is empty; "
             "give the files (or reasoning_gym: specs) to evaluate on"
+        )
+
+
+def _check_loggers(trainer: TrainerSection) -> None:
+    # Here, not in TrainerSection: composing a config must not import the tracking package.
+    from hf_algos.tracking.loggers import LOGGERS
+
+    unknown = [name for name in trainer.loggers if name not in LOGGERS]
+    if unknown:
+        raise ConfigurationError(
+            f"trainer.loggers names unknown logger(s) {unknown}; choose from "
+            f"{sorted(LOGGERS)} (or add one with hf_algos.tracking.register_logger)"
         )
 
 
@@ -278,3 +291,4 @@ def validate_sft_config(
     require_positive("max_response_length", max_response_length)
     check_mini_batches("actor", data.train_batch_size, trainer.n_workers, "data.train_batch_size")
     check_tokenizer_source(data, actor)
+    _check_loggers(trainer)

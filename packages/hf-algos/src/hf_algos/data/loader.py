@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 import torch
 
+from hf_controller import ConfigurationError
 from hf_protocol import DataProto
 
 
@@ -48,10 +49,11 @@ class StatefulDataLoader:
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if drop_last and len(dataset) < batch_size:
-            raise ValueError(
-                f"the dataset has {len(dataset)} rows, fewer than batch_size={batch_size}, so "
-                f"drop_last=True leaves no batch; lower batch_size or add data"
+        if drop_last and len(dataset) < batch_size:  # a user error: the CLI exits 2
+            raise ConfigurationError(
+                f"the dataset has {len(dataset)} rows, fewer than batch_size={batch_size} "
+                f"(data.train_batch_size), so drop_last=True leaves no batch; lower the batch "
+                "size or add data"
             )
         self.dataset = dataset
         self.batch_size = batch_size
