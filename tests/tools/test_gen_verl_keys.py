@@ -22,8 +22,10 @@ def test_every_alias_is_a_row_and_the_refused_key_says_why() -> None:
     table = gen.render_table()
 
     assert all(f"| `{alias.verl}` |" in table for alias in VERL_ALIASES)
-    row = next(line for line in table.splitlines() if "actor.ppo_mini_batch_size` |" in line)
-    assert "**refused**" in row and "verl's value x rollout.n" in row
+    row = next(line for line in table.splitlines() if "staleness_threshold` |" in line)
+    assert "**refused**" in row and "set trainer.max_staleness" in row
+    computed = next(line for line in table.splitlines() if "actor.ppo_mini_batch_size` |" in line)
+    assert "computed" in computed and "verl's value x rollout.n" in computed
 
 
 def test_check_mode_fails_on_a_stale_table_and_passes_after_writing(
