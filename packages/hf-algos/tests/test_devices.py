@@ -5,8 +5,6 @@ CPU when the config asked for a GPU."""
 from __future__ import annotations
 
 import dataclasses
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,8 @@ from hf_algos.trainers.builders import engine_on_device
 from hf_algos.trainers.placement import require_gpus, worker_pool
 from hf_controller import ConfigurationError
 from hf_engines.config import FSDPConfig
+
+from .test_cli import hybridflow
 
 MODEL = [
     "actor.engine.model.hf_config.model_type=llama",
@@ -74,22 +74,14 @@ def test_a_gpu_run_without_a_gpu_is_refused_with_the_fix(ray_session: Any) -> No
 
 @NO_CUDA
 def test_hybridflow_with_a_verl_gpu_script_exits_2_naming_the_fix(tmp_path: Path) -> None:
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "hf_algos",
-            "grpo",
-            "--config-name",
-            "quickstart",
-            f"vars.workdir={tmp_path}",
-            "trainer.backend=local",
-            "trainer.device=cuda",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
+    run = hybridflow(
+        "grpo",
+        "--config-name",
+        "quickstart",
+        f"vars.workdir={tmp_path}",
+        "trainer.backend=local",
+        "trainer.device=cuda",
+        cwd=tmp_path,
     )
     assert run.returncode == 2, run.stderr[-2000:]
     assert "trainer.use_gpu=true, but this process sees no CUDA device" in run.stderr
