@@ -43,7 +43,7 @@ def test_the_scoring_process_modules_do_not_import_torch() -> None:
     code = (
         "import runpy\n"
         "import hf_algos.rewards.scoring_worker, hf_algos.examples.letter_tasks\n"
-        "from hf_algos.examples import _reward_file\n"
+        "from hf_algos.examples.assets import _reward_file\n"
         "runpy.run_path(_reward_file())\n"
         "from hf_algos.rewards import register_scoring_function\n"
     )

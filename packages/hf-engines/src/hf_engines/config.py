@@ -8,10 +8,12 @@ the fix, rather than minutes later inside a worker.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import json
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -23,6 +25,29 @@ DType = Literal["float32", "bfloat16", "float16"]
 _DTYPES = typing.get_args(DType)
 
 ConfigT = TypeVar("ConfigT")
+
+
+_PLANNED_PATHS: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "hf_engines_planned_paths", default=frozenset()
+)
+
+
+@contextmanager
+def planned_paths(paths: Iterable[str]) -> Iterator[None]:
+    """Within this scope, the config checks take ``paths`` as existing: files a caller makes
+    only when the run starts (``hybridflow --cfg`` on a packaged example, which must write
+    nothing). Everything else about them is still checked."""
+    token = _PLANNED_PATHS.set(_PLANNED_PATHS.get() | frozenset(map(str, paths)))
+    try:
+        yield
+    finally:
+        _PLANNED_PATHS.reset(token)
+
+
+def is_planned(path: str) -> bool:
+    """Whether ``path`` is one of the :func:`planned_paths` of the current scope, or inside
+    one (a planned directory's files are planned too)."""
+    return any(Path(path).is_relative_to(planned) for planned in _PLANNED_PATHS.get())
 
 
 def _check_choice(name: str, value: object, choices: tuple[object, ...]) -> None:
@@ -72,7 +97,7 @@ class ModelConfig:
                 "or model.hf_config (a config dict for random initialisation); "
                 f"got path={self.path!r} and hf_config={'set' if self.hf_config else None}"
             )
-        if self.path is not None:
+        if self.path is not None and not is_planned(self.path):
             _check_model_directory(self.local_path(), self.path, self.trust_remote_code)
         elif self.revision is not None:
             raise ConfigurationError(

@@ -85,7 +85,7 @@ COMMANDS: dict[str, Command] = {
     "sft": Command("supervised fine-tuning on prompt + response rows", SFTConfig, "SFTTrainer"),
     "eval": Command(
         "evaluate a model or checkpoint on data.val_files: greedy accuracy and, with "
-        "trainer.val_samples=k, mean@k and pass@k (no training)",
+        "trainer.val_samples=k, mean@k, pass@k and maj@k (no training)",
         RLConfig,
         "PPOTrainer",
         {"algorithm": {"adv_estimator": "grpo"}, "trainer": {"val_only": True}},
@@ -185,13 +185,23 @@ def load_command_config(
     command: Command, args: argparse.Namespace, tree: DictConfig
 ) -> tuple[Any, DictConfig]:
     """The validated root config of ``command`` and its resolved tree (printed for ``--cfg``
-    once valid),
-    from :func:`compose_command_config`'s ``tree``. The checks import torch (the advantage
-    registry, the losses)."""
-    resolved = resolve_config(tree)
-    config: Any = instantiate_config(command.config, tree)  # checked before --cfg prints it
-    if args.cfg:
+    once valid), from :func:`compose_command_config`'s ``tree``. The files a packaged example
+    names are made here, except under ``--cfg``, which writes nothing
+    (:mod:`hf_algos.examples.assets`). The checks import torch (the advantage registry, the
+    losses)."""
+    from hf_algos.examples import make_assets, requested_assets
+    from hf_engines.config import planned_paths
+
+    with requested_assets() as assets:  # a packaged example's files: named, not yet made
+        resolved = resolve_config(tree)
+        with planned_paths(assets.paths):  # every check, in seconds, before anything is made
+            config: Any = instantiate_config(command.config, tree)
+    if args.cfg:  # nothing is written
         print(OmegaConf.to_yaml(resolved), end="")
+        return config, resolved
+    if assets.paths:
+        make_assets(assets)
+        config = instantiate_config(command.config, tree)  # the files exist now
     return config, resolved
 
 

@@ -20,7 +20,7 @@ from hf_algos.config.checks import require_positive
 from hf_algos.config.correction import RolloutCorrectionSection
 from hf_algos.config.multi_turn import MultiTurnSection
 from hf_controller import ConfigurationError
-from hf_engines.config import EngineConfig, LoRAConfig, check_lora_backend
+from hf_engines.config import EngineConfig, LoRAConfig, check_lora_backend, is_planned
 from hf_engines.hub import resolve_model_path
 
 
@@ -31,7 +31,7 @@ def _expand_user(path: str) -> str:
 
 def _existing_files(name: str, paths: tuple[str, ...]) -> None:
     specs = [p for p in paths if p.startswith("reasoning_gym:")]
-    missing = [p for p in paths if p not in specs and not Path(p).exists()]
+    missing = [p for p in paths if p not in specs and not Path(p).exists() and not is_planned(p)]
     if missing:
         raise ConfigurationError(
             f"{name} lists files that do not exist: {missing}; give paths to local .jsonl, "
@@ -437,8 +437,10 @@ class TrainerSection:
     ``hybridflow eval`` runs; verl's ``trainer.val_only``."""
     val_samples: int = 0
     """Besides the greedy answer, sample this many answers per validation prompt at the
-    rollout's temperature: ``val/sampled/accuracy`` (mean@k) and ``val/sampled/pass@k``
-    (verl's ``val_kwargs.n`` with ``do_sample``); 0 validates greedily only."""
+    rollout's temperature: ``val/sampled/accuracy`` (mean@k), ``val/sampled/pass@k`` and
+    ``val/sampled/maj@k`` (the most frequent answer, or the ``pred`` a reward function
+    returns, is right; verl's ``val_kwargs.n`` with ``do_sample``), during training too;
+    0 validates greedily only."""
     save_freq: int = 0
     """Checkpoint every this many steps (and at the end); 0 disables."""
     checkpoint_dir: str = "outputs/checkpoints"

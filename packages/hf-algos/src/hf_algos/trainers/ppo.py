@@ -77,6 +77,7 @@ from hf_algos.trainers.steps import (
     score_validation,
     tensors,
     validation_metrics,
+    vote_keys,
 )
 from hf_controller import RayClassWithInitArgs
 from hf_protocol import DataProto, fields
@@ -394,7 +395,7 @@ class PPOTrainer(Trainer):
         """Greedy answers on the validation set (``val/score/mean``, ``val/accuracy``,
         ``val/<data_source>/score/mean``), and with ``trainer.val_samples=k`` also ``k``
         sampled answers per prompt at the rollout's temperature (``val/sampled/accuracy``
-        = mean@k, ``val/sampled/pass@k``)."""
+        = mean@k, ``val/sampled/pass@k``, ``val/sampled/maj@k``)."""
         if self.val_data is None:
             return {}
         greedy = builders.sampling_config(self.config.rollout, self.tokenizer, greedy=True)
@@ -404,9 +405,14 @@ class PPOTrainer(Trainer):
         if self.pipeline is not None:  # validate the trainer's weights, not the rollout's
             self.pipeline.sync(self.global_step)
 
-        def sample(output: DataProto, scores: torch.Tensor) -> None:
+        def sample(output: DataProto, scores: torch.Tensor, _: DataProto) -> None:
             if len(rows) < keep:
                 rows.extend(generation_rows(output, scores, self._decode, keep - len(rows)))
+
+        answers: list[str] = []
+
+        def vote(output: DataProto, _: torch.Tensor, scored: DataProto) -> None:
+            answers.extend(vote_keys(output, scored, self._decode))
 
         samples = self.trainer_config.val_samples
         with generation_phase(self.roles, self.config.actor.engine.offload, {}):
@@ -419,9 +425,9 @@ class PPOTrainer(Trainer):
                     self.config.rollout, self.tokenizer, seed=self.global_step, n=samples
                 )
                 scores, _ = score_validation(
-                    self.roles.rollout, self.reward, self.val_data, sampled
+                    self.roles.rollout, self.reward, self.val_data, sampled, vote
                 )
-                metrics.update(sampled_validation_metrics(scores, samples))
+                metrics.update(sampled_validation_metrics(scores, samples, answers))
         return metrics
 
     def _decode(self, ids: list[int]) -> str:

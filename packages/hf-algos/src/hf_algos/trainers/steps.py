@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -203,13 +204,14 @@ def score_validation(
     reward: RewardScorer,
     val_data: tuple[RLDataset, int],
     sampling: SamplingConfig,
-    on_batch: Callable[[DataProto, torch.Tensor], None] | None = None,
+    on_batch: Callable[[DataProto, torch.Tensor, DataProto], None] | None = None,
 ) -> tuple[torch.Tensor, np.ndarray]:
     """Answers to every validation prompt (``sampling.n`` each, in prompt order), scored:
     the ``(prompts * n,)`` scores and each answer's data source.
 
-    ``on_batch(output, scores)`` sees each generated batch and its ``(B,)`` scores (e.g. to
-    keep sample generations, see :func:`generation_rows`).
+    ``on_batch(output, scores, scored)`` sees each generated batch, its ``(B,)`` scores and
+    the reward's output (its ``reward_extra_info``), e.g. to keep sample generations (see
+    :func:`generation_rows`) or the answers to vote on (:func:`vote_keys`).
     """
     scores: list[torch.Tensor] = []
     sources: list[np.ndarray] = []
@@ -219,7 +221,7 @@ def score_validation(
         scores.append(tensors(scored)[fields.TOKEN_LEVEL_SCORES].sum(-1))
         sources.append(np.asarray(output.non_tensor_batch[fields.DATA_SOURCE]))
         if on_batch is not None:
-            on_batch(output, scores[-1])
+            on_batch(output, scores[-1], scored)
     return torch.cat(scores), np.concatenate(sources)
 
 
@@ -251,17 +253,63 @@ def generation_rows(
     return rows
 
 
-def sampled_validation_metrics(scores: torch.Tensor, samples: int) -> Metrics:
+def sampled_validation_metrics(
+    scores: torch.Tensor, samples: int, answers: Sequence[str] | None = None
+) -> Metrics:
     """Metrics of ``samples`` sampled answers per prompt (``scores`` ``(prompts * samples,)``,
     each prompt's answers together): ``val/sampled/score/mean``, ``val/sampled/accuracy``
-    (mean@k: the share of right answers) and ``val/sampled/pass@k`` (the share of prompts
-    with at least one right answer among their k)."""
+    (mean@k: the share of right answers), ``val/sampled/pass@k`` (the share of prompts with
+    at least one right answer among their k) and, given each sample's ``answers`` (the keys
+    voted on, :func:`vote_keys`), ``val/sampled/maj@k`` (:func:`majority_vote_accuracy`)."""
     right = (scores >= 1.0).float().view(-1, samples)
-    return {
+    metrics = {
         "val/sampled/score/mean": float(scores.mean()),
         "val/sampled/accuracy": float(right.mean()),
         f"val/sampled/pass@{samples}": float(right.amax(dim=1).mean()),
     }
+    if answers is not None:
+        metrics[f"val/sampled/maj@{samples}"] = majority_vote_accuracy(scores, answers, samples)
+    return metrics
+
+
+def majority_vote_accuracy(scores: torch.Tensor, answers: Sequence[str], samples: int) -> float:
+    """maj@k: the share of prompts whose most frequent answer among their ``samples`` is right.
+
+    ``scores`` ``(prompts * samples,)`` and ``answers`` (one key per sample) hold each
+    prompt's samples together. A tie goes to the answer given first; the voted answer is
+    right when the first sample that gave it scored >= 1.
+    """
+    if len(answers) != len(scores) or len(scores) % samples:
+        raise ValueError(
+            f"{len(answers)} answers and {len(scores)} scores must both be prompts x "
+            f"samples={samples}"
+        )
+    right = 0
+    for start in range(0, len(answers), samples):
+        group = list(answers[start : start + samples])
+        counts = Counter(group)
+        voted = max(group, key=lambda answer: counts[answer])  # max keeps the first of a tie
+        right += int(scores[start + group.index(voted)] >= 1.0)
+    return right / (len(answers) // samples)
+
+
+def vote_keys(
+    output: DataProto, scored: DataProto, decode: Callable[[list[int]], str]
+) -> list[str]:
+    """The answer each sample of a generated batch votes with in maj@k: the ``pred`` its
+    reward function reported (verl's convention: a dict result with ``"pred"``), else its
+    decoded response with surrounding whitespace dropped."""
+    batch = tensors(output)
+    extras = scored.non_tensor_batch.get(fields.REWARD_EXTRA_INFO)
+    keys: list[str] = []
+    for i in range(len(output)):
+        info = extras[i] if extras is not None else None
+        pred = info.get("pred") if isinstance(info, dict) else None
+        if pred is None:
+            ids = batch[fields.RESPONSES][i][batch[fields.RESPONSE_MASK][i].bool()].tolist()
+            pred = decode(ids).strip()
+        keys.append(str(pred))
+    return keys
 
 
 def validation_metrics(scores: torch.Tensor, sources: np.ndarray) -> Metrics:
