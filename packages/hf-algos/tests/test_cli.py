@@ -307,3 +307,38 @@ def test_trl_rows_and_reward_function_train(tmp_path: Path) -> None:
         "reward.function_name=reverse_reward",
     )
     assert run.returncode == 0, run.stderr[-3000:]
+
+
+def test_generate_writes_every_answer_for_a_prompt_file(tmp_path: Path) -> None:
+    """Prompt-only rows, k sampled answers each, one jsonl line per answer in prompt order;
+    overrides may follow an option."""
+    prompts = [{"prompt": word} for word in ("abcdef=", "zyxwvu=", "qwerty=")]
+    (tmp_path / "prompts.jsonl").write_text("\n".join(json.dumps(p) for p in prompts))
+    run = hybridflow(
+        "generate",
+        "--prompts",
+        "prompts.jsonl",
+        "--output",
+        "out/answers.jsonl",
+        "--config-name",
+        "quickstart",
+        "vars.workdir=qs",
+        "--samples",
+        "2",
+        "vars.model=${reverse_letters.model:qs/model_init}",
+        *FAST,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = [json.loads(x) for x in (tmp_path / "out" / "answers.jsonl").read_text().splitlines()]
+    assert [(x["index"], x["sample"], x["prompt"]) for x in lines] == [
+        (i, s, p["prompt"]) for i, p in enumerate(prompts) for s in range(2)
+    ]
+    assert all(isinstance(x["completion"], str) for x in lines)
+    assert "6 completions written to out/answers.jsonl" in run.stdout
+
+    missing = hybridflow(
+        "generate", "--prompts", "nope.jsonl", "--output", "o.jsonl", "--config-name",
+        "quickstart", "vars.workdir=qs", cwd=tmp_path,
+    )  # fmt: skip
+    assert missing.returncode == 2 and "'nope.jsonl' does not exist" in missing.stderr

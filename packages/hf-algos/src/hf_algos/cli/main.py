@@ -3,6 +3,7 @@
     hybridflow grpo --config my.yaml actor.engine.optim.lr=1e-6 trainer.n_workers=2
     hybridflow grpo --config-name quickstart          # a config shipped in the package
     hybridflow ppo  --config my.yaml --cfg            # print the resolved config and exit
+    hybridflow generate --prompts p.jsonl --output out.jsonl --config-name quickstart
     hybridflow export outputs/checkpoints/global_step_100 outputs/model
 
 Exit codes: 0 done, 2 a configuration error (one message, no traceback), 1 anything else.
@@ -93,6 +94,14 @@ COMMANDS: dict[str, Command] = {
 }
 """The training subcommands, by name."""
 
+GENERATE = Command(
+    "write completions for a file of prompts with a model (greedy, or --samples k)",
+    RLConfig,
+    "",
+    {"algorithm": {"adv_estimator": "grpo"}},
+)
+"""``hybridflow generate``: a training config's model, prompt format and rollout, no training."""
+
 _GRAMMAR = """overrides (after the options, any number):
   key.sub=value      set a key (value parsed as YAML: 1e-6, true, [a, b], null)
   +key.sub=value     add a key inside a free mapping (rollout.engine_kwargs, vars, ...)
@@ -127,15 +136,29 @@ def build_parser() -> argparse.ArgumentParser:
             ),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        sub.add_argument("--config", type=Path, help="a YAML config file")
-        sub.add_argument("--config-path", type=Path, help="directory of --config-name")
-        sub.add_argument(
-            "--config-name", help="NAME(.yaml) in --config-path, else a packaged config"
-        )
-        sub.add_argument(
-            "--cfg", action="store_true", help="print the resolved config as YAML and exit"
-        )
-        sub.add_argument("overrides", nargs="*", help="key=value, +key=value, ~key")
+        _add_config_arguments(sub)
+    generate = commands.add_parser(
+        "generate",
+        help=GENERATE.summary,
+        description=f"hybridflow generate: {GENERATE.summary}. The model, the prompt format "
+        "and the sampling come from the config (any training config works); rows need only "
+        "a prompt. One jsonl line per answer: index, sample, prompt, completion.",
+        epilog=_GRAMMAR,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    generate.add_argument(
+        "--prompts", required=True, help="a prompt file (.jsonl, .parquet, ...; data.prompt_key)"
+    )
+    generate.add_argument(
+        "--output", required=True, type=Path, help="the jsonl file the answers go to"
+    )
+    generate.add_argument(
+        "--samples",
+        type=int,
+        default=0,
+        help="answers sampled per prompt at rollout.temperature (default: one greedy answer)",
+    )
+    _add_config_arguments(generate)
     export = commands.add_parser(
         "export",
         help="turn a training checkpoint into a Hugging Face model directory",
@@ -147,6 +170,31 @@ def build_parser() -> argparse.ArgumentParser:
         "--dtype", choices=("float32", "bfloat16", "float16"), help="dtype of the saved weights"
     )
     return parser
+
+
+def _add_config_arguments(sub: argparse.ArgumentParser) -> None:
+    """The config options and the overrides, shared by the commands that take a config."""
+    sub.add_argument("--config", type=Path, help="a YAML config file")
+    sub.add_argument("--config-path", type=Path, help="directory of --config-name")
+    sub.add_argument("--config-name", help="NAME(.yaml) in --config-path, else a packaged config")
+    sub.add_argument(
+        "--cfg", action="store_true", help="print the resolved config as YAML and exit"
+    )
+    sub.add_argument("overrides", nargs="*", help="key=value, +key=value, ~key")
+
+
+def parse_arguments(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None
+) -> argparse.Namespace:
+    """``argv`` parsed, with overrides allowed on either side of the options
+    (``hybridflow grpo a=1 --cfg b=2``), which plain argparse refuses after an option."""
+    args, extra = parser.parse_known_args(argv)
+    options = [word for word in extra if word.startswith("-")]
+    if options or (extra and not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(options or extra)}")
+    if extra:
+        args.overrides = [*args.overrides, *extra]
+    return args
 
 
 def find_config(args: argparse.Namespace) -> Path | None:
@@ -244,6 +292,21 @@ def print_evaluation(metrics: dict[str, float], run_dir: Path | None) -> None:
         print(f"hybridflow: metrics and every greedy generation in {run_dir}")
 
 
+def write_completions(args: argparse.Namespace, config: Any) -> None:
+    """``hybridflow generate``: answer the prompt file, write the jsonl, say where."""
+    from hf_algos.trainers.generate import generate_completions
+
+    if args.samples < 0:
+        raise ConfigurationError(f"--samples {args.samples}: give 0 (greedy) or a count >= 1")
+    if not Path(args.prompts).exists():
+        raise ConfigurationError(
+            f"the prompt file {args.prompts!r} does not exist (relative paths are taken from "
+            f"the working directory {str(Path.cwd())!r})"
+        )
+    lines = generate_completions(config, args.prompts, args.output, args.samples)
+    print(f"hybridflow: {lines} completions written to {args.output}")
+
+
 def export(args: argparse.Namespace) -> None:
     """``hybridflow export``: a checkpoint directory to a Hugging Face directory."""
     from hf_algos.export import export_checkpoint  # the conversion lives beside the trainers
@@ -257,17 +320,21 @@ def export(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hybridflow`` console script; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    args = parse_arguments(build_parser(), argv)
     try:
         if args.command == "export":
             export(args)
             return EXIT_OK
-        command = COMMANDS[args.command]
+        command = GENERATE if args.command == "generate" else COMMANDS[args.command]
         tree = compose_command_config(command, args)
         if not args.cfg:
             start_early(tree)
         config, _ = load_command_config(command, args, tree)
-        if not args.cfg:
+        if args.cfg:
+            return EXIT_OK
+        if command is GENERATE:
+            write_completions(args, config)
+        else:
             train(command, config)
     except ConfigurationError as error:
         print(f"hybridflow {args.command}: configuration error: {error}", file=sys.stderr)

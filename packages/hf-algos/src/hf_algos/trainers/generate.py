@@ -1,0 +1,98 @@
+"""``hybridflow generate``: completions for a file of prompts, from the training stack.
+
+The same pieces as a training run, minus the training: the config's tokenizer and prompt
+formatting (``data.*``: chat template, system prompt, ``max_prompt_length``), its actor model
+(``actor.engine.model.path``, e.g. an exported run) loaded into the rollout by a weight
+sync, and its rollout (``rollout.backend``, ``rollout.max_new_tokens``, temperature, top-p).
+Rows need only a prompt (``data.prompt_key``); no reward is built. Each answer is one line
+of the output jsonl: ``{"index", "sample", "prompt", "completion"}``, in prompt order.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from hf_algos.config.trainers import RLConfig
+from hf_algos.data.loader import CollatingDataset
+from hf_algos.trainers import builders
+from hf_algos.trainers.roles import build_role_groups
+from hf_algos.trainers.steps import generate, generation_phase, tensors
+from hf_protocol import DataProto, fields
+
+__all__ = ["generate_completions"]
+
+
+def generate_completions(config: RLConfig, prompts_file: str, output: Path, samples: int) -> int:
+    """Answer every prompt of ``prompts_file`` and write the answers to ``output`` (jsonl).
+
+    ``samples=0``: one greedy answer per prompt; ``samples=k``: ``k`` answers sampled at the
+    rollout's temperature (seeded by ``trainer.seed``). Returns the lines written.
+    """
+    tokenizer = builders.load_tokenizer(config.data, config.actor)
+    dataset = builders.rl_dataset(
+        config.data, (prompts_file,), tokenizer, require_reward_fields=False
+    )
+    sampling = builders.sampling_config(
+        config.rollout,
+        tokenizer,
+        seed=config.trainer.seed,
+        greedy=samples == 0,
+        n=samples or None,
+    )
+
+    def decode(ids: list[int]) -> str:
+        return str(tokenizer.decode(ids, skip_special_tokens=True))
+
+    trainer = config.trainer
+    actor = builders.actor_class(config.actor, trainer, run_steps=1)  # no step is taken
+    roles = build_role_groups(
+        trainer,
+        {"actor": actor},
+        builders.rollout_class(config.rollout, config.actor, trainer, tokenizer),
+    )
+    written = 0
+    try:
+        roles.init_models()
+        roles.sync_weights()
+        batch_size = config.data.val_batch_size or config.data.train_batch_size
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with generation_phase(roles, config.actor.engine.offload, {}), output.open("w") as out:
+            for start, prompts in enumerate_batches(dataset, batch_size):
+                answers = generate(roles.rollout, prompts, sampling, {})
+                for line in completion_lines(answers, start, sampling.n, decode):
+                    out.write(json.dumps(line) + "\n")
+                    written += 1
+    finally:
+        roles.shutdown()
+    return written
+
+
+def enumerate_batches(
+    dataset: CollatingDataset, batch_size: int
+) -> Iterator[tuple[int, DataProto]]:
+    """Every batch of ``dataset`` in order, with the index of its first prompt."""
+    for number, batch in enumerate(builders.all_batches(dataset, batch_size)):
+        yield number * batch_size, batch
+
+
+def completion_lines(
+    answers: DataProto, first_index: int, samples: int, decode: Callable[[list[int]], str]
+) -> list[dict[str, object]]:
+    """The output lines of one generated batch: ``answers`` holds each prompt's ``samples``
+    answers together (the rollout's order); ``first_index`` is its first prompt's index."""
+    batch, extra = tensors(answers), answers.non_tensor_batch
+    lines: list[dict[str, object]] = []
+    for row in range(len(answers)):
+        ids = batch[fields.RESPONSES][row][batch[fields.RESPONSE_MASK][row].bool()].tolist()
+        prompt = extra[fields.RAW_PROMPT][row]
+        lines.append(
+            {
+                "index": first_index + row // samples,
+                "sample": row % samples,
+                "prompt": prompt if isinstance(prompt, str) else list(prompt),
+                "completion": decode(ids),
+            }
+        )
+    return lines
