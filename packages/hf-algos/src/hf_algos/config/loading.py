@@ -253,6 +253,9 @@ class _Composer:
             return raw
         try:
             node = OmegaConf.select(self.tree, key, default=None, throw_on_missing=False)
+            if node is None:  # an optional list now null (reward.function_weights=0.5)
+                parent, leaf = self._parent(key)
+                node = parent._get_node(leaf) if isinstance(parent, DictConfig) else None
         except (OmegaConfBaseException, AttributeError):  # below a section still missing
             return raw
         return f"[{text}]" if isinstance(node, ListConfig | TupleConfig) else raw  # "" -> []

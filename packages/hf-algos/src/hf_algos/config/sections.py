@@ -320,11 +320,29 @@ class RewardSection:
     ``function_name`` (verl: ``custom_reward_function.path``). It scores every row whose
     data_source has no function registered by your code, and replaces the built-in gsm8k /
     math functions; see docs/rewards.md."""
-    function_name: str = "compute_score"
+    function_name: str | tuple[str, ...] = "compute_score"
     """The function of ``function_path`` (verl: ``custom_reward_function.name``); verl's,
-    HybridFlow's and TRL's batched signatures are accepted."""
+    HybridFlow's and TRL's batched signatures are accepted. A list (TRL's ``reward_funcs``)
+    scores each sample with every function named, each in its own signature: the score is
+    their weighted sum (``function_weights``), a function returning ``None`` for a sample is
+    left out of its sum, and each is logged as ``reward/<name>/mean``."""
+    function_weights: tuple[float, ...] | None = None
+    """Weights of the functions of ``function_name``, one per name in the same order (TRL's
+    ``reward_weights``); ``null``: 1.0 each."""
+
+    @property
+    def function_names(self) -> tuple[str, ...]:
+        """``function_name`` as a tuple (one name, or the list's names)."""
+        name = self.function_name
+        return (name,) if isinstance(name, str) else tuple(name)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.function_name, str):  # a list given in Python: keep it frozen
+            object.__setattr__(self, "function_name", tuple(self.function_name))
+        if self.function_weights is not None:
+            weights = tuple(float(w) for w in self.function_weights)
+            object.__setattr__(self, "function_weights", weights)
+        _check_function_list(self.function_names, self.function_weights)
         if self.function_path is not None and self.model is not None:
             raise ConfigurationError(
                 f"reward.function_path={self.function_path!r} and reward.model are both set; "
@@ -334,8 +352,8 @@ class RewardSection:
         if self.function_path is not None and not Path(self.function_path).is_file():
             raise ConfigurationError(
                 f"reward.function_path={self.function_path!r} is not a file; give the path of "
-                f"a Python file defining {self.function_name!r} (relative paths are taken "
-                f"from the working directory {str(Path.cwd())!r})"
+                f"a Python file defining {', '.join(self.function_names)} (relative paths are "
+                f"taken from the working directory {str(Path.cwd())!r})"
             )
         require_positive("reward.num_workers", self.num_workers)
         require_positive("reward.timeout_s", self.timeout_s)
@@ -346,6 +364,21 @@ class RewardSection:
             )
         if self.max_memory_mb is not None:
             require_positive("reward.max_memory_mb", self.max_memory_mb)
+
+
+def _check_function_list(names: tuple[str, ...], weights: tuple[float, ...] | None) -> None:
+    """Refuse ``reward.function_name`` / ``function_weights`` that cannot pair up."""
+    if not names or not all(names):
+        raise ConfigurationError(
+            f"reward.function_name={list(names)} must name at least one function, each a "
+            f"non-empty name of a function of reward.function_path"
+        )
+    if weights is not None and len(weights) != len(names):
+        raise ConfigurationError(
+            f"reward.function_weights has {len(weights)} weight(s) {list(weights)} but "
+            f"reward.function_name names {len(names)} function(s) {list(names)}; give one "
+            f"weight per function, in the same order (or null: 1.0 each)"
+        )
 
 
 @dataclass(frozen=True)

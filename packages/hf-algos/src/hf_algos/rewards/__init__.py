@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     )
     from hf_algos.rewards.reward_model import RewardModelScorer
     from hf_algos.rewards.signature import ACCEPTED_FORMS, ScoringCall, scoring_call
+    from hf_algos.rewards.weighted import WeightedRewardFunctions
 
 _WHERE = {
     "ACCEPTED_FORMS": "hf_algos.rewards.signature",
@@ -46,6 +47,7 @@ _WHERE = {
     "SCORING_FUNCTIONS": "hf_algos.rewards.registry",
     "ScoreFn": "hf_algos.rewards.registry",
     "ScoringCall": "hf_algos.rewards.signature",
+    "WeightedRewardFunctions": "hf_algos.rewards.weighted",
     "compute_gsm8k_score": "hf_algos.rewards.gsm8k",
     "compute_math_score": "hf_algos.rewards.math_boxed",
     "compute_reasoning_gym_score": "hf_algos.rewards.reasoning_gym",
@@ -72,6 +74,7 @@ __all__ = [
     "RewardModelScorer",
     "ScoreFn",
     "ScoringCall",
+    "WeightedRewardFunctions",
     "compute_gsm8k_score",
     "compute_math_score",
     "compute_reasoning_gym_score",

@@ -19,16 +19,19 @@ import numpy as np
 import torch
 
 from hf_algos.data.collate import COLUMNS
+from hf_algos.rewards.outcome import ScoringOutcome
 from hf_algos.rewards.placement import place_on_last_token, response_mask_of
 from hf_algos.rewards.pool import RewardError, ScoringPool, gather_outcomes
 from hf_algos.rewards.registry import (
     SCORING_FUNCTIONS,
+    RewardEntry,
     ScoreFn,
     resolve_scoring_function,
     scoring_call_of,
 )
-from hf_algos.rewards.scoring_worker import ScoringOutcome, ScoringTask
-from hf_algos.rewards.signature import ScoringCall, ScoringSignatureError
+from hf_algos.rewards.scoring_worker import ScoringTask
+from hf_algos.rewards.signature import ScoringSignatureError
+from hf_algos.rewards.weighted import AnyScoringCall, calls_per_sample
 from hf_controller import ConfigurationError
 from hf_protocol import DataProto, fields
 
@@ -36,6 +39,9 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
+
+_Call = tuple[RewardEntry, AnyScoringCall, bytes]
+"""A data_source's function (or weighted list), how it is called, and its pickled call."""
 
 _CHUNKS_PER_WORKER = 4
 """Chunks each scoring process gets per batch: few round trips, yet work still spreads
@@ -115,7 +121,10 @@ class RewardManager:
     ``data_source`` and ``reward_model`` (``{"ground_truth": ...}``; ``extra_info`` is
     optional); ``default_function`` (``reward.function_path``) scores the data_sources that
     have no function registered by the user (see
-    :func:`~hf_algos.rewards.registry.resolve_scoring_function`). Only response tokens under
+    :func:`~hf_algos.rewards.registry.resolve_scoring_function`); it may be a
+    :class:`~hf_algos.rewards.weighted.WeightedRewardFunctions` (TRL's ``reward_funcs`` with
+    ``reward_weights``), whose functions' unweighted scores also appear as extras under their
+    names (``reward/<name>/mean``). Only response tokens under
     the mask are decoded. Functions are called by
     keyword with the fields they name (see :mod:`hf_algos.rewards.signature`) in a pool of
     worker processes with a per-sample timeout; a function that raises or runs out of time
@@ -142,7 +151,7 @@ class RewardManager:
         tokenizer: PreTrainedTokenizerBase,
         config: RewardManagerConfig | None = None,
         registry: Mapping[str, ScoreFn] | None = None,
-        default_function: ScoreFn | None = None,
+        default_function: RewardEntry | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.config = config or RewardManagerConfig()
@@ -152,7 +161,7 @@ class RewardManager:
         self._pools: list[ScoringPool] = []
         self._pool_lock = threading.RLock()  # _run holds it around _pool()
         self._dispatcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reward")
-        self._calls: dict[int, tuple[ScoreFn, ScoringCall, bytes]] = {}
+        self._calls: dict[int, _Call] = {}
         self._finalizer = weakref.finalize(self, _close_pools, self._pools, self._dispatcher)
 
     # ------------------------------------------------------------------ public API
@@ -227,9 +236,7 @@ class RewardManager:
         """
         return self._dispatcher.submit(self._finish_check, *self._check_sample(rows))
 
-    def _check_sample(
-        self, rows: DataProto
-    ) -> tuple[dict[str, tuple[ScoreFn, ScoringCall, bytes]], dict[str, Any]]:
+    def _check_sample(self, rows: DataProto) -> tuple[dict[str, _Call], dict[str, Any]]:
         """The scoring call and the empty-response sample of ``rows``' first row."""
         first = rows[:1]
         assert isinstance(first, DataProto)  # a slice is a batch
@@ -238,7 +245,7 @@ class RewardManager:
 
     def _samples(
         self, batch: DataProto, texts: list[str]
-    ) -> tuple[dict[str, tuple[ScoreFn, ScoringCall, bytes]], list[dict[str, Any]]]:
+    ) -> tuple[dict[str, _Call], list[dict[str, Any]]]:
         """The scoring call of each data_source in ``batch`` and one sample per row with the
         fields the calls read (see :mod:`hf_algos.rewards.signature`); raises
         :class:`RewardError` naming the row when a call needs a field the row lacks."""
@@ -268,9 +275,7 @@ class RewardManager:
             samples.append(sample)
         return calls, samples
 
-    def _finish_check(
-        self, calls: dict[str, tuple[ScoreFn, ScoringCall, bytes]], sample: dict[str, Any]
-    ) -> None:
+    def _finish_check(self, calls: dict[str, _Call], sample: dict[str, Any]) -> None:
         outcome = self._run(calls, [sample])[0]
         if outcome.status != "ok":
             logger.warning(
@@ -309,7 +314,7 @@ class RewardManager:
 
     # ------------------------------------------------------------------ internals
 
-    def _scoring_call(self, data_source: str) -> tuple[ScoreFn, ScoringCall, bytes]:
+    def _scoring_call(self, data_source: str) -> _Call:
         """The function of ``data_source``, how it is called, and its pickled form (by value
         for a script's or notebook's function, as Ray sends them)."""
         fn = resolve_scoring_function(data_source, self.registry, self.default_function)
@@ -343,7 +348,7 @@ class RewardManager:
         return list(self.tokenizer.batch_decode(tokens, skip_special_tokens=True))
 
     def _tasks(
-        self, calls: Mapping[str, tuple[ScoreFn, ScoringCall, bytes]], samples: list[dict]
+        self, calls: Mapping[str, _Call], samples: list[dict]
     ) -> list[tuple[list[int], ScoringTask]]:
         """Samples grouped by data_source, in chunks (about four per worker): a round trip
         to a worker costs more than a cheap rule-based score (128 samples, 1 worker: 9.0 ->
@@ -370,14 +375,13 @@ class RewardManager:
                 tasks.append((chunk, task))
         return tasks
 
-    def _run(
-        self, calls: Mapping[str, tuple[ScoreFn, ScoringCall, bytes]], samples: list[dict]
-    ) -> list[ScoringOutcome]:
+    def _run(self, calls: Mapping[str, _Call], samples: list[dict]) -> list[ScoringOutcome]:
         tasks = self._tasks(calls, samples)
         outcomes: list[ScoringOutcome] = [ScoringOutcome() for _ in samples]
         with self._pool_lock:
             pool = self._pool()
-            rounds = math.ceil(len(samples) / self.config.num_workers)
+            per_sample = max((calls_per_sample(c) for _, c, _ in calls.values()), default=1)
+            rounds = math.ceil(len(samples) / self.config.num_workers) * per_sample
             deadline = _now() + self.config.timeout_s * rounds + self.config.hard_timeout_grace_s
             futures = {pool.submit(task): (chunk, task) for chunk, task in tasks}
             try:
@@ -394,7 +398,7 @@ class RewardManager:
 
     def _raise_on_fatal(
         self,
-        calls: Mapping[str, tuple[ScoreFn, ScoringCall, bytes]],
+        calls: Mapping[str, _Call],
         samples: list[dict],
         outcomes: list[ScoringOutcome],
     ) -> None:
@@ -515,7 +519,7 @@ def _ground_truth(reward_model: Any) -> Any:
     return None
 
 
-def _check_fields(call: ScoringCall, sample: Mapping[str, Any], index: int) -> None:
+def _check_fields(call: AnyScoringCall, sample: Mapping[str, Any], index: int) -> None:
     """Raise naming row ``index`` when ``call`` reads a field or column it lacks (never a
     silent ``None``): a data or config error (:class:`ConfigurationError`), not a score."""
     if call.needs("ground_truth") and sample["ground_truth"] is None:

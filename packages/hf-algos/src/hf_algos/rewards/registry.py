@@ -9,8 +9,9 @@ from typing import Any
 from hf_algos.rewards.gsm8k import compute_gsm8k_score
 from hf_algos.rewards.math_boxed import compute_math_score
 from hf_algos.rewards.reasoning_gym import REASONING_GYM_DATA_SOURCE, compute_reasoning_gym_score
-from hf_algos.rewards.signature import ScoringCall, scoring_call
+from hf_algos.rewards.signature import scoring_call
 from hf_algos.rewards.user_file import FileScoringFunction, is_batched
+from hf_algos.rewards.weighted import AnyScoringCall, WeightedRewardFunctions
 
 ScoreResult = float | Mapping[str, Any]
 """A score, or a dict with a ``"score"`` entry plus extra numbers reported as metrics."""
@@ -38,6 +39,10 @@ class BatchedScoringFunction:
         """Call the wrapped function."""
         return self.fn(*args, **kwargs)
 
+
+RewardEntry = ScoreFn | WeightedRewardFunctions
+"""What scores a data_source: one scoring function, or a weighted list of them
+(``reward.function_name`` naming several, see :mod:`hf_algos.rewards.weighted`)."""
 
 SCORING_FUNCTIONS: dict[str, ScoreFn] = {}
 """``data_source`` -> scoring function. Add entries with :func:`register_scoring_function`."""
@@ -83,8 +88,10 @@ def get_scoring_function(
 
 
 def resolve_scoring_function(
-    data_source: str, registry: Mapping[str, ScoreFn] | None = None, default: ScoreFn | None = None
-) -> ScoreFn:
+    data_source: str,
+    registry: Mapping[str, ScoreFn] | None = None,
+    default: RewardEntry | None = None,
+) -> RewardEntry:
     """The function that scores rows of ``data_source``.
 
     Precedence: a function registered for ``data_source`` by the user's code, then
@@ -101,9 +108,12 @@ def resolve_scoring_function(
     return entry
 
 
-def scoring_call_of(entry: ScoreFn) -> ScoringCall:
+def scoring_call_of(entry: RewardEntry) -> AnyScoringCall:
     """How a registry entry is called (a :class:`BatchedScoringFunction` is batched; a
-    :class:`~hf_algos.rewards.user_file.FileScoringFunction` as its function says)."""
+    :class:`~hf_algos.rewards.user_file.FileScoringFunction` as its function says; a
+    :class:`~hf_algos.rewards.weighted.WeightedRewardFunctions` each function as its own)."""
+    if isinstance(entry, WeightedRewardFunctions):
+        return entry.scoring_call()
     if isinstance(entry, BatchedScoringFunction):
         return scoring_call(entry.fn, batched=True)
     if isinstance(entry, FileScoringFunction):

@@ -23,32 +23,23 @@ import threading
 import time
 import traceback
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from hf_algos.rewards.outcome import ScoringOutcome
 from hf_algos.rewards.signature import ScoringCall
+from hf_algos.rewards.weighted import (
+    AnyScoringCall,
+    WeightedCall,
+    calls_per_sample,
+    combine_outcomes,
+)
 
 _PR_SET_PDEATHSIG = 1
 _MAX_CACHED_FUNCTIONS = 64
-_loaded: dict[bytes, ScoringCall] = {}
+_loaded: dict[bytes, AnyScoringCall] = {}
 """Functions already unpickled in this process, by their pickled bytes."""
 _memory_cap_mb: int | None = None
-
-
-@dataclass
-class ScoringOutcome:
-    """The result of scoring one sample."""
-
-    score: float = 0.0
-    """The score (0.0 when the function failed)."""
-    extras: dict[str, float] = field(default_factory=dict)
-    """Extra numbers the function returned beside ``"score"``."""
-    status: str = "ok"
-    """``"ok"``, ``"error"`` (it raised or returned something unusable), ``"timeout"``, or
-    ``"fatal"`` (the function cannot be loaded or called with the batch's fields: the
-    manager raises instead of scoring)."""
-    error: str = ""
-    """What went wrong: the exception and the end of its traceback."""
 
 
 @dataclass
@@ -56,7 +47,8 @@ class ScoringTask:
     """One round trip to a scoring process: samples of one scoring function."""
 
     function: bytes
-    """The :class:`~hf_algos.rewards.signature.ScoringCall`, cloudpickled in the driver."""
+    """The :class:`~hf_algos.rewards.signature.ScoringCall` (or a weighted list's
+    :class:`~hf_algos.rewards.weighted.WeightedCall`), cloudpickled in the driver."""
     samples: list[dict[str, Any]]
     """Per sample, field -> value (``solution``, ``ground_truth``, ``data_source``, ...)."""
     timeout_s: float
@@ -143,14 +135,34 @@ def run_scoring_task(task: ScoringTask) -> list[ScoringOutcome]:
                 "reward.max_memory_mb)"
             )
         return [ScoringOutcome(status="fatal", error=fatal) for _ in task.samples]
-    _limit_cpu(task.cpu_limit_s, len(task.samples))
+    _limit_cpu(task.cpu_limit_s, len(task.samples) * calls_per_sample(call))
+    if isinstance(call, WeightedCall):
+        return _run_weighted(call, task)
     if call.batched:
         return _run_batched(call, task)
     checked: dict[frozenset[str], ScoringOutcome | None] = {}
     return [_run_one(call, sample, task.timeout_s, checked) for sample in task.samples]
 
 
-def _load(blob: bytes) -> ScoringCall:
+def _run_weighted(call: WeightedCall, task: ScoringTask) -> list[ScoringOutcome]:
+    """Score ``task``'s samples with each function of a weighted list (one call per sample
+    and function, a batched one per chunk), then sum them (``None`` results left out)."""
+    per_function = []
+    for component in call.calls:
+        if component.batched:
+            per_function.append(_run_batched(component, task, allow_none=True))
+        else:
+            checked: dict[frozenset[str], ScoringOutcome | None] = {}
+            per_function.append(
+                [
+                    _run_one(component, sample, task.timeout_s, checked, allow_none=True)
+                    for sample in task.samples
+                ]
+            )
+    return combine_outcomes(call, per_function)
+
+
+def _load(blob: bytes) -> AnyScoringCall:
     call = _loaded.get(blob)
     if call is None:
         call = pickle.loads(blob)
@@ -190,10 +202,13 @@ def _run_one(
     sample: Mapping[str, Any],
     timeout_s: float,
     checked: dict[frozenset[str], ScoringOutcome | None],
+    allow_none: bool = False,
 ) -> ScoringOutcome:
     """Score one sample. ``checked`` caches the binding check by the set of field names
     (the same for every sample of a task, in practice): ``inspect.signature`` per sample
-    cost 30 us, most of a cheap rule-based score's time (4.7 ms for 128 samples)."""
+    cost 30 us, most of a cheap rule-based score's time (4.7 ms for 128 samples).
+    ``allow_none``: a ``None`` result is a ``nan`` score (a weighted list's "does not
+    apply"), not an error."""
     kwargs = call.kwargs(sample)
     names = frozenset(kwargs)
     if names not in checked:
@@ -204,6 +219,8 @@ def _run_one(
     result = _under_alarm(call, kwargs, timeout_s)
     if isinstance(result, ScoringOutcome):
         return result
+    if allow_none and result is None:
+        return ScoringOutcome(score=math.nan)
     try:
         score, extras = parse_score(result)
     except Exception as error:
@@ -211,7 +228,11 @@ def _run_one(
     return ScoringOutcome(score=score, extras=extras)
 
 
-def _run_batched(call: ScoringCall, task: ScoringTask) -> list[ScoringOutcome]:
+def _run_batched(
+    call: ScoringCall, task: ScoringTask, allow_none: bool = False
+) -> list[ScoringOutcome]:
+    """Score ``task``'s samples in one call of a batched (TRL) function; ``allow_none``: a
+    ``None`` in its list is a ``nan`` score, as in :func:`_run_one`."""
     count = len(task.samples)
     samples = task.samples
     columns: dict[str, Any] = {name: [s.get(name) for s in samples] for name in samples[0]}
@@ -231,6 +252,9 @@ def _run_batched(call: ScoringCall, task: ScoringTask) -> list[ScoringOutcome]:
         return [ScoringOutcome(status="error", error=error) for _ in range(count)]
     outcomes = []
     for value in result:
+        if allow_none and value is None:
+            outcomes.append(ScoringOutcome(score=math.nan))
+            continue
         try:
             score, extras = parse_score(value)
             outcomes.append(ScoringOutcome(score=score, extras=extras))

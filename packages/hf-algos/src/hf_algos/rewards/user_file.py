@@ -18,7 +18,7 @@ import hashlib
 import importlib.util
 import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -76,20 +76,42 @@ def load_module(path: str) -> ModuleType:
 def load_function(path: str, name: str) -> Callable[..., Any]:
     """``name`` from the file at ``path`` (see :func:`load_module`); raises
     :class:`RewardFileError` naming the path, the name and the fix."""
+    return load_functions(path, [name])[0]
+
+
+def load_functions(path: str, names: Sequence[str]) -> list[Callable[..., Any]]:
+    """The functions ``names`` from the file at ``path`` (see :func:`load_module`); every
+    name the file lacks (or binds to something not callable) is reported in one
+    :class:`RewardFileError` listing the file's functions."""
     module = load_module(path)
-    fn = getattr(module, name, None)
-    if fn is None or not callable(fn):
-        found = sorted(
-            attr
-            for attr, value in vars(module).items()
-            if inspect.isfunction(value) and not attr.startswith("_")
-        )
-        problem = "has no function" if fn is None else "defines a non-callable"
-        raise RewardFileError(
-            f"reward.function_path={path!r} {problem} {name!r}; its functions are {found}. "
-            f"Set reward.function_name to one of them (verl: custom_reward_function.name)"
-        )
-    return fn
+    values: dict[str, Any] = {name: getattr(module, name, None) for name in names}
+    absent = [n for n, v in values.items() if v is None]
+    uncallable = [n for n, v in values.items() if v is not None and not callable(v)]
+    if not absent and not uncallable:
+        return [values[name] for name in names]
+    found = sorted(
+        attr
+        for attr, value in vars(module).items()
+        if inspect.isfunction(value) and not attr.startswith("_")
+    )
+    problems = []
+    if absent:
+        problems.append(_problem("has no function", absent))
+    if uncallable:
+        problems.append(_problem("defines a non-callable", uncallable))
+    which = "one of them" if len(names) == 1 else "names among them"
+    raise RewardFileError(
+        f"reward.function_path={path!r} {' and '.join(problems)}; its functions are {found}. "
+        f"Set reward.function_name to {which} (verl: custom_reward_function.name)"
+    )
+
+
+def _problem(what: str, names: list[str]) -> str:
+    """``has no function 'a'`` for one name, ``has no functions ['a', 'b']`` for several."""
+    if len(names) == 1:
+        return f"{what} {names[0]!r}"
+    plural = what + "s" if what.endswith("function") else what
+    return f"{plural} {names}"
 
 
 def is_batched(fn: Callable[..., Any]) -> bool:
