@@ -140,11 +140,13 @@ trainer:
   loggers: [console, jsonl]
 ```
 
+<!-- snippet: skip: grpo.yaml above names a model directory and GPUs -->
 ```bash
 hybridflow grpo --config grpo.yaml actor.engine.optim.lr=3e-6 rollout.n=16 \\
     trainer.loggers=console,tensorboard data.val_files=[data/val.parquet] trainer.test_freq=10
 ```
 
+<!-- snippet: skip: trains grpo.yaml above (a model directory and GPUs) -->
 ```python
 import sys
 
