@@ -251,3 +251,17 @@ def test_every_problem_of_a_file_is_reported_in_one_run(tmp_path: Path) -> None:
     path.write_text("data: {max_prompt_length: 0}\ntrainer: {n_workers: 0}\n")
     with pytest.raises(ConfigurationError, match=r"(?s)^2 problems:.*max_prompt.*n_workers"):
         load(path=path)  # values each section refuses, also together
+
+
+def test_optimizer_name_reaches_the_engine() -> None:
+    """``optim.name`` (ours) and verl's ``optim.optimizer`` class name pick the optimizer."""
+    assert load().actor.engine.optim.name == "adamw"
+    config = load("actor.engine.optim.name=muon", "actor.engine.optim.muon_ns_steps=3")
+    assert (config.actor.engine.optim.name, config.actor.engine.optim.muon_ns_steps) == ("muon", 3)
+    verl = load("actor_rollout_ref.actor.optim.optimizer=Muon")
+    assert verl.actor.engine.optim.name == "muon"
+    assert load("actor_rollout_ref.actor.optim.optimizer=AdamW").actor.engine.optim.name == "adamw"
+    with pytest.raises(ConfigurationError, match=r"optim.optimizer='AdamW8bit' has no equivalent"):
+        load("actor_rollout_ref.actor.optim.optimizer=AdamW8bit")
+    with pytest.raises(ConfigurationError, match=r"actor.engine.optim.name: Invalid value 'sgd'"):
+        load("actor.engine.optim.name=sgd")

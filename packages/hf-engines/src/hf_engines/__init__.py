@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     )
     from hf_engines.megatron import MegatronEngine
     from hf_engines.micro_batch import split_by_size, split_by_token_budget, split_micro_batches
+    from hf_engines.optim import build_optimizer
     from hf_engines.schedule import build_lr_scheduler, lr_multiplier
     from hf_engines.workers import (
         ActorConfig,
@@ -74,6 +75,7 @@ __all__ = [
     "RewardModelWorker",
     "TrainingEngine",
     "build_lr_scheduler",
+    "build_optimizer",
     "config_from_dict",
     "entropy_from_logits",
     "logprobs_from_logits",
@@ -108,6 +110,7 @@ _WHERE = {
     "RewardModelWorker": "hf_engines.workers",
     "TrainingEngine": "hf_engines.engine",
     "build_lr_scheduler": "hf_engines.schedule",
+    "build_optimizer": "hf_engines.optim",
     "config_from_dict": "hf_engines.config",
     "entropy_from_logits": "hf_engines.logprob",
     "logprobs_from_logits": "hf_engines.logprob",

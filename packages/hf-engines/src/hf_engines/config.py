@@ -146,8 +146,19 @@ def _check_model_directory(directory: str | None, path: str, trust_remote_code: 
 
 @dataclass(frozen=True)
 class OptimConfig:
-    """AdamW, gradient clipping and the learning-rate schedule."""
+    """The optimizer (AdamW, or Muon with AdamW), gradient clipping and the learning-rate
+    schedule."""
 
+    name: Literal["adamw", "muon"] = "adamw"
+    """``adamw`` steps every parameter with AdamW. ``muon`` steps the 2-D weight matrices of
+    the transformer blocks (attention and MLP projections; LoRA adapters with LoRA on) with
+    torch's ``Muon`` and everything else (embeddings, output / value head, norms, biases)
+    with AdamW as configured here. Muon's step is scaled with torch's
+    ``adjust_lr_fn='match_rms_adamw'`` (0.2 x sqrt(max(rows, cols))), so its update has
+    AdamW's RMS and the same ``lr``, ``weight_decay`` and schedule suit both groups. On
+    FSDP2 each matrix's update is orthogonalized whole (one all-gather of it per step); the
+    Megatron engine takes it with ``tensor_model_parallel_size=1`` only. See
+    ``hf_engines.optim``."""
     lr: float = 1e-5
     """Peak learning rate."""
     weight_decay: float = 0.01
@@ -156,6 +167,11 @@ class OptimConfig:
     """AdamW betas."""
     eps: float = 1e-8
     """AdamW epsilon."""
+    muon_momentum: float = 0.95
+    """Muon's momentum factor (Nesterov momentum), in [0, 1); used with ``name='muon'``."""
+    muon_ns_steps: int = 5
+    """Newton-Schulz iterations that orthogonalize each Muon update (torch's default 5;
+    fewer are cheaper and less exact); used with ``name='muon'``."""
     grad_clip: float | None = 1.0
     """Clip the global gradient norm to this value; ``None`` disables clipping."""
     warmup_steps: int = 0
@@ -175,6 +191,7 @@ class OptimConfig:
     (docs/benchmarks.md, "The GPU run")."""
 
     def __post_init__(self) -> None:
+        _check_choice("optim.name", self.name, ("adamw", "muon"))
         _check_positive("optim.lr", self.lr)
         _check_positive("optim.weight_decay", self.weight_decay, allow_zero=True)
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
@@ -192,6 +209,16 @@ class OptimConfig:
             )
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ConfigurationError(f"optim.min_lr_ratio={self.min_lr_ratio!r} must be in [0, 1]")
+        if not 0.0 <= self.muon_momentum < 1.0:
+            raise ConfigurationError(
+                f"optim.muon_momentum={self.muon_momentum!r} must be in [0, 1) (torch's default "
+                "0.95)"
+            )
+        if not isinstance(self.muon_ns_steps, int) or not 1 <= self.muon_ns_steps < 100:
+            raise ConfigurationError(
+                f"optim.muon_ns_steps={self.muon_ns_steps!r} must be an integer in [1, 99] "
+                "(torch's default 5)"
+            )
 
 
 @dataclass(frozen=True)
@@ -445,6 +472,24 @@ class EngineConfig:
         _check_choice("backend", self.backend, ("fsdp", "megatron"))
         if self.backend == "megatron":
             self.megatron.validate_model(_hf_config_dict(self.model))
+            _check_megatron_optimizer(self.optim, self.megatron)
+
+
+def _check_megatron_optimizer(optim: OptimConfig, megatron: MegatronConfig) -> None:
+    """Refuse Muon on tensor-parallel Megatron weights, naming the fix.
+
+    Muon orthogonalizes each weight matrix as a whole; with tensor parallelism every rank
+    holds a slice of each matrix, and orthogonalizing the slices separately is a different
+    (wrong) update.
+    """
+    tp = megatron.tensor_model_parallel_size
+    if optim.name == "muon" and tp > 1:
+        raise ConfigurationError(
+            f"optim.name='muon' needs whole weight matrices, but megatron."
+            f"tensor_model_parallel_size={tp} splits each one over {tp} ranks (Muon would "
+            "orthogonalize the slices apart); set megatron.tensor_model_parallel_size=1, "
+            "backend='fsdp' (FSDP2 orthogonalizes the gathered matrices), or optim.name='adamw'"
+        )
 
 
 def config_from_dict(cls: type[ConfigT], data: Mapping[str, Any], where: str = "") -> ConfigT:

@@ -97,6 +97,13 @@ def _unsupported(verl: str, note: str, accepted: tuple[Any, ...] = ()) -> Alias:
     return Alias(verl, "unsupported", (), note, accepted=accepted)
 
 
+_OPTIMIZERS = {"AdamW": "adamw", "Muon": "muon"}
+"""verl's ``optim.optimizer`` (a class of ``torch.optim``) -> our ``optim.name``."""
+_OPTIMIZER_NOTE = (
+    "AdamW -> adamw, Muon -> muon (Muon on the transformer blocks' 2-D weights, AdamW on "
+    "the rest, as torch's Muon needs); other classes have no equivalent"
+)
+
 VERL_ALIASES: tuple[Alias, ...] = (
     # data
     *(
@@ -140,6 +147,12 @@ VERL_ALIASES: tuple[Alias, ...] = (
     ),
     # actor
     _renamed(f"{_ARA}.optim.lr", "actor.engine.optim.lr"),
+    _renamed(
+        f"{_ARA}.optim.optimizer",
+        "actor.engine.optim.name",
+        note=_OPTIMIZER_NOTE,
+        convert=_map(_OPTIMIZERS, f"{_ARA}.optim.optimizer"),
+    ),
     _renamed(f"{_ARA}.optim.weight_decay", "actor.engine.optim.weight_decay"),
     _renamed(f"{_ARA}.optim.betas", "actor.engine.optim.betas"),
     _renamed(f"{_ARA}.optim.lr_warmup_steps", "actor.engine.optim.warmup_steps"),
@@ -231,6 +244,12 @@ VERL_ALIASES: tuple[Alias, ...] = (
     ),
     # critic
     _renamed("critic.optim.lr", "critic.engine.optim.lr"),
+    _renamed(
+        "critic.optim.optimizer",
+        "critic.engine.optim.name",
+        note=_OPTIMIZER_NOTE,
+        convert=_map(_OPTIMIZERS, "critic.optim.optimizer"),
+    ),
     _renamed("critic.model.path", "critic.engine.model.path"),
     _renamed("critic.ppo_micro_batch_size_per_gpu", "critic.engine.micro_batch.micro_batch_size"),
     *(_same(f"critic.{k}") for k in ("ppo_epochs", "cliprange_value")),

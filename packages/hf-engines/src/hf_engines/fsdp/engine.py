@@ -31,7 +31,8 @@ from hf_engines.micro_batch import (
     split_micro_batches,
     with_totals,
 )
-from hf_engines.models import build_hf_model
+from hf_engines.models import build_hf_model, transformer_blocks
+from hf_engines.optim import build_optimizer
 from hf_engines.schedule import build_lr_scheduler
 from hf_protocol import DataProto, fields
 
@@ -41,9 +42,10 @@ _MODEL_INPUTS = (fields.INPUT_IDS, fields.ATTENTION_MASK, fields.POSITION_IDS, f
 class FSDPEngine:
     """A :class:`~hf_engines.engine.TrainingEngine` over FSDP2.
 
-    Every rank of the default process group holds one shard of the model and of the AdamW
-    state. Build it on every rank with the same ``config``. With ``lora`` enabled the base
-    weights are frozen and only the adapters train (see :mod:`hf_engines.lora`).
+    Every rank of the default process group holds one shard of the model and of the
+    optimizer state (AdamW, or Muon with AdamW: ``optim.name``). Build it on every rank
+    with the same ``config``. With ``lora`` enabled the base weights are frozen and only
+    the adapters train (see :mod:`hf_engines.lora`).
     """
 
     def __init__(self, config: EngineConfig, lora: LoRAConfig | None = None) -> None:
@@ -71,24 +73,20 @@ class FSDPEngine:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(config.model.seed)
                 self._peft = apply_lora(model, self.lora)
+        blocks = transformer_blocks(model)  # before fully_shard renames their classes
         shard_model(model, self.mesh, config.fsdp)
         self.model = model
-        # With LoRA only the adapters: the frozen base gets neither gradients nor AdamW state.
+        # With LoRA only the adapters: the frozen base gets neither gradients nor optimizer
+        # state.
         self.trainable = [p for p in model.parameters() if p.requires_grad]
         """The parameters the optimizer steps."""
         optim = config.optim
         # foreach=True: torch picks it only for CUDA parameters; on the CPU the default
         # per-tensor loop pays one DTensor dispatch per op and parameter (the step of the
         # quickstart's 0.5M-parameter model: 3.0 -> 1.7 ms), and the result is bit-identical.
-        # optim.fused: one fused kernel over all parameters instead.
-        self.optimizer = torch.optim.AdamW(
-            self.trainable,
-            lr=optim.lr,
-            betas=optim.betas,
-            eps=optim.eps,
-            weight_decay=optim.weight_decay,
-            **({"fused": True} if optim.fused else {"foreach": True}),
-        )
+        # optim.fused: one fused kernel over all parameters instead. optim.name='muon': Muon
+        # on the blocks' 2-D matrices (whole, see hf_engines.optim), AdamW on the rest.
+        self.optimizer = build_optimizer(model, optim, blocks, foreach=True)
         self.scheduler = build_lr_scheduler(
             self.optimizer,
             optim.warmup_steps,

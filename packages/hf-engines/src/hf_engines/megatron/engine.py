@@ -1,7 +1,7 @@
 """The Megatron-core training engine: a ``GPTModel`` split by tensor / pipeline parallelism.
 
 Data parallelism is plain replication: every data-parallel replica holds the whole (TP/PP
-sharded) model and its own AdamW state; gradients are summed over replicas before the step.
+sharded) model and its own optimizer state; gradients are summed over replicas before the step.
 All ranks of one tensor / pipeline group must be handed the same batch; each data-parallel
 replica gets its own shard. The process group must be initialised by the caller.
 """
@@ -44,6 +44,7 @@ from hf_engines.micro_batch import (
     with_totals,
 )
 from hf_engines.models import build_hf_model
+from hf_engines.optim import build_optimizer
 from hf_engines.schedule import build_lr_scheduler
 from hf_protocol import DataProto, fields
 
@@ -77,14 +78,9 @@ class MegatronEngine:
         load_full_weights(self.model, full)
         del hf_model, full
         optim = config.optim
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
-            lr=optim.lr,
-            betas=optim.betas,
-            eps=optim.eps,
-            weight_decay=optim.weight_decay,
-            **({"fused": True} if optim.fused else {}),
-        )
+        # optim.name='muon' (tensor_model_parallel_size=1 only, checked by EngineConfig):
+        # Muon on the layers' 2-D matrices, AdamW on the rest (hf_engines.optim).
+        self.optimizer = build_optimizer(self.model, optim, self.model.decoder.layers)
         self.scheduler = build_lr_scheduler(
             self.optimizer,
             optim.warmup_steps,
