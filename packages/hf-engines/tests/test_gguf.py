@@ -21,6 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig  # noq
 
 from hf_controller import ConfigurationError  # noqa: E402
 from hf_engines import ModelConfig  # noqa: E402
+from hf_engines.config import dry_checks  # noqa: E402
 from hf_engines.gguf import import_gguf, packaged_file  # noqa: E402
 from hf_engines.hub import resolve_model_path  # noqa: E402
 
@@ -305,3 +306,20 @@ def test_packaged_smollm2_gguf_imports_and_matches(cache: Path) -> None:
         next_token = model(ids).logits[0, -1].argmax()
     assert tokenizer.decode(next_token).strip() == "Paris"
     assert tokenizer.eos_token == "<|im_end|>" and tokenizer.chat_template
+
+
+def test_dry_checks_check_a_gguf_model_without_importing_it(tmp_path: Path, cache: Path) -> None:
+    """``hybridflow --cfg`` checks a GGUF model path but writes nothing to the cache; a wrong
+    architecture is still refused; the planned paths are taken as existing."""
+    file = write_tiny_llama_gguf(tmp_path / "tiny.gguf")
+    with dry_checks(planned=[str(tmp_path / "later")]):
+        assert ModelConfig(path=str(file)).path == str(file)
+        ModelConfig(path=str(tmp_path / "later" / "model"))  # made by the run, not yet here
+        bad = write_tiny_llama_gguf(tmp_path / "rwkv.gguf", architecture="rwkv9")
+        with pytest.raises(ConfigurationError, match="'rwkv9' model"):
+            ModelConfig(path=str(bad))
+    assert not cache.exists()
+    with pytest.raises(ConfigurationError, match=r"has no config\.json|does not exist"):
+        ModelConfig(path=str(tmp_path / "later" / "model"))  # outside the scope: checked
+    ModelConfig(path=str(file))  # a real check imports it
+    assert cache.exists()

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from hf_controller import ConfigurationError
+from hf_engines.gguf import check_gguf, is_gguf_reference
 from hf_engines.hub import resolve_model_path
 
 DType = Literal["float32", "bfloat16", "float16"]
@@ -27,27 +28,34 @@ _DTYPES = typing.get_args(DType)
 ConfigT = TypeVar("ConfigT")
 
 
-_PLANNED_PATHS: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
-    "hf_engines_planned_paths", default=frozenset()
+_DRY_CHECKS: contextvars.ContextVar[frozenset[str] | None] = contextvars.ContextVar(
+    "hf_engines_dry_checks", default=None
 )
 
 
 @contextmanager
-def planned_paths(paths: Iterable[str]) -> Iterator[None]:
-    """Within this scope, the config checks take ``paths`` as existing: files a caller makes
-    only when the run starts (``hybridflow --cfg`` on a packaged example, which must write
-    nothing). Everything else about them is still checked."""
-    token = _PLANNED_PATHS.set(_PLANNED_PATHS.get() | frozenset(map(str, paths)))
+def dry_checks(planned: Iterable[str] = ()) -> Iterator[None]:
+    """Within this scope, building a config checks every value but writes nothing: a GGUF
+    model file is checked, not imported into the cache, and the ``planned`` paths (files a
+    caller makes only when the run starts, e.g. a packaged example's model) are taken as
+    existing. ``hybridflow`` checks a config this way before it makes anything, and
+    ``--cfg`` stops there."""
+    token = _DRY_CHECKS.set((_DRY_CHECKS.get() or frozenset()) | frozenset(map(str, planned)))
     try:
         yield
     finally:
-        _PLANNED_PATHS.reset(token)
+        _DRY_CHECKS.reset(token)
 
 
 def is_planned(path: str) -> bool:
-    """Whether ``path`` is one of the :func:`planned_paths` of the current scope, or inside
-    one (a planned directory's files are planned too)."""
-    return any(Path(path).is_relative_to(planned) for planned in _PLANNED_PATHS.get())
+    """Whether ``path`` is one of the planned paths of the current :func:`dry_checks`, or
+    inside one (a planned directory's files are planned too)."""
+    return any(Path(path).is_relative_to(planned) for planned in _DRY_CHECKS.get() or ())
+
+
+def checks_are_dry() -> bool:
+    """Whether the current config checks must write nothing (:func:`dry_checks`)."""
+    return _DRY_CHECKS.get() is not None
 
 
 def _check_choice(name: str, value: object, choices: tuple[object, ...]) -> None:
@@ -98,7 +106,10 @@ class ModelConfig:
                 f"got path={self.path!r} and hf_config={'set' if self.hf_config else None}"
             )
         if self.path is not None and not is_planned(self.path):
-            _check_model_directory(self.local_path(), self.path, self.trust_remote_code)
+            if checks_are_dry() and is_gguf_reference(self.path):
+                check_gguf(self.path)  # the file and its architecture; imported by the run
+            else:
+                _check_model_directory(self.local_path(), self.path, self.trust_remote_code)
         elif self.revision is not None:
             raise ConfigurationError(
                 f"model.revision={self.revision!r} needs model.path to be a model id; "

@@ -115,19 +115,9 @@ def import_gguf(path: str | os.PathLike[str], option: str = "model.path") -> Pat
     any long work, for a missing or non-GGUF file, a missing ``gguf`` package, and an
     architecture or a tensor type transformers cannot load.
     """
-    text = os.fspath(path)
-    if text.startswith(PACKAGE_PREFIX):
-        file = packaged_file(text, option)
-    else:
-        file = Path(text).expanduser().resolve()
-    _check_is_gguf(file, text, option)
-    target = gguf_cache_dir() / f"{file.stem}-{_digest(file)[:_HASH_CHARS]}"
+    file, target = check_gguf(path, option)
     if target.is_dir():
         return target
-    reader = _read_metadata(file, text, option)
-    _check_architecture(reader, file, text, option)
-    _check_tensor_types(reader, file, text, option)
-    del reader  # the loader reads the file again; do not hold its memory map meanwhile
     started = time.perf_counter()
     target.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
@@ -142,6 +132,24 @@ def import_gguf(path: str | os.PathLike[str], option: str = "model.path") -> Pat
         shutil.rmtree(building, ignore_errors=True)
     logger.info("Imported GGUF %s into %s in %.1f s", file, target, time.perf_counter() - started)
     return target
+
+
+def check_gguf(path: str | os.PathLike[str], option: str = "model.path") -> tuple[Path, Path]:
+    """Every check :func:`import_gguf` makes before its long work, writing nothing: the GGUF
+    file of ``path`` and the cache directory it is (or would be) imported into."""
+    text = os.fspath(path)
+    if text.startswith(PACKAGE_PREFIX):
+        file = packaged_file(text, option)
+    else:
+        file = Path(text).expanduser().resolve()
+    _check_is_gguf(file, text, option)
+    target = gguf_cache_dir() / f"{file.stem}-{_digest(file)[:_HASH_CHARS]}"
+    if not target.is_dir():
+        reader = _read_metadata(file, text, option)
+        _check_architecture(reader, file, text, option)
+        _check_tensor_types(reader, file, text, option)
+        del reader  # the loader reads the file again; do not hold its memory map meanwhile
+    return file, target
 
 
 def _check_is_gguf(file: Path, given: str, option: str) -> None:

@@ -233,24 +233,23 @@ def load_command_config(
     command: Command, args: argparse.Namespace, tree: DictConfig
 ) -> tuple[Any, DictConfig]:
     """The validated root config of ``command`` and its resolved tree (printed for ``--cfg``
-    once valid), from :func:`compose_command_config`'s ``tree``. The files a packaged example
-    names are made here, except under ``--cfg``, which writes nothing
-    (:mod:`hf_algos.examples.assets`). The checks import torch (the advantage registry, the
-    losses)."""
+    once valid), from :func:`compose_command_config`'s ``tree``. Every check runs first,
+    writing nothing (:func:`hf_engines.config.dry_checks`); then, except under ``--cfg``, the
+    files a packaged example names are made (:mod:`hf_algos.examples.assets`). The checks
+    import torch (the advantage registry, the losses)."""
     from hf_algos.examples import make_assets, requested_assets
-    from hf_engines.config import planned_paths
+    from hf_engines.config import dry_checks
 
     with requested_assets() as assets:  # a packaged example's files: named, not yet made
         resolved = resolve_config(tree)
-        with planned_paths(assets.paths):  # every check, in seconds, before anything is made
+        with dry_checks(assets.paths):  # every check, in seconds, writing nothing
             config: Any = instantiate_config(command.config, tree)
-    if args.cfg:  # nothing is written
+    if args.cfg:
         print(OmegaConf.to_yaml(resolved), end="")
         return config, resolved
-    if assets.paths:
-        make_assets(assets)
-        config = instantiate_config(command.config, tree)  # the files exist now
-    return config, resolved
+    make_assets(assets)
+    # built again now that the files exist (and a GGUF model is imported into its cache)
+    return instantiate_config(command.config, tree), resolved
 
 
 def start_early(tree: DictConfig) -> None:
