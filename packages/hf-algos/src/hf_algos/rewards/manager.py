@@ -261,12 +261,11 @@ class RewardManager:
             if any(c.needs("prompt") for _, c, _ in calls.values())
             else [None] * size
         )
+        raw_prompts = list(column(fields.RAW_PROMPT, [None] * size))
         samples = []
         for i, (text, source, prompt) in enumerate(zip(texts, sources, prompts, strict=True)):
             call = calls[source][1]
-            chat = isinstance(prompt, list) or isinstance(
-                column(fields.RAW_PROMPT, [None] * size)[i], list
-            )
+            chat = isinstance(prompt, list) or isinstance(raw_prompts[i], list)
             sample = {"solution": text, "ground_truth": truths[i], "data_source": source}
             sample.update(extra_info=extras[i], prompt=prompt, columns=columns[i] or {})
             # TRL gives a chat prompt's completion as one assistant message
