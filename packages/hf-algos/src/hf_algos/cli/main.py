@@ -237,9 +237,10 @@ def load_command_config(
     writing nothing (:func:`hf_engines.config.dry_checks`); then, except under ``--cfg``, the
     files a packaged example names are made (:mod:`hf_algos.examples.assets`). The checks
     import torch (the advantage registry, the losses)."""
-    from hf_algos.examples import make_assets, requested_assets
+    from hf_algos.examples import make_assets, register_resolvers, requested_assets
     from hf_engines.config import dry_checks
 
+    register_resolvers()  # the packaged configs name their files through them
     with requested_assets() as assets:  # a packaged example's files: named, not yet made
         resolved = resolve_config(tree)
         with dry_checks(assets.paths):  # every check, in seconds, writing nothing

@@ -348,10 +348,10 @@ def compose_config(
 
 
 def resolve_config(tree: DictConfig) -> DictConfig:
-    """A copy of ``tree`` with every ``${...}`` resolved and the ``vars`` mapping removed."""
-    from hf_algos.examples import register_resolvers  # the packaged configs' resolvers
+    """A copy of ``tree`` with every ``${...}`` resolved and the ``vars`` mapping removed.
 
-    register_resolvers()
+    Custom resolvers must be registered first: ``hybridflow`` registers the packaged
+    examples' (:func:`hf_algos.examples.register_resolvers`)."""
     resolved = tree.copy()
     try:
         OmegaConf.resolve(resolved)

@@ -15,11 +15,12 @@ ship nowhere, so it names them through OmegaConf resolvers that return their pat
   :mod:`hf_algos.examples.reverse_letters_reward` (torch-free, so the reward's scoring
   processes start in a fraction of a second), a file that exists already.
 
-Resolving a config makes nothing. Inside :func:`requested_assets` (the ``hybridflow``
-command) each resolver records what it names, and the command makes the missing files with
-:func:`make_assets` only when it trains: ``--cfg`` writes nothing. A program that resolves a
-packaged config outside that scope gets the files made on the spot, as before. An existing
-file is reused, never rebuilt.
+The command registers these resolvers (:func:`register_resolvers`; loading a config does
+not import this module). Resolving a config makes nothing: inside :func:`requested_assets`
+(the ``hybridflow`` command) each resolver records what it names, and the command makes the
+missing files with :func:`make_assets` only when it trains: ``--cfg`` writes nothing. A
+program that registers the resolvers and resolves a packaged config outside that scope gets
+the files made on the spot. An existing file is reused, never rebuilt.
 """
 
 from __future__ import annotations
@@ -116,6 +117,7 @@ def _make_warm_model(workdir: Path) -> None:
     from hf_algos.trainers import SFTTrainer, builders
 
     print(f"hybridflow: supervised warm-up of the example's model into {target} (once)")
+    register_resolvers()  # quickstart_sft.yaml names the model and data through them
     config = load_config(
         SFTConfig,
         _SFT_CONFIG,
