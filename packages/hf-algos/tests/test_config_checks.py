@@ -1,11 +1,10 @@
-"""hf_algos.config.checks: the shared value checks of the config sections."""
+"""hf_algos.config.sections.require_positive: the shared value check of the config sections."""
 
 from __future__ import annotations
 
 import pytest
 
-from hf_algos.config.checks import require_positive
-from hf_algos.config.dpo import DPOSection
+from hf_algos.config.sections import DPOSection, require_positive
 from hf_controller import ConfigurationError
 
 

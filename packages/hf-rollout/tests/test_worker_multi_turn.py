@@ -15,8 +15,8 @@ from transformers import PreTrainedTokenizerFast
 from hf_controller import LocalWorkerGroup, RayClassWithInitArgs, WorkerGroupError
 from hf_protocol import fields
 from hf_rollout import MultiTurnConfig, RolloutConfig, SamplingConfig
-from hf_rollout.agent import TokenizerCodec
 from hf_rollout.multiturn import StepResult
+from hf_rollout.multiturn.agent import TokenizerCodec
 from hf_rollout.testing import make_prompts, random_prompt_ids
 from hf_rollout.workers import RolloutWorker
 

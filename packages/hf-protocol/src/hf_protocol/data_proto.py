@@ -18,8 +18,9 @@ inputs unchanged.
 from __future__ import annotations
 
 import copy
+import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,16 +28,16 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from hf_protocol import reshaping, storage, transport
+from hf_protocol import storage, transport
 from hf_protocol.columns import (
     as_row_indices,
     cat_rows,
     check_tensor_column,
+    describe_array,
+    describe_tensor,
     tensor_columns,
     to_numpy_column,
 )
-from hf_protocol.display import format_dataproto
-from hf_protocol.iteration import iterate_mini_batches
 from hf_protocol.sizes import balanced_chunk_sizes, fixed_split_sizes, offsets
 from hf_protocol.unions import (
     merge_concat_meta_info,
@@ -164,7 +165,28 @@ class DataProto:
         return tensor_bytes + sum(a.nbytes for a in self.non_tensor_batch.values())
 
     def __repr__(self) -> str:
-        return format_dataproto(self)
+        """One line with length and size, then one line per column and the meta_info keys.
+
+        ::
+
+            DataProto(len=8, nbytes=1.2 KiB)
+              batch:
+                input_ids: int64[8, 16] cpu
+              non_tensor_batch:
+                uid: object[8]
+              meta_info: {temperature=1.0}
+        """
+        lines = [f"DataProto(len={len(self)}, nbytes={_human_bytes(self.nbytes)})"]
+        if self.batch is not None:
+            lines.append("  batch:")
+            columns = tensor_columns(self.batch).items()
+            lines += [f"    {k}: {describe_tensor(v)}" for k, v in columns]
+        if self.non_tensor_batch:
+            lines.append("  non_tensor_batch:")
+            lines += [f"    {k}: {describe_array(v)}" for k, v in self.non_tensor_batch.items()]
+        if self.meta_info:
+            lines.append(f"  meta_info: {_short_meta(self.meta_info)}")
+        return "\n".join(lines)
 
     # ------------------------------------------------------------------ indexing
 
@@ -387,11 +409,13 @@ class DataProto:
         seed: int | None = None,
         dataloader_kwargs: dict[str, Any] | None = None,
     ) -> Iterator[DataProto]:
-        """Yield mini-batches for ``epochs`` passes over the rows.
+        """Yield mini-batches of ``mini_batch_size`` rows for ``epochs`` passes over the rows,
+        for the inner epochs of a PPO-style update.
 
-        ``dataloader_kwargs`` accepts ``shuffle`` (default False; reshuffled every
-        epoch from ``seed``) and ``drop_last`` (default False: a final smaller
-        mini-batch is kept when ``mini_batch_size`` does not divide the length).
+        ``dataloader_kwargs`` accepts ``shuffle`` (default False; the rows are permuted anew
+        every epoch by a generator seeded with ``seed``) and ``drop_last`` (default False: a
+        final smaller mini-batch is kept when ``mini_batch_size`` does not divide the length).
+        Arguments are checked when this is called, not at the first ``next``.
         """
         options = {"shuffle": False, "drop_last": False}
         unknown = set(dataloader_kwargs or {}) - set(options)
@@ -401,20 +425,58 @@ class DataProto:
                 f"supported: {sorted(options)}"
             )
         options.update(dataloader_kwargs or {})
-        return iterate_mini_batches(self, mini_batch_size, epochs, seed, **options)
+        sizes = fixed_split_sizes(len(self), mini_batch_size)
+        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+            raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
+        generator = torch.Generator()
+        if seed is not None:
+            generator.manual_seed(seed)
+        drop_last = options["drop_last"]
+        bounds = [(a, b) for a, b in offsets(sizes) if not (drop_last and b - a < mini_batch_size)]
+        return _mini_batches(self, bounds, epochs, generator if options["shuffle"] else None)
 
     # ------------------------------------------------------------------ batch dimension
 
     def fold_batch_dim(self, new_batch_size: int) -> DataProto:
         """Group consecutive rows: ``[N, ...]`` -> ``[new_batch_size, N // new_batch_size, ...]``.
 
-        Undo with :meth:`unfold_batch_dim`.
+        Treats the ``n`` responses of one prompt as one row (e.g. for group-wise advantages);
+        undo with :meth:`unfold_batch_dim`.
         """
-        return reshaping.fold_batch_dim(self, new_batch_size)
+        length = len(self)
+        if isinstance(new_batch_size, bool) or new_batch_size < 1 or length % new_batch_size:
+            raise ValueError(
+                f"fold_batch_dim: new_batch_size={new_batch_size} must be positive and divide "
+                f"the length {length}"
+            )
+        group = length // new_batch_size
+        return self._reshaped(new_batch_size, lambda shape: [new_batch_size, group, *shape[1:]])
 
     def unfold_batch_dim(self, batch_dims: int = 2) -> DataProto:
         """Merge the first ``batch_dims`` dimensions of every column (undoes a fold)."""
-        return reshaping.unfold_batch_dim(self, batch_dims)
+        if isinstance(batch_dims, bool) or batch_dims < 1:
+            raise ValueError(f"unfold_batch_dim: batch_dims must be >= 1, got {batch_dims}")
+        shapes = [v.shape for v in self.non_tensor_batch.values()]
+        if self.batch is not None:
+            shapes += [v.shape for v in tensor_columns(self.batch).values()]
+        leading = {tuple(shape[:batch_dims]) for shape in shapes}
+        if len(leading) > 1:
+            raise ValueError(
+                f"unfold_batch_dim: columns disagree on their first {batch_dims} dimensions "
+                f"{sorted(leading)}"
+            )
+        rows = math.prod(leading.pop()) if leading else len(self)
+        return self._reshaped(rows, lambda shape: [rows, *shape[batch_dims:]])
+
+    def _reshaped(self, rows: int, shape_of: Callable[[tuple[int, ...]], list[int]]) -> DataProto:
+        """Every column reshaped by ``shape_of`` into ``rows`` rows; meta_info copied."""
+        batch = None
+        if self.batch is not None:
+            tensors = tensor_columns(self.batch).items()
+            columns = {k: v.reshape(shape_of(v.shape)) for k, v in tensors}
+            batch = TensorDict(columns, batch_size=[rows])
+        non_tensor = {k: v.reshape(shape_of(v.shape)) for k, v in self.non_tensor_batch.items()}
+        return type(self)(batch=batch, non_tensor_batch=non_tensor, meta_info=dict(self.meta_info))
 
     # ------------------------------------------------------------------ devices, pickling, files
 
@@ -443,6 +505,39 @@ class DataProto:
         """
         batch, non_tensor, meta = storage.load_parts(filepath, allow_pickle=allow_pickle)
         return DataProto(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
+
+
+def _mini_batches(
+    data: DataProto,
+    bounds: list[tuple[int, int]],
+    epochs: int,
+    generator: torch.Generator | None,
+) -> Iterator[DataProto]:
+    for _ in range(epochs):
+        if generator is None:
+            yield from (data.slice(start, stop) for start, stop in bounds)
+        else:
+            order = torch.randperm(len(data), generator=generator)
+            yield from (data.select_idxs(order[start:stop]) for start, stop in bounds)
+
+
+def _human_bytes(count: int) -> str:
+    """``1536`` -> ``"1.5 KiB"``."""
+    size = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
+
+
+def _short_meta(meta: dict[str, Any]) -> str:
+    """Scalars shown by value, anything else by type name, each cut to 40 characters."""
+    parts = []
+    for key, value in meta.items():
+        text = repr(value) if isinstance(value, (int, float, str, bool)) else type(value).__name__
+        parts.append(f"{key}={text[:40]}")
+    return "{" + ", ".join(parts) + "}"
 
 
 def _has_columns(data: DataProto) -> bool:

@@ -11,9 +11,9 @@ import torch
 
 from hf_controller import Dispatch, Worker, register
 from hf_protocol import DataProto, fields, left_pad
-from hf_rollout.agent import AgentRollout
 from hf_rollout.base import RolloutEngine, pad_responses_to
 from hf_rollout.config import RolloutConfig, SamplingConfig
+from hf_rollout.multiturn.agent import AgentRollout
 from hf_rollout.registry import build_rollout
 from hf_rollout.weight_channel import DEFAULT_TIMEOUT_S, WeightChannel
 
@@ -92,7 +92,7 @@ class RolloutWorker(Worker):
         (model tokens: ``response_mask`` 1).
 
         With ``config.multi_turn`` each sample is an episode of the agent loop
-        (:class:`~hf_rollout.agent.AgentRollout`): ``sampling.max_new_tokens`` bounds its
+        (:class:`~hf_rollout.multiturn.agent.AgentRollout`): ``sampling.max_new_tokens`` bounds its
         whole response, model and environment tokens, and the output has the columns
         ``num_turns``, ``tool_calls``, ``env_reward`` and ``env_error``."""
         sampling = self._sampling_for(prompts)

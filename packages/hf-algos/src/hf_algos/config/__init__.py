@@ -2,7 +2,6 @@
 
 from hf_algos.config.aliases import VERL_ALIASES, Alias
 from hf_algos.config.correction import RolloutCorrectionSection
-from hf_algos.config.dpo import DPOSection
 from hf_algos.config.loading import (
     VARS_KEY,
     compose_config,
@@ -13,12 +12,13 @@ from hf_algos.config.loading import (
     merge_config,
     resolve_config,
 )
-from hf_algos.config.multi_turn import MultiTurnSection
+from hf_algos.config.multiturn import MultiTurnSection
 from hf_algos.config.sections import (
     ActorSection,
     AlgorithmSection,
     CriticSection,
     DataSection,
+    DPOSection,
     FilterGroupsSection,
     KLControlSection,
     RewardSection,

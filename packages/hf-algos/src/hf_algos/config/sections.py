@@ -5,7 +5,8 @@ configs a trainer takes end in ``Config`` (``RLConfig``, ``DPOConfig``, ``SFTCon
 the component configs of the other packages (``hf_engines.EngineConfig``,
 ``hf_rollout.RolloutConfig``) that sections embed or build.
 
-Each section checks its own values in ``__post_init__``; checks that need several sections
+Each section checks its own values in ``__post_init__`` (a value that must be positive through
+:func:`require_positive`); checks that need several sections
 (batch sizes against each other and the world size) are in
 :mod:`hf_algos.config.validation`. Engine settings reuse :class:`hf_engines.EngineConfig`.
 """
@@ -16,12 +17,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from hf_algos.config.checks import require_positive
 from hf_algos.config.correction import RolloutCorrectionSection
-from hf_algos.config.multi_turn import MultiTurnSection
+from hf_algos.config.multiturn import MultiTurnSection
 from hf_controller import ConfigurationError
 from hf_engines.config import EngineConfig, LoRAConfig, check_lora_backend, is_planned
 from hf_engines.hub import resolve_model_path
+
+
+def require_positive(name: str, value: float, allow_zero: bool = False) -> None:
+    """Raise :class:`~hf_controller.ConfigurationError` naming ``name`` unless ``value`` is
+    ``> 0`` (``>= 0`` with ``allow_zero``). The one positive-value check of the sections (and
+    of :mod:`hf_algos.config.validation`), so every section words its errors alike."""
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigurationError(f"{name}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
 
 
 def _expand_user(path: str) -> str:
@@ -551,4 +559,28 @@ class TrainerSection:
                 f"trainer.backend='local' runs one worker in the driver process; it needs "
                 f"trainer.n_workers=1 and placement='hybrid' (got {self.n_workers}, "
                 f"{self.placement!r}); use backend='ray' for more"
+            )
+
+
+@dataclass(frozen=True)
+class DPOSection:
+    """DPO loss and, for online DPO, how pairs are made."""
+
+    beta: float = 0.1
+    """Inverse temperature of the implicit reward."""
+    loss_type: str = "sigmoid"
+    """DPO loss variant in ``hf_algos.losses.dpo`` (sigmoid, ipo, hinge, ...)."""
+    label_smoothing: float = 0.0
+    """Conservative-DPO label noise."""
+    online: bool = False
+    """Sample ``rollout.n`` responses per prompt, score them and pair best against worst."""
+    mini_batch_size: int = 8
+    """Pairs per optimizer step, over all ranks."""
+
+    def __post_init__(self) -> None:
+        require_positive("dpo.beta", self.beta)
+        require_positive("dpo.mini_batch_size", self.mini_batch_size)
+        if not 0.0 <= self.label_smoothing < 0.5:
+            raise ConfigurationError(
+                f"dpo.label_smoothing={self.label_smoothing!r} must be in [0, 0.5)"
             )

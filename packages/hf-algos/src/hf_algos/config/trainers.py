@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from hf_algos.config.dpo import DPOSection
 from hf_algos.config.sections import (
     ActorSection,
     AlgorithmSection,
     CriticSection,
     DataSection,
+    DPOSection,
     RewardSection,
     RolloutSection,
     TrainerSection,

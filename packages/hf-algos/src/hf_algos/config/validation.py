@@ -15,17 +15,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hf_algos.config.checks import require_positive
 from hf_algos.config.correction import check_rollout_correction
-from hf_algos.config.dpo import DPOSection
-from hf_algos.config.multi_turn import check_multi_turn
+from hf_algos.config.multiturn import check_multi_turn
 from hf_algos.config.sections import (
     ActorSection,
     AlgorithmSection,
     CriticSection,
     DataSection,
+    DPOSection,
     RolloutSection,
     TrainerSection,
+    require_positive,
 )
 from hf_controller import ConfigurationError
 

@@ -1,5 +1,5 @@
-"""Losses: aggregation modes, policy / value / DPO / SFT losses, entropy, rollout correction,
-engine loss functions."""
+"""Losses: aggregation modes, policy / critic (value) / DPO / SFT losses, entropy, rollout
+correction, engine loss functions."""
 
 from hf_algos.losses.actor_loss import ppo_actor_loss
 from hf_algos.losses.aggregation import (
@@ -8,7 +8,7 @@ from hf_algos.losses.aggregation import (
     check_loss_agg_mode,
     global_share,
 )
-from hf_algos.losses.critic import critic_loss
+from hf_algos.losses.critic import ValueLossOutput, clipped_value_loss, critic_loss
 from hf_algos.losses.dpo import DPO_LOSSES, DPOLossOutput, dpo_loss, dpo_loss_fn
 from hf_algos.losses.entropy import entropy_bonus
 from hf_algos.losses.policy import (
@@ -32,7 +32,6 @@ from hf_algos.losses.rollout_correction import (
     truncated_is_weights,
 )
 from hf_algos.losses.sft import sft_loss
-from hf_algos.losses.value import ValueLossOutput, clipped_value_loss
 
 __all__ = [
     "CORRECTION_LEVELS",

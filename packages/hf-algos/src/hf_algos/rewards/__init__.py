@@ -18,7 +18,6 @@ if TYPE_CHECKING:
         math_answers_equal,
         normalize_math_answer,
     )
-    from hf_algos.rewards.placement import last_token_index, place_on_last_token
     from hf_algos.rewards.pool import RewardError
     from hf_algos.rewards.reasoning_gym import (
         ANSWER_FORMATS,
@@ -34,6 +33,7 @@ if TYPE_CHECKING:
     )
     from hf_algos.rewards.reward_model import RewardModelScorer
     from hf_algos.rewards.signature import ACCEPTED_FORMS, ScoringCall, scoring_call
+    from hf_algos.rewards.token_scores import last_token_index, place_on_last_token
     from hf_algos.rewards.weighted import WeightedRewardFunctions
 
 _WHERE = {
@@ -55,10 +55,10 @@ _WHERE = {
     "extract_gsm8k_answer": "hf_algos.rewards.gsm8k",
     "get_scoring_function": "hf_algos.rewards.registry",
     "last_boxed_content": "hf_algos.rewards.math_boxed",
-    "last_token_index": "hf_algos.rewards.placement",
+    "last_token_index": "hf_algos.rewards.token_scores",
     "math_answers_equal": "hf_algos.rewards.math_boxed",
     "normalize_math_answer": "hf_algos.rewards.math_boxed",
-    "place_on_last_token": "hf_algos.rewards.placement",
+    "place_on_last_token": "hf_algos.rewards.token_scores",
     "register_scoring_function": "hf_algos.rewards.registry",
     "scoring_call": "hf_algos.rewards.signature",
 }

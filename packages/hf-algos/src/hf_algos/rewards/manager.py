@@ -20,7 +20,6 @@ import torch
 
 from hf_algos.data.collate import COLUMNS
 from hf_algos.rewards.outcome import ScoringOutcome
-from hf_algos.rewards.placement import place_on_last_token, response_mask_of
 from hf_algos.rewards.pool import RewardError, ScoringPool, gather_outcomes
 from hf_algos.rewards.registry import (
     SCORING_FUNCTIONS,
@@ -31,6 +30,7 @@ from hf_algos.rewards.registry import (
 )
 from hf_algos.rewards.scoring_worker import ScoringTask
 from hf_algos.rewards.signature import ScoringSignatureError
+from hf_algos.rewards.token_scores import place_on_last_token, response_mask_of
 from hf_algos.rewards.weighted import AnyScoringCall, calls_per_sample
 from hf_controller import ConfigurationError
 from hf_protocol import DataProto, fields

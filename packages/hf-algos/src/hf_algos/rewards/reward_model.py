@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from hf_algos.rewards.placement import response_mask_of
+from hf_algos.rewards.token_scores import response_mask_of
 from hf_protocol import DataProto, fields
 
 RM_INPUT_FIELDS: tuple[str, ...] = (

@@ -26,7 +26,7 @@ from hf_algos.rewards import RewardManager, RewardManagerConfig
 from hf_algos.rewards.registry import RewardEntry, scoring_call_of
 from hf_algos.rewards.user_file import FileScoringFunction
 from hf_algos.rewards.weighted import WeightedRewardFunctions
-from hf_algos.trainers.multi_turn import rollout_multi_turn
+from hf_algos.trainers.multiturn import rollout_multi_turn
 from hf_algos.trainers.roles import SyncActorWorker
 from hf_controller import ConfigurationError, RayClassWithInitArgs
 from hf_engines import EngineConfig, LossFn

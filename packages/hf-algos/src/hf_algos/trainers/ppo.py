@@ -58,7 +58,7 @@ from hf_algos.trainers import builders
 from hf_algos.trainers.async_loop import AsyncRollout, AsyncSpec
 from hf_algos.trainers.base import Metrics, Trainer, WorkerClasses
 from hf_algos.trainers.groups import RewardScorer
-from hf_algos.trainers.multi_turn import MultiTurnScorer, data_with_tools
+from hf_algos.trainers.multiturn import MultiTurnScorer, data_with_tools
 from hf_algos.trainers.steps import (
     MODEL_FIELDS,
     absorb,

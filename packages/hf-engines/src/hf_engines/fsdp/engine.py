@@ -16,10 +16,15 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from hf_engines.checkpointing import DEFAULT_MAX_SHARD_SIZE, hf_export, save_model_metadata
+from hf_engines.checkpointing import (
+    DEFAULT_MAX_SHARD_SIZE,
+    hf_export,
+    move_optimizer_state,
+    save_model_metadata,
+)
 from hf_engines.config import EngineConfig, LoRAConfig, check_lora_backend
 from hf_engines.engine import LossFn, ModelOutputs
-from hf_engines.fsdp import state
+from hf_engines.fsdp import checkpoint
 from hf_engines.fsdp.forward import forward_micro_batch
 from hf_engines.fsdp.sharding import build_mesh, resolve_device, shard_model
 from hf_engines.fsdp.unpad import PaddingMode, choose_padding_mode
@@ -251,7 +256,7 @@ class FSDPEngine:
         With LoRA only the adapters and their optimizer state are saved (the base is
         reloaded from ``model.path``), and ``adapter/`` holds them in peft's layout.
         """
-        state.save_checkpoint(
+        checkpoint.save_checkpoint(
             Path(directory),
             self.model,
             self.optimizer,
@@ -267,7 +272,7 @@ class FSDPEngine:
 
     def load_checkpoint(self, directory: str | PathLike[str]) -> None:
         """Restore a checkpoint, possibly saved on a different number of ranks."""
-        self._global_step = state.load_checkpoint(
+        self._global_step = checkpoint.load_checkpoint(
             Path(directory), self.model, self.optimizer, self.scheduler, frozen=self.lora is None
         )
 
@@ -286,7 +291,7 @@ class FSDPEngine:
         :meth:`export_adapter` writes the adapter alone.
         """
         export = hf_export(self.config.model, self._model_class, dtype, max_shard_size)
-        state.export_hf(Path(directory), self.model, export, params=self.iter_full_params())
+        checkpoint.export_hf(Path(directory), self.model, export, params=self.iter_full_params())
 
     def export_adapter(self, directory: str | PathLike[str]) -> None:
         """Write the LoRA adapter alone in peft's layout (``adapter_config.json`` +
@@ -313,7 +318,7 @@ class FSDPEngine:
             from hf_engines.lora import iter_merged_params
 
             return iter_merged_params(self.model)
-        return state.iter_full_params(self.model)
+        return checkpoint.iter_full_params(self.model)
 
     def offload(self) -> None:
         """Move parameters and optimizer state to CPU memory (nothing to do on a CPU run).
@@ -323,7 +328,7 @@ class FSDPEngine:
         if self.device.type == "cpu" or self.config.fsdp.cpu_offload:
             return
         torch.nn.Module.to(self.model, "cpu")
-        state.move_optimizer_state(self.optimizer, torch.device("cpu"))
+        move_optimizer_state(self.optimizer, torch.device("cpu"))
         torch.cuda.empty_cache()
 
     def onload(self) -> None:
@@ -334,4 +339,4 @@ class FSDPEngine:
         if self.device.type == "cpu" or self.config.fsdp.cpu_offload:
             return
         torch.nn.Module.to(self.model, self.device)
-        state.move_optimizer_state(self.optimizer, self.device)
+        move_optimizer_state(self.optimizer, self.device)

@@ -3,6 +3,7 @@
 Checkpoints are sharded as one ``torch.save`` file per rank (that rank's model shard,
 optimizer and RNG state) plus ``meta.json``; they resume on the same world size and
 tensor / pipeline layout only. For another layout, export to Hugging Face and start from it.
+The FSDP engine's counterpart is :mod:`hf_engines.fsdp.checkpoint`.
 """
 
 from __future__ import annotations

@@ -5,9 +5,12 @@ appends its observation and continues until the environment is done or a turn / 
 is hit; ``response_mask`` marks model tokens 1 and environment tokens 0. Environments and
 tools are registered by name (``environment.py``, ``tools.py``); the calculator and a
 sandboxed Python-expression executor (``python_tool.py``) are built in. Environment calls of
-one turn run concurrently, and a failing environment ends only its own episode.
+one turn run concurrently, and a failing environment ends only its own episode. The rollout
+worker runs the loop through :class:`AgentRollout` (``agent.py``), with a tokenizer as its codec
+(:class:`TokenizerCodec`).
 """
 
+from hf_rollout.multiturn.agent import AgentRollout, TokenizerCodec
 from hf_rollout.multiturn.calculator import CalculatorEnvironment, calculate, evaluate_arithmetic
 from hf_rollout.multiturn.environment import (
     ENVIRONMENTS,
@@ -39,6 +42,7 @@ __all__ = [
     "PYTHON_TOOL",
     "TOOLS",
     "AgentLoopConfig",
+    "AgentRollout",
     "CalculatorEnvironment",
     "Environment",
     "EnvironmentSpecError",
@@ -46,6 +50,7 @@ __all__ = [
     "PythonSandbox",
     "StepResult",
     "TextCodec",
+    "TokenizerCodec",
     "Tool",
     "ToolEnvironment",
     "ToolError",

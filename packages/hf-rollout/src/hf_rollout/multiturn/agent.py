@@ -15,12 +15,8 @@ from typing import Any
 from hf_protocol import DataProto
 from hf_rollout.base import RolloutEngine
 from hf_rollout.config import MultiTurnConfig, SamplingConfig
-from hf_rollout.multiturn import (
-    AgentLoopConfig,
-    Environment,
-    environment_factory,
-    run_agent_loop,
-)
+from hf_rollout.multiturn.environment import Environment, environment_factory
+from hf_rollout.multiturn.loop import AgentLoopConfig, run_agent_loop
 
 __all__ = ["AgentRollout", "TokenizerCodec"]
 

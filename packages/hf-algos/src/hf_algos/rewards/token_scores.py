@@ -1,4 +1,4 @@
-"""Putting one score per sample on the last valid response token."""
+"""Token-level scores: one score per sample, placed on the last valid response token."""
 
 from __future__ import annotations
 

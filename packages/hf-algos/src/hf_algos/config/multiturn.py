@@ -2,7 +2,7 @@
 
 Kept apart from :mod:`hf_algos.config.sections` (one section, one concept). The loop is
 ``hf_rollout.multiturn.run_agent_loop``, run by the rollout worker; the trainer turns this
-section into an ``hf_rollout.MultiTurnConfig`` (:mod:`hf_algos.trainers.multi_turn`).
+section into an ``hf_rollout.MultiTurnConfig`` (:mod:`hf_algos.trainers.multiturn`).
 
 Rewards (``reward``):
 
@@ -26,7 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from hf_algos.config.checks import require_positive
 from hf_controller import ConfigurationError
 
 
@@ -88,7 +87,11 @@ class MultiTurnSection:
                 f"rollout.multi_turn.prefix_cache_rows={self.prefix_cache_rows!r} must be "
                 ">= 0 (0 turns prefix reuse off)"
             )
-        require_positive("rollout.multi_turn.step_timeout_s", self.step_timeout_s)
+        # Worded as sections.require_positive words it (sections imports this module).
+        if self.step_timeout_s <= 0:
+            raise ConfigurationError(
+                f"rollout.multi_turn.step_timeout_s={self.step_timeout_s!r} must be > 0"
+            )
         if self.enable:
             self.environment_kwargs()  # builds one environment: bad names fail now
 

@@ -1,4 +1,8 @@
-"""Checkpoints, full-weight iteration, HF export and CPU offload of an FSDP2 model."""
+"""Checkpoints, Hugging Face export and full-parameter iteration for the FSDP engine.
+
+Checkpoints are sharded with ``torch.distributed.checkpoint`` (DCP) and resume on another
+number of ranks; the Megatron engine's counterpart is :mod:`hf_engines.megatron.checkpoint`.
+"""
 
 from __future__ import annotations
 
@@ -26,9 +30,6 @@ from hf_engines.checkpointing import (
     set_rng_state,
     write_hf_directory,
 )
-
-# Re-exported: the FSDP engine calls ``state.move_optimizer_state``.
-from hf_engines.checkpointing import move_optimizer_state as move_optimizer_state
 from hf_engines.fsdp.safe_dcp import SafeFileSystemReader, SafeLoadPlanner, check_metadata
 
 _DCP_DIR = "dcp"

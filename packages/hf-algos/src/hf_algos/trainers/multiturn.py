@@ -1,7 +1,7 @@
 """The trainer side of multi-turn rollouts (``rollout.multi_turn``): the rollout workers'
 config, tool schemas for the chat template, episode scoring and the ``multi_turn/*`` metrics.
 
-Scoring follows ``rollout.multi_turn.reward`` (see :mod:`hf_algos.config.multi_turn`): the
+Scoring follows ``rollout.multi_turn.reward`` (see :mod:`hf_algos.config.multiturn`): the
 score lands on each row's last model token, and an episode with an ``env_error`` is scored
 like any other and counted, never raised.
 """
@@ -15,9 +15,9 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from hf_algos.config.multi_turn import MultiTurnSection
+from hf_algos.config.multiturn import MultiTurnSection
 from hf_algos.config.sections import DataSection
-from hf_algos.rewards.placement import place_on_last_token
+from hf_algos.rewards.token_scores import place_on_last_token
 from hf_algos.trainers.groups import RewardScorer
 from hf_controller import ConfigurationError
 from hf_protocol import DataProto, fields
