@@ -9,14 +9,17 @@ import sys
 import pytest
 
 
-@pytest.mark.parametrize("package", ["hf_algos", "hf_algos.rewards", "hf_algos.data"])
+@pytest.mark.parametrize(
+    "package", ["hf_algos", "hf_algos.rewards", "hf_algos.data", "hf_algos.trainers"]
+)
 def test_every_public_name_resolves(package: str) -> None:
+    """``__all__`` is read from the package's ``__init__.pyi`` (lazy_loader.attach_stub)."""
     module = importlib.import_module(package)
-    assert sorted(module.__all__) == sorted(module._WHERE)
+    assert len(module.__all__) > 5
     for name in module.__all__:
         assert getattr(module, name) is not None, name
     assert set(module.__all__) <= set(dir(module))
-    with pytest.raises(AttributeError, match=f"module '{package}' has no attribute 'nope'"):
+    with pytest.raises(AttributeError, match="nope"):
         module.nope  # noqa: B018
 
 

@@ -1,4 +1,16 @@
-"""Learning-rate schedules: linear warm-up, then constant or half-cosine decay (pure)."""
+"""Learning-rate schedules: linear warm-up, then constant or half-cosine decay (pure).
+
+These are not transformers' ``get_constant_schedule_with_warmup`` and
+``get_cosine_with_min_lr_schedule_with_warmup``, which give the same learning rates from step
+``warmup_steps`` to ``total_steps`` but not before or after (``test_schedule.py`` compares them
+step by step):
+
+* their warm-up is one step later: ``lr * step / warmup_steps``, so the first update runs at
+  lr 0; here it is ``lr * (step + 1) / warmup_steps``, and the packaged quickstart's tuned
+  runs (50 warm-up steps) were made with it;
+* past ``total_steps`` their cosine turns back up (``cos`` keeps going); here it stays at
+  ``min_lr_ratio * lr``.
+"""
 
 from __future__ import annotations
 
