@@ -8,8 +8,6 @@ from .math_boxed import compute_math_score as compute_math_score
 from .math_boxed import last_boxed_content as last_boxed_content
 from .math_boxed import math_answers_equal as math_answers_equal
 from .math_boxed import normalize_math_answer as normalize_math_answer
-from .token_scores import last_token_index as last_token_index
-from .token_scores import place_on_last_token as place_on_last_token
 from .pool import RewardError as RewardError
 from .reasoning_gym import ANSWER_FORMATS as ANSWER_FORMATS
 from .reasoning_gym import compute_reasoning_gym_score as compute_reasoning_gym_score
@@ -23,4 +21,6 @@ from .reward_model import RewardModelScorer as RewardModelScorer
 from .signature import ACCEPTED_FORMS as ACCEPTED_FORMS
 from .signature import ScoringCall as ScoringCall
 from .signature import scoring_call as scoring_call
+from .token_scores import last_token_index as last_token_index
+from .token_scores import place_on_last_token as place_on_last_token
 from .weighted import WeightedRewardFunctions as WeightedRewardFunctions
