@@ -292,10 +292,8 @@ def print_evaluation(metrics: dict[str, float], run_dir: Path | None) -> None:
         print(f"hybridflow: metrics and every greedy generation in {run_dir}")
 
 
-def write_completions(args: argparse.Namespace, config: Any) -> None:
-    """``hybridflow generate``: answer the prompt file, write the jsonl, say where."""
-    from hf_algos.trainers.generate import generate_completions
-
+def check_generate_arguments(args: argparse.Namespace) -> None:
+    """Refuse ``generate``'s own bad arguments before anything is composed or made."""
     if args.samples < 0:
         raise ConfigurationError(f"--samples {args.samples}: give 0 (greedy) or a count >= 1")
     if not Path(args.prompts).exists():
@@ -303,6 +301,12 @@ def write_completions(args: argparse.Namespace, config: Any) -> None:
             f"the prompt file {args.prompts!r} does not exist (relative paths are taken from "
             f"the working directory {str(Path.cwd())!r})"
         )
+
+
+def write_completions(args: argparse.Namespace, config: Any) -> None:
+    """``hybridflow generate``: answer the prompt file, write the jsonl, say where."""
+    from hf_algos.trainers.generate import generate_completions
+
     lines = generate_completions(config, args.prompts, args.output, args.samples)
     print(f"hybridflow: {lines} completions written to {args.output}")
 
@@ -326,6 +330,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             export(args)
             return EXIT_OK
         command = GENERATE if args.command == "generate" else COMMANDS[args.command]
+        if command is GENERATE:
+            check_generate_arguments(args)
         tree = compose_command_config(command, args)
         if not args.cfg:
             start_early(tree)
