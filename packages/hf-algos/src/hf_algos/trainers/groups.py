@@ -67,9 +67,14 @@ class TrainableGroup(EngineGroup, Checkpointable, Protocol):
         ...
 
     def export_hf(
-        self, path: str, dtype: str | None = None, max_shard_size: str | int = "5GB"
+        self,
+        path: str,
+        dtype: str | None = None,
+        max_shard_size: str | int = "5GB",
+        adapter_only: bool = False,
     ) -> list[None]:
-        """Write a Hugging Face model directory that ``from_pretrained`` loads."""
+        """Write a Hugging Face model directory that ``from_pretrained`` loads (a LoRA run:
+        the merged model, or with ``adapter_only`` the adapter alone)."""
         ...
 
     def global_step(self) -> list[int]:
@@ -93,9 +98,10 @@ class ActorGroup(TrainableGroup, Protocol):
         ...
 
     def join_weight_channel(
-        self, host: str, port: int, world_size: int, device: str = "cpu"
+        self, host: str, port: int, world_size: int, device: str = "cpu", timeout_s: float = 300.0
     ) -> list[Any]:
-        """Rank 0 joins the weight channel as its sender; non-blocking: one handle per rank."""
+        """Rank 0 joins the weight channel as its sender (waiting at most ``timeout_s`` for
+        every member); non-blocking: one handle per rank."""
         ...
 
     def send_weights(self, bucket_bytes: int, buffered: bool = False) -> list[Any]:
@@ -173,9 +179,10 @@ class RolloutGroup(Protocol):
         ...
 
     def join_weight_channel(
-        self, host: str, port: int, world_size: int, device: str = "cpu"
+        self, host: str, port: int, world_size: int, device: str = "cpu", timeout_s: float = 300.0
     ) -> list[Any]:
-        """Rank ``r`` joins the weight channel as channel rank ``1 + r``; non-blocking."""
+        """Rank ``r`` joins the weight channel as channel rank ``1 + r`` (waiting at most
+        ``timeout_s`` for every member); non-blocking."""
         ...
 
     def receive_weights(self) -> list[Any]:

@@ -1,0 +1,60 @@
+"""The typed group Protocols of ``hf_algos.trainers.groups`` match the worker classes.
+
+A group gets its methods at run time from its worker class, so a Protocol that names a
+parameter the worker method lacks, or lacks one it has (``export_hf``'s ``adapter_only``
+once did), type-checks calls that fail or hides options. Parameters are compared by name,
+kind and default; return types differ by design (a group returns one result per rank, or
+the concatenated batch).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from hf_algos.trainers import groups
+from hf_algos.trainers.roles import SyncActorWorker
+from hf_engines.workers import CriticWorker, ReferenceWorker, RewardModelWorker
+from hf_rollout.workers import RolloutWorker
+
+GROUP_METHODS_ONLY = {"world_size", "execute_all_async", "wait_results"}
+"""Methods of the group object itself (``WorkerGroup``), not of its workers."""
+
+PAIRS = [
+    (groups.ActorGroup, SyncActorWorker),
+    (groups.CriticGroup, CriticWorker),
+    (groups.ReferenceGroup, ReferenceWorker),
+    (groups.RewardModelGroup, RewardModelWorker),
+    (groups.RolloutGroup, RolloutWorker),
+]
+
+
+def _parameters(function: object) -> list[tuple[str, object, object]]:
+    signature = inspect.signature(function)  # type: ignore[arg-type]
+    return [(p.name, p.kind, p.default) for p in signature.parameters.values() if p.name != "self"]
+
+
+def _protocol_methods(protocol: type) -> dict[str, object]:
+    methods = {}
+    for klass in reversed(protocol.__mro__):
+        if klass.__module__ != groups.__name__:
+            continue  # typing.Protocol, object, and Checkpointable's own docs-only methods
+        for name, value in vars(klass).items():
+            if inspect.isfunction(value) and not name.startswith("_"):
+                methods[name] = value
+    return methods
+
+
+@pytest.mark.parametrize(("protocol", "worker"), PAIRS, ids=lambda x: x.__name__)
+def test_every_protocol_method_has_the_workers_parameters(protocol: type, worker: type) -> None:
+    methods = _protocol_methods(protocol)
+    assert methods, protocol
+    for name, method in methods.items():
+        if name in GROUP_METHODS_ONLY:
+            continue
+        assert hasattr(worker, name), f"{protocol.__name__}.{name}: {worker.__name__} has none"
+        assert _parameters(method) == _parameters(getattr(worker, name)), (
+            f"{protocol.__name__}.{name} and {worker.__name__}.{name} take different "
+            f"parameters: {_parameters(method)} vs {_parameters(getattr(worker, name))}"
+        )
