@@ -3,8 +3,8 @@
 A group gets its methods at run time from its worker class, so a Protocol that names a
 parameter the worker method lacks, or lacks one it has (``export_hf``'s ``adapter_only``
 once did), type-checks calls that fail or hides options. Parameters are compared by name,
-kind and default; return types differ by design (a group returns one result per rank, or
-the concatenated batch).
+kind and default (not the private ones Ray adds once a class became an actor); return types
+differ by design (a group returns one result per rank, or the concatenated batch).
 """
 
 from __future__ import annotations
@@ -32,7 +32,11 @@ PAIRS = [
 
 def _parameters(function: object) -> list[tuple[str, object, object]]:
     signature = inspect.signature(function)  # type: ignore[arg-type]
-    return [(p.name, p.kind, p.default) for p in signature.parameters.values() if p.name != "self"]
+    return [  # Ray adds private keyword parameters (_ray_trace_ctx) to an actor class's methods
+        (p.name, p.kind, p.default)
+        for p in signature.parameters.values()
+        if p.name != "self" and not p.name.startswith("_")
+    ]
 
 
 def _protocol_methods(protocol: type) -> dict[str, object]:
