@@ -18,7 +18,7 @@ from hf_algos.config.trainers import RLConfig
 from hf_algos.data.loader import CollatingDataset
 from hf_algos.trainers import builders
 from hf_algos.trainers.roles import build_role_groups
-from hf_algos.trainers.steps import generate, generation_phase, tensors
+from hf_algos.trainers.steps import generate, generation_phase, response_ids, tensors
 from hf_protocol import DataProto, fields
 
 __all__ = ["generate_completions"]
@@ -85,14 +85,13 @@ def completion_lines(
     batch, extra = tensors(answers), answers.non_tensor_batch
     lines: list[dict[str, object]] = []
     for row in range(len(answers)):
-        ids = batch[fields.RESPONSES][row][batch[fields.RESPONSE_MASK][row].bool()].tolist()
         prompt = extra[fields.RAW_PROMPT][row]
         lines.append(
             {
                 "index": first_index + row // samples,
                 "sample": row % samples,
                 "prompt": prompt if isinstance(prompt, str) else list(prompt),
-                "completion": decode(ids),
+                "completion": decode(response_ids(batch, row)),
             }
         )
     return lines

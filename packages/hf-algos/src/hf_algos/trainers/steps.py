@@ -110,6 +110,12 @@ def first_groups(batch: DataProto, count: int) -> DataProto:
     return batch.select_idxs(first_groups_rows(ids, count).numpy())
 
 
+def response_ids(batch: TensorDict, row: int) -> list[int]:
+    """The response token ids of ``row`` of a generated batch, padding dropped (the
+    ``responses`` under ``response_mask``)."""
+    return batch[fields.RESPONSES][row][batch[fields.RESPONSE_MASK][row].bool()].tolist()
+
+
 def tensors(batch: DataProto) -> TensorDict:
     """``batch.batch`` (a TensorDict), which a rollout output always has."""
     assert batch.batch is not None, "the batch holds no tensors"
@@ -238,7 +244,7 @@ def generation_rows(
     batch, extra = tensors(output), output.non_tensor_batch
     rows: list[Generation] = []
     for i in range(min(limit, len(output))):
-        ids = batch[fields.RESPONSES][i][batch[fields.RESPONSE_MASK][i].bool()].tolist()
+        ids = response_ids(batch, i)
         prompt = extra[fields.RAW_PROMPT][i] if fields.RAW_PROMPT in extra else ""
         truth = extra[fields.REWARD_MODEL][i] if fields.REWARD_MODEL in extra else None
         rows.append(
@@ -306,7 +312,7 @@ def vote_keys(
         info = extras[i] if extras is not None else None
         pred = info.get("pred") if isinstance(info, dict) else None
         if pred is None:
-            ids = batch[fields.RESPONSES][i][batch[fields.RESPONSE_MASK][i].bool()].tolist()
+            ids = response_ids(batch, i)
             pred = decode(ids).strip()
         keys.append(str(pred))
     return keys
