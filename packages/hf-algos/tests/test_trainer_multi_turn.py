@@ -12,7 +12,7 @@ import torch
 
 from hf_algos.config import RLConfig, load_config
 from hf_algos.trainers import PPOTrainer
-from hf_algos.trainers.steps import generation_phase
+from hf_algos.trainers.worker_io import absorb, for_worker, generation_phase
 from hf_protocol import fields
 from hf_rollout.multiturn import ENVIRONMENTS, StepResult, register_environment
 
@@ -84,7 +84,7 @@ def test_training_ids_are_the_sampled_and_tool_ids_and_log_probs_match(
         with generation_phase(trainer.roles, False, {}):
             batch = trainer.generate(trainer.loader.next_batch(), metrics)
         trainer.score(batch, metrics)
-        trainer.old_log_probs(batch, metrics)
+        absorb(batch, trainer.roles.actor.compute_log_prob(for_worker(batch)), metrics)
         tokenizer = trainer.tokenizer
     data = batch.batch
     assert data is not None

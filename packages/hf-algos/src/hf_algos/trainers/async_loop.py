@@ -48,7 +48,7 @@ from hf_algos.trainers.async_batches import (
 )
 from hf_algos.trainers.async_partial import PartialGeneration
 from hf_algos.trainers.roles import RoleGroups, wait_together
-from hf_algos.trainers.steps import PROMPT_FIELDS, tensors
+from hf_algos.trainers.worker_io import PROMPT_FIELDS, tensors
 from hf_protocol import DataProto, fields
 from hf_rollout import SamplingConfig
 from hf_rollout.base import stop_ids_for

@@ -166,7 +166,7 @@ def actor_class(
 ) -> RayClassWithInitArgs:
     """The actor role (a :class:`~hf_algos.trainers.roles.SyncActorWorker`) with its loss;
     ``rollout_correction`` is applied in the loss when the old log-probs come from the
-    update itself (see :func:`~hf_algos.trainers.steps.old_log_probs_from_update`);
+    update itself (see :func:`~hf_algos.trainers.ppo.old_log_probs_from_update`);
     ``run_steps``: the run's optimizer steps (:func:`optimizer_steps`)."""
     loss_fn = functools.partial(
         ppo_actor_loss,

@@ -32,7 +32,7 @@ from hf_algos.losses import dpo_loss_fn
 from hf_algos.tracking import compute_data_metrics, compute_timing_metrics, timed, timing_metrics
 from hf_algos.trainers import builders
 from hf_algos.trainers.base import Metrics, Trainer, WorkerClasses
-from hf_algos.trainers.steps import MODEL_FIELDS, absorb, for_worker, generate, tensors
+from hf_algos.trainers.worker_io import MODEL_FIELDS, absorb, for_worker, generate, tensors
 from hf_protocol import DataProto, fields
 
 UPDATE_FIELDS = (*MODEL_FIELDS, fields.REF_LOG_PROB)

@@ -18,7 +18,7 @@ from hf_algos.config.trainers import RLConfig
 from hf_algos.data.loader import CollatingDataset
 from hf_algos.trainers import builders
 from hf_algos.trainers.roles import build_role_groups
-from hf_algos.trainers.steps import generate, generation_phase, response_ids, tensors
+from hf_algos.trainers.worker_io import generate, generation_phase, response_ids, tensors
 from hf_protocol import DataProto, fields
 
 __all__ = ["generate_completions"]

@@ -1,30 +1,32 @@
 """PPO and its critic-free relatives (GRPO, RLOO, REINFORCE++, ReMax): one driver.
 
-One step, as docs/architecture.md draws it ("Data flow of one PPO step")::
+:meth:`PPOTrainer.train_step` is the whole algorithm, top to bottom (docs/architecture.md,
+"Data flow of one PPO step")::
 
-    batch = rollout.generate_sequences(prompts)          # n samples per prompt
-    batch = batch.union(reward(batch))                   # token_level_scores
-    batch = batch.union(actor.compute_log_prob(batch))   # old_log_probs (*)
-    batch = batch.union(ref.compute_ref_log_prob(batch)) # when a KL term needs it
-    batch = batch.union(critic.compute_values(batch))    # gae only
-    batch = compute_advantage(batch, estimator)          # pure functions
-    critic.update_critic(batch); actor.update_actor(batch)
-    sync actor weights -> rollout                        # in-process when hybrid
+    batch = rollout.generate_sequences(prompts)          # 1. n samples per prompt
+    batch = batch.union(reward(batch))                   #    token_level_scores
+    batch = keep groups whose samples differ             #    DAPO, when asked
+    batch = batch.union(actor.compute_log_prob(batch))   # 2. old_log_probs (*)
+    batch = batch.union(ref.compute_ref_log_prob(batch)) # 3. when a KL term needs it
+    batch = batch.union(critic.compute_values(batch))    #    gae only
+    batch = compute_advantage(batch, estimator)          # 4. pure functions
+    critic.update_critic(batch); actor.update_actor(batch)  # 5.
+    sync actor weights -> rollout                        # 6. in-process when hybrid
 
 (*) Unless the update is one optimizer step over the batch (``ppo_epochs=1``, one
 mini-batch): then the actor's loss takes them from that step's own forward, detached, and
-applies the rollout correction there (:func:`~hf_algos.trainers.steps.old_log_probs_from_update`).
+applies the rollout correction there (:func:`old_log_probs_from_update`).
 
-With ``algorithm.filter_groups`` (DAPO dynamic sampling) the first two lines repeat on more
-prompt batches until ``data.train_batch_size`` prompt groups whose samples differ are in
-hand (:meth:`PPOTrainer.sample`). In the hybrid placement the rollout wakes up for generation
-and sleeps after it, and with ``actor.engine.offload`` the actor's memory goes to CPU while
-the rollout generates (:func:`~hf_algos.trainers.steps.generation_phase`).
+Around the step sit small modules: :mod:`~hf_algos.trainers.worker_io` (what goes to and
+comes back from the worker groups, and the hybrid placement's memory phases around
+generation), :mod:`~hf_algos.trainers.dynamic_sampling` (``algorithm.filter_groups``: more
+prompt batches until ``data.train_batch_size`` groups whose samples differ are in hand) and
+:mod:`~hf_algos.trainers.validation`.
 
-With ``trainer.async_mode`` ``one_step_off`` or ``fully_async`` the first line moves out of
-the step: :class:`~hf_algos.trainers.async_loop.AsyncRollout` keeps generations queued on
-the rollout's own processes and :meth:`PPOTrainer.next_batch` hands out the oldest finished
-one (weights pushed on its schedule, stale groups generated again; docs/async.md).
+With ``trainer.async_mode`` ``one_step_off`` or ``fully_async`` line 1 moves out of the
+step: :class:`~hf_algos.trainers.async_loop.AsyncRollout` keeps generations queued on the
+rollout's own processes and :meth:`PPOTrainer.next_batch` hands out the oldest finished one
+(weights pushed on its schedule, stale groups generated again; docs/async.md).
 
 The estimator's registry entry decides the rest: one that reads ``values`` (``gae``) gets a
 critic, one that reads ``reward_baselines`` (``remax``) a greedy rollout whose score is the
@@ -43,9 +45,11 @@ from hf_algos.advantages import compute_advantage
 from hf_algos.advantages.registry import AdvantageEstimator, get_advantage_estimator
 from hf_algos.checkpoint import Checkpointable
 from hf_algos.config.loading import config_to_dict
+from hf_algos.config.sections import AlgorithmSection
 from hf_algos.config.trainers import RLConfig
 from hf_algos.data.loader import CollatingDataset
 from hf_algos.kl import AdaptiveKLController, FixedKLController, KLController, apply_kl_penalty
+from hf_algos.losses.rollout_correction import CorrectionSettings
 from hf_algos.rewards import RewardManager, RewardModelScorer
 from hf_algos.tracking import (
     compute_data_metrics,
@@ -57,27 +61,24 @@ from hf_algos.tracking import (
 from hf_algos.trainers import builders
 from hf_algos.trainers.async_loop import AsyncRollout, AsyncSpec
 from hf_algos.trainers.base import Metrics, Trainer, WorkerClasses
+from hf_algos.trainers.dynamic_sampling import sample_varied_groups
 from hf_algos.trainers.groups import RewardScorer
 from hf_algos.trainers.multiturn import MultiTurnScorer, data_with_tools
-from hf_algos.trainers.steps import (
+from hf_algos.trainers.validation import (
+    generation_rows,
+    sampled_validation_metrics,
+    score_validation,
+    validation_metrics,
+    vote_keys,
+)
+from hf_algos.trainers.worker_io import (
     MODEL_FIELDS,
     absorb,
-    apply_rollout_correction,
-    check_rollout_log_probs,
-    first_groups,
     for_worker,
     generate,
     generation_phase,
-    generation_rows,
-    has_rollout_log_probs,
-    keep_varied_groups,
-    old_log_probs_from_update,
     rename_prefix,
-    sampled_validation_metrics,
-    score_validation,
     tensors,
-    validation_metrics,
-    vote_keys,
 )
 from hf_controller import RayClassWithInitArgs
 from hf_protocol import DataProto, fields
@@ -111,6 +112,7 @@ class PPOTrainer(Trainer):
         algorithm, async_mode = config.algorithm, config.trainer.async_mode
         self._rollout_correction = algorithm.rollout_correction.settings(async_mode)
         self.estimator = get_advantage_estimator(config.algorithm.adv_estimator)
+        self.estimator_options = estimator_options(config.algorithm, self.estimator)
         needed = roles_needed(config, self.estimator)
         self.use_critic = "critic" in needed
         self.use_ref = "ref" in needed
@@ -206,45 +208,73 @@ class PPOTrainer(Trainer):
 
     # ------------------------------------------------------------------ one step
 
-    def train_step(self, batch: DataProto) -> Metrics:
-        """Generate, score, evaluate, estimate advantages, update; returns the step's metrics."""
+    def train_step(self, prompts: DataProto) -> Metrics:
+        """One step on a batch of prompts, top to bottom: generate, score, filter, old
+        log-probs, reference and values, advantages, update, sync. Returns its metrics."""
+        config, roles, correction = self.config, self.roles, self._rollout_correction
         metrics: Metrics = {}
         timing: dict[str, float] = {}
         start = time.perf_counter()
-        if self.pipeline is not None:  # generated ahead (next_batch): score it
-            start -= self._take_generated(batch, metrics, timing)
-        else:
-            with generation_phase(self.roles, self.config.actor.engine.offload, timing):
-                batch = self.sample(batch, metrics, timing)
+
+        # 1. Samples with their scores. Async: generated ahead by the pipeline (next_batch).
+        if self.pipeline is not None:
+            batch, waited = prompts, self._async_metrics.get("async/wait_s", 0.0)
+            metrics.update(self._async_metrics)
+            timing["gen"], start = waited, start - waited
+            with timed("reward", timing):
+                self.score(batch, metrics)
+        else:  # hybrid placement: the rollout wakes up for this block, then sleeps
+            with generation_phase(roles, config.actor.engine.offload, timing):
+                batch = self.generate_and_score(prompts, metrics, timing)
+                if config.algorithm.filter_groups.enable:  # DAPO: groups that differ
+                    batch, filtered = sample_varied_groups(
+                        batch,
+                        lambda draw: self.generate_and_score(
+                            self.loader.next_batch(), metrics, timing, draw
+                        ),
+                        config.algorithm.filter_groups,
+                        config.data.train_batch_size,
+                        len(self.loader),
+                        self.global_step,
+                    )
+                    metrics.update(filtered)
         if len(batch) == 0:
-            logger.warning(
-                "step %d: every prompt group scored alike (algorithm.filter_groups); "
-                "the update is skipped",
-                self.global_step,
-            )
-            metrics["filter_groups/skipped_update"] = 1.0
-            metrics.update(timing_metrics(timing))
-            return metrics
-        if old_log_probs_from_update(self.config, len(batch)):  # one optimizer step: from it
+            return self.skipped_update(metrics, timing)
+
+        # 2. The behaviour policy's log-probs, and the rollout correction against them.
+        if old_log_probs_from_update(config, len(batch)):  # one optimizer step: its forward
             batch.meta_info[fields.OLD_LOG_PROBS_FROM_UPDATE] = True
-            check_rollout_log_probs(self._rollout_correction, has_rollout_log_probs(batch))
+            check_rollout_log_probs(correction, has_rollout_log_probs(batch))
+        elif config.actor.use_rollout_log_probs:  # old == rollout: nothing to correct
+            with timed("old_log_prob", timing):
+                tensors(batch)[fields.OLD_LOG_PROBS] = tensors(batch)[fields.ROLLOUT_LOG_PROBS]
         else:
             with timed("old_log_prob", timing):
-                self.old_log_probs(batch, metrics)
-            if not self.config.actor.use_rollout_log_probs:  # else old == rollout: no mismatch
-                metrics.update(apply_rollout_correction(batch, self._rollout_correction))
+                absorb(batch, roles.actor.compute_log_prob(for_worker(batch)), metrics)
+            metrics.update(apply_rollout_correction(batch, correction))
+
+        # 3. The reference policy's log-probs (a KL term reads them) and the critic's values.
         if self.use_ref:
             with timed("ref", timing):
-                absorb(batch, self.roles.ref.compute_ref_log_prob(for_worker(batch)), metrics)
+                absorb(batch, roles.ref.compute_ref_log_prob(for_worker(batch)), metrics)
         if self.use_critic:
             with timed("values", timing):
-                absorb(batch, self.roles.critic.compute_values(for_worker(batch)), metrics)
+                absorb(batch, roles.critic.compute_values(for_worker(batch)), metrics)
+
+        # 4. Advantages: pure functions of the batch (after the reward's KL penalty, if set).
         with timed("adv", timing):
-            metrics.update(self.compute_advantages(batch))
+            if config.algorithm.use_kl_in_reward:
+                metrics.update(self.kl_penalty(batch))
+            compute_advantage(batch, self.estimator, **self.estimator_options)
+
+        # 5. Critic and actor updates; 6. the new weights to the rollout.
         self.update(batch, metrics, timing)
-        step_seconds = time.perf_counter() - start
-        timing["step"] = step_seconds
-        metrics.update(self.batch_metrics(batch, timing, step_seconds))
+        if self.pipeline is None:  # async: the pipeline pushes when its schedule says
+            with timed("sync_weights", timing):
+                roles.sync_weights()
+
+        timing["step"] = time.perf_counter() - start
+        metrics.update(self.batch_metrics(batch, timing))
         return metrics
 
     def next_batch(self) -> DataProto:
@@ -254,49 +284,17 @@ class PPOTrainer(Trainer):
         batch, self._async_metrics = self.pipeline.next_batch(self.global_step)
         return batch
 
-    def _take_generated(
-        self, batch: DataProto, metrics: Metrics, timing: dict[str, float]
-    ) -> float:
-        """Score a batch the async pipeline generated; returns the time waited for it."""
-        metrics.update(self._async_metrics)
-        waited = self._async_metrics.get("async/wait_s", 0.0)
-        timing["gen"] = waited
-        with timed("reward", timing):
-            self.score(batch, metrics)
-        return waited
-
-    def sample(self, prompts: DataProto, metrics: Metrics, timing: dict[str, float]) -> DataProto:
-        """Generate and score ``prompts``. With ``algorithm.filter_groups``: keep only prompt
-        groups whose samples differ, drawing more prompt batches from the loader until there
-        are ``data.train_batch_size`` groups (then trimmed to that) or the batch limit is
-        reached (then what there is, maybe nothing)."""
-        batch = self.generate_and_score(prompts, metrics, timing)
-        spec = self.config.algorithm.filter_groups
-        if not spec.enable:
-            return batch
-        target = self.config.data.train_batch_size
-        limit = spec.max_num_gen_batches or len(self.loader)
-        batch, kept, dropped = keep_varied_groups(batch, spec.metric)
-        draws = 1
-        while kept < target and draws < limit:
-            more = self.generate_and_score(self.loader.next_batch(), metrics, timing, draws)
-            more, more_kept, more_dropped = keep_varied_groups(more, spec.metric)
-            # the parts' sampling configs differ by their seed only; nothing downstream reads it
-            for part in (batch, more):
-                part.meta_info.pop(fields.SAMPLING, None)
-            batch = DataProto.concat([batch, more])
-            kept, dropped, draws = kept + more_kept, dropped + more_dropped, draws + 1
-        if 0 < kept < target:
-            logger.warning(
-                "step %d: %d prompt groups with differing %s after %d batches (target %d); "
-                "training on those",
-                self.global_step, kept, spec.metric, draws, target,
-            )  # fmt: skip
-        metrics["filter_groups/kept_groups"] = float(min(kept, target))  # trained on
-        metrics["filter_groups/dropped_groups"] = float(dropped)  # all samples alike
-        metrics["filter_groups/gen_batches"] = float(draws)
-        metrics["filter_groups/short_of_target"] = float(kept < target)
-        return first_groups(batch, target) if kept > target else batch
+    def skipped_update(self, metrics: Metrics, timing: dict[str, float]) -> Metrics:
+        """The metrics of a step whose every prompt group scored alike (dynamic sampling):
+        nothing to train on, the update is skipped."""
+        logger.warning(
+            "step %d: every prompt group scored alike (algorithm.filter_groups); "
+            "the update is skipped",
+            self.global_step,
+        )
+        metrics["filter_groups/skipped_update"] = 1.0
+        metrics.update(timing_metrics(timing))
+        return metrics
 
     def generate_and_score(
         self, prompts: DataProto, metrics: Metrics, timing: dict[str, float], draw: int = 0
@@ -311,28 +309,18 @@ class PPOTrainer(Trainer):
 
     def generate(self, prompts: DataProto, metrics: Metrics, draw: int = 0) -> DataProto:
         """``rollout.n`` samples per prompt (seeded by the step and ``draw``, so a resumed
-        run repeats)."""
+        run repeats); ReMax adds the greedy answer's score as each sample's baseline."""
         seed = builders.step_seed(self.config.trainer.seed, self.global_step, draw)
         sampling = builders.sampling_config(self.config.rollout, self.tokenizer, seed=seed)
-        batch = self._rollout(prompts, sampling, metrics)
+        batch = generate(self.roles.rollout, prompts, sampling, metrics)
         if self.estimator.needs_greedy_baseline:
             tensors(batch)[fields.REWARD_BASELINES] = self.greedy_baseline(prompts, metrics)
         return batch
 
-    def _rollout(self, prompts: DataProto, sampling: SamplingConfig, metrics: Metrics) -> DataProto:
-        return generate(self.roles.rollout, prompts, sampling, metrics)
-
-    def old_log_probs(self, batch: DataProto, metrics: Metrics) -> None:
-        """The behaviour policy's log-probs: recomputed by the actor, or the rollout's."""
-        if self.config.actor.use_rollout_log_probs:
-            tensors(batch)[fields.OLD_LOG_PROBS] = tensors(batch)[fields.ROLLOUT_LOG_PROBS]
-        else:
-            absorb(batch, self.roles.actor.compute_log_prob(for_worker(batch)), metrics)
-
     def greedy_baseline(self, prompts: DataProto, metrics: Metrics) -> torch.Tensor:
         """ReMax: the score of each prompt's greedy answer, repeated for its ``n`` samples."""
         sampling = builders.sampling_config(self.config.rollout, self.tokenizer, greedy=True)
-        greedy = self._rollout(prompts, sampling, {})
+        greedy = generate(self.roles.rollout, prompts, sampling, {})
         scores = self.reward.score(greedy)
         baseline = tensors(scores)[fields.TOKEN_LEVEL_SCORES].sum(-1)
         metrics["critic/reward_baseline/mean"] = float(baseline.mean())
@@ -344,23 +332,14 @@ class PPOTrainer(Trainer):
         if not self.config.algorithm.use_kl_in_reward:
             tensors(batch)[fields.TOKEN_LEVEL_REWARDS] = tensors(batch)[fields.TOKEN_LEVEL_SCORES]
 
-    def compute_advantages(self, batch: DataProto) -> Metrics:
-        """Apply the reward KL penalty (if set) and the configured advantage estimator."""
-        algorithm = self.config.algorithm
-        metrics: Metrics = {}
-        if algorithm.use_kl_in_reward:
-            _, metrics = apply_kl_penalty(batch, self.kl_ctrl, algorithm.kl_penalty)
-        options = {
-            "gamma": algorithm.gamma,
-            "lam": algorithm.lam,
-            "norm_adv_by_std": algorithm.norm_adv_by_std_in_grpo,
-        }
-        accepted = {k: v for k, v in options.items() if k in self.estimator.hyperparameters}
-        compute_advantage(batch, self.estimator, **accepted)
+    def kl_penalty(self, batch: DataProto) -> Metrics:
+        """``token_level_rewards`` = scores minus the KL penalty against the reference
+        (``algorithm.use_kl_in_reward``); the controller adapts its coefficient."""
+        _, metrics = apply_kl_penalty(batch, self.kl_ctrl, self.config.algorithm.kl_penalty)
         return metrics
 
     def update(self, batch: DataProto, metrics: Metrics, timing: dict[str, float]) -> None:
-        """Critic then actor updates, then the new weights go to the rollout."""
+        """The critic's update, then the actor's (each a worker-group call)."""
         if self.use_critic:
             with timed("update_critic", timing):
                 update = for_worker(batch, CRITIC_UPDATE_FIELDS)
@@ -369,23 +348,17 @@ class PPOTrainer(Trainer):
             keys: tuple[str, ...] = ACTOR_UPDATE_FIELDS
             if batch.meta_info.get(fields.OLD_LOG_PROBS_FROM_UPDATE):  # the loss corrects
                 keys = (*keys, fields.ROLLOUT_LOG_PROBS)
-            update = for_worker(batch, keys)
-            absorb(None, self.roles.actor.update_actor(update), metrics)
+            absorb(None, self.roles.actor.update_actor(for_worker(batch, keys)), metrics)
             rename_prefix(metrics, "actor/rollout_correction/", "rollout_correction/")
-        if self.pipeline is None:  # async: the pipeline pushes when its schedule says
-            with timed("sync_weights", timing):
-                self.roles.sync_weights()
 
-    def batch_metrics(
-        self, batch: DataProto, timing: dict[str, float], step_seconds: float
-    ) -> Metrics:
+    def batch_metrics(self, batch: DataProto, timing: dict[str, float]) -> Metrics:
         """Data, timing and throughput metrics of the step (verl's names)."""
         metrics = compute_data_metrics(
             batch, self.config.rollout.max_new_tokens, self.config.data.max_prompt_length
         )
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(
-            compute_throughput_metrics(batch, step_seconds, self.config.trainer.n_workers)
+            compute_throughput_metrics(batch, timing["step"], self.config.trainer.n_workers)
         )
         return metrics
 
@@ -521,6 +494,76 @@ def async_rollout(trainer: PPOTrainer) -> AsyncRollout:
         sampling,
         lambda: trainer.total_steps,
     )
+
+
+def old_log_probs_from_update(config: RLConfig, rows: int) -> bool:
+    """Whether a step of ``rows`` rows takes ``old_log_probs`` from the actor's update.
+
+    When the update is exactly one optimizer step over the whole batch (``ppo_epochs=1``
+    and ``ppo_mini_batch_size >= rows``), the log-probs a separate no-grad forward would
+    compute equal that step's own forward, detached: the driver skips the forward
+    (``actor.old_log_probs_from_update``, on by default). Not when they come from the
+    rollout (``actor.use_rollout_log_probs``) or are needed before the update (the reward's
+    KL penalty, ``algorithm.use_kl_in_reward``).
+    """
+    actor = config.actor
+    return (
+        actor.old_log_probs_from_update
+        and not actor.use_rollout_log_probs
+        and not config.algorithm.use_kl_in_reward
+        and actor.ppo_epochs == 1
+        and rows <= actor.ppo_mini_batch_size
+    )
+
+
+def apply_rollout_correction(batch: DataProto, settings: CorrectionSettings) -> Metrics:
+    """Compare ``old_log_probs`` with ``rollout_log_probs`` over the whole step's batch:
+    returns the ``rollout_correction/*`` metrics and, when ``settings.mode`` is not ``off``,
+    writes the per-token ``rollout_is_weights`` the actor's policy loss multiplies by.
+
+    Call it after ``old_log_probs`` are in the batch (recomputed by the actor), with the
+    settings of the run's async mode (``RolloutCorrectionSection.settings``). A batch
+    without ``rollout_log_probs`` has nothing to compare: no metrics, and an error when a
+    correction is asked for.
+    """
+    if not has_rollout_log_probs(batch):
+        check_rollout_log_probs(settings, present=False)
+        return {}
+    data = tensors(batch)
+    correction = settings.apply(
+        data[fields.OLD_LOG_PROBS], data[fields.ROLLOUT_LOG_PROBS], data[fields.RESPONSE_MASK]
+    )
+    if settings.enabled:
+        data[fields.ROLLOUT_IS_WEIGHTS] = correction.weights
+    return correction.metrics
+
+
+def check_rollout_log_probs(settings: CorrectionSettings, present: bool) -> None:
+    """Refuse a correction (``tis`` / ``mis``) when the rollout wrote no log-probs."""
+    if settings.enabled and not present:
+        raise KeyError(
+            f"algorithm.rollout_correction.mode={settings.mode!r} needs the rollout's "
+            f"'{fields.ROLLOUT_LOG_PROBS}' in the batch, and this rollout wrote none; use "
+            "a rollout backend that returns log-probs or set the mode to off"
+        )
+
+
+def has_rollout_log_probs(batch: DataProto) -> bool:
+    """Whether the rollout wrote its own log-probs into ``batch``."""
+    return batch.batch is not None and fields.ROLLOUT_LOG_PROBS in batch.batch
+
+
+def estimator_options(
+    algorithm: AlgorithmSection, estimator: AdvantageEstimator
+) -> dict[str, float | bool]:
+    """The ``algorithm`` hyperparameters ``estimator`` accepts (``gamma``, ``lam``,
+    ``norm_adv_by_std``), by the names its function takes."""
+    options = {
+        "gamma": algorithm.gamma,
+        "lam": algorithm.lam,
+        "norm_adv_by_std": algorithm.norm_adv_by_std_in_grpo,
+    }
+    return {k: v for k, v in options.items() if k in estimator.hyperparameters}
 
 
 def build_kl_controller(config: RLConfig) -> KLController:

@@ -16,7 +16,7 @@ from hf_algos.losses import sft_loss
 from hf_algos.tracking import compute_timing_metrics, timed
 from hf_algos.trainers import builders
 from hf_algos.trainers.base import Metrics, Trainer, WorkerClasses
-from hf_algos.trainers.steps import MODEL_FIELDS, absorb, for_worker, tensors
+from hf_algos.trainers.worker_io import MODEL_FIELDS, absorb, for_worker, tensors
 from hf_protocol import DataProto, fields
 
 
