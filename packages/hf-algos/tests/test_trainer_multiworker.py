@@ -177,6 +177,6 @@ def test_a_layout_the_cluster_cannot_hold_is_refused_before_any_worker_starts(
     )
     before = {k for k, v in placement_group_table().items() if v["state"] != "REMOVED"}
     with pytest.raises(ConfigurationError, match=expected):
-        PPOTrainer(config)
+        PPOTrainer(config).start()
     after = {k for k, v in placement_group_table().items() if v["state"] != "REMOVED"}
     assert after == before

@@ -212,3 +212,26 @@ def test_critic_free_estimators_in_process(
     if estimator == "remax":
         names.append("critic/reward_baseline/mean")
     assert_finite(history, names)
+
+
+def test_a_run_measured_in_epochs_takes_its_length_from_the_data(
+    toy_task_scored: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """verl's default run length: ``trainer.total_epochs`` with no step count. The workers'
+    LR schedules need the run's length before they start, so the data loads first
+    (constructing the trainer then raised AttributeError: no ``loader`` yet)."""
+    train, _ = task_files(tmp_path)  # 16 rows: 4 batches of 4 prompts per epoch
+    overrides = [
+        *common_overrides(tiny_model_dir, tmp_path, train, steps=1),
+        "trainer.total_training_steps=null",
+        "trainer.total_epochs=2",
+        "trainer.backend=local",
+        "actor.engine.optim.schedule=cosine",
+    ]
+    torch.set_num_threads(1)
+    with PPOTrainer(load_config(RLConfig, overrides=overrides)) as trainer:
+        assert trainer.total_steps == 8
+        history = trainer.fit()
+    assert [m["training/global_step"] for m in history] == list(range(1, 9))
+    assert_finite(history, ("actor/pg_loss", "actor/lr"))
+    assert history[-1]["actor/lr"] < history[0]["actor/lr"]  # the cosine ends at step 8

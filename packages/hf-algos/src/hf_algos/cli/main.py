@@ -270,7 +270,8 @@ def train(command: Command, config: Any) -> None:
     from hf_algos import trainers
     from hf_algos.trainers import builders
 
-    with getattr(trainers, command.trainer)(config) as trainer:
+    trainer = getattr(trainers, command.trainer)(config)  # checks; loads the tokenizer
+    with trainer.start():  # workers, data and reward, overlapped (Trainer.start_up)
         history = trainer.fit()
         if config.trainer.val_only:
             print_evaluation(history[0], trainer.run_dir)

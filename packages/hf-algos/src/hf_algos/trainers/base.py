@@ -26,7 +26,7 @@ import logging
 import multiprocessing
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from hf_algos.checkpoint import (
     Checkpointable,
@@ -116,6 +116,37 @@ class Trainer:
         self._past_timings: list[CallTiming] = []  # of groups torn down by a restart
         self._config_saved = False  # config.yaml next to the checkpoints
         self._workers_started = False  # start_workers() ran, build_workers() not yet
+        self.started = False
+        """:meth:`start` ran: the workers, data and reward are up."""
+
+    # ------------------------------------------------------------------ start-up
+
+    def start(self) -> Self:
+        """Start the run once: the trainer's :meth:`start_up` (data, reward, worker groups,
+        the slow parts overlapped). ``with trainer:`` and :meth:`fit` call it; the
+        ``hybridflow`` command calls it explicitly. On a failure every worker and process
+        started so far is ended before the error propagates."""
+        if self.started:
+            return self
+        try:
+            self.start_up()
+        except BaseException:
+            self.shutdown()
+            raise
+        self.started = True
+        return self
+
+    def start_up(self) -> None:
+        """The trainer's start-up sequence; the base builds the worker groups of
+        :meth:`worker_classes`. A trainer that loads data or starts a reward overrides it
+        and says in its docstring what overlaps what."""
+        self.build_workers()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
 
     # ------------------------------------------------------------------ workers
 
@@ -209,6 +240,7 @@ class Trainer:
 
     def fit(self) -> list[Metrics]:
         """Train until :attr:`total_steps`; returns the metrics of the steps run here."""
+        self.start()
         config = self.trainer_config
         self._initial_state = copy.deepcopy(self._driver_state())
         self.resume()  # first: a resumed run continues the run id of its checkpoint

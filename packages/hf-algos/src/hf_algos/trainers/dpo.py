@@ -29,6 +29,7 @@ from hf_algos.data import (
     make_preference_batch,
 )
 from hf_algos.losses import dpo_loss_fn
+from hf_algos.rewards import RewardManager
 from hf_algos.tracking import compute_data_metrics, compute_timing_metrics, timed, timing_metrics
 from hf_algos.trainers import builders
 from hf_algos.trainers.base import Metrics, Trainer, WorkerClasses
@@ -57,6 +58,12 @@ class DPOTrainer(Trainer):
         self.config = config
         self.online = config.dpo.online
         self.tokenizer = builders.load_tokenizer(config.data, config.actor)
+        self.reward: RewardManager | None = None
+
+    def start_up(self) -> None:
+        """Load the pairs (online: the prompts), then start the actor and reference groups
+        (online: and the rollout) and build their models; online, the reward starts last."""
+        config = self.config
         if self.online:
             self.loader = builders.rl_loader(config.data, self.tokenizer)
         else:
@@ -97,11 +104,10 @@ class DPOTrainer(Trainer):
         )
         self._worker_classes: WorkerClasses = (roles, rollout)
         self.build_workers()
-        self.reward = (
-            builders.reward_manager(config.reward, self.tokenizer, self.loader.dataset)
-            if self.online
-            else None
-        )
+        if self.online:
+            self.reward = builders.reward_manager(
+                config.reward, self.tokenizer, self.loader.dataset
+            )
 
     def worker_classes(self) -> WorkerClasses:
         """Actor with the DPO loss, its frozen reference and (online) the rollout."""
@@ -200,9 +206,3 @@ class DPOTrainer(Trainer):
         if self.reward is not None:
             self.reward.close()
         super().shutdown()
-
-    def __enter__(self) -> DPOTrainer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()

@@ -99,8 +99,10 @@ CRITIC_UPDATE_FIELDS = (*MODEL_FIELDS, fields.VALUES, fields.RETURNS)
 class PPOTrainer(Trainer):
     """Builds the worker groups of an :class:`~hf_algos.config.RLConfig` and trains.
 
-    ``PPOTrainer(config).fit()`` runs the whole job; call :meth:`shutdown` (or use it as a
-    context manager) to end the workers.
+    ``with PPOTrainer(config) as trainer: trainer.fit()`` runs the whole job: constructing
+    it checks the config and loads the tokenizer, :meth:`start` (called by ``with`` and
+    :meth:`fit`) starts the workers, data and reward (:meth:`start_up`), and leaving the
+    block ends them (:meth:`shutdown`).
     """
 
     def __init__(self, config: RLConfig) -> None:
@@ -117,44 +119,49 @@ class PPOTrainer(Trainer):
         self.use_critic = "critic" in needed
         self.use_ref = "ref" in needed
         self.actor_is_reference = self.use_ref and config.actor.lora.enabled
-        turns = config.rollout.multi_turn
-        env_only = turns.enable and turns.reward == "environment"  # no reward function runs
-        # rule-based scoring reads data_source, ground truth
-        rules = config.reward.model is None and not env_only
         self.reward: RewardScorer
-        try:
-            # Start early: with Ray, the worker processes start and import torch (seconds)
-            # while the driver starts the reward and loads the data below.
-            self.start_workers()
-            manager: RewardManager | None = None
-            if rules:
-                # A reward function that cannot be loaded fails here, within seconds; its
-                # scoring process starts and scores one row while the data loads.
-                manager = builders.reward_manager(config.reward, self.tokenizer)
-                self.reward = manager
-                manager.start()
-            if env_only:
-                self.reward = MultiTurnScorer(None, "environment")
-            elif manager is not None and turns.enable:
-                self.reward = MultiTurnScorer(manager, turns.reward)
-            data = data_with_tools(config.data, turns)
-            # one function for every row (reward.function_path): data_source is optional
-            fields_needed = rules and config.reward.function_path is None
-            self.loader = builders.rl_loader(data, self.tokenizer, fields_needed)
-            self.val_data = (
-                builders.val_dataset(data, self.tokenizer, fields_needed)
-                if data.val_files
-                else None
-            )
-            check = manager.check_async(builders.check_row(self._check_rows())) if manager else None
-            self.build_workers()  # waits for the workers started above, builds the models
-            if check is not None:
-                check.result()  # e.g. a function the scoring process cannot load
-            self.pipeline = async_rollout(self) if config.trainer.async_mode != "off" else None
-            self._async_metrics: Metrics = {}
-        except BaseException:
-            self.shutdown()
-            raise
+        self.pipeline: AsyncRollout | None = None
+        self._async_metrics: Metrics = {}
+
+    def start_up(self) -> None:
+        """Start the run, the slow parts overlapped, in this order:
+
+        1. the reward's scoring process starts and imports the reward function (one that
+           cannot be loaded fails here, within seconds, before any worker starts);
+        2. the data loads (the run's length, and with it the workers' LR schedules, may be
+           its epochs);
+        3. the worker groups start: with Ray their processes start, import torch and build
+           their classes in the background (the ``hybridflow`` command started Ray and the
+           processes even earlier), while 4. the scoring process scores one row;
+        5. the workers build their models and the rollout gets the actor's weights;
+        6. in an async mode, the generation pipeline starts.
+        """
+        config, turns = self.config, self.config.rollout.multi_turn
+        env_only = turns.enable and turns.reward == "environment"  # no reward function runs
+        rules = config.reward.model is None and not env_only  # data_source, ground truth
+        manager: RewardManager | None = None
+        if rules:
+            manager = builders.reward_manager(config.reward, self.tokenizer)
+            self.reward = manager
+            manager.start()
+        if env_only:
+            self.reward = MultiTurnScorer(None, "environment")
+        elif manager is not None and turns.enable:
+            self.reward = MultiTurnScorer(manager, turns.reward)
+        data = data_with_tools(config.data, turns)
+        # one function for every row (reward.function_path): data_source is optional
+        fields_needed = rules and config.reward.function_path is None
+        self.loader = builders.rl_loader(data, self.tokenizer, fields_needed)
+        self.val_data = (
+            builders.val_dataset(data, self.tokenizer, fields_needed) if data.val_files else None
+        )
+        self.start_workers()
+        check = manager.check_async(builders.check_row(self._check_rows())) if manager else None
+        self.build_workers()  # waits for the workers started above, builds the models
+        if check is not None:
+            check.result()  # e.g. a function the scoring process cannot load
+        if config.trainer.async_mode != "off":
+            self.pipeline = async_rollout(self)
 
     def worker_classes(self) -> WorkerClasses:
         """Actor (+ reference, critic, reward model as needed) and the rollout."""
@@ -439,12 +446,6 @@ class PPOTrainer(Trainer):
         if reward is not None:
             reward.close()
         super().shutdown()
-
-    def __enter__(self) -> PPOTrainer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
 
 
 def roles_needed(config: RLConfig, estimator: AdvantageEstimator) -> frozenset[str]:

@@ -26,8 +26,11 @@ class SFTTrainer(Trainer):
     def __init__(self, config: SFTConfig) -> None:
         super().__init__(config.trainer, config_to_dict(config))
         self.config = config
-        self.tokenizer = tokenizer = builders.load_tokenizer(config.data, config.actor)
-        data = config.data
+        self.tokenizer = builders.load_tokenizer(config.data, config.actor)
+
+    def start_up(self) -> None:
+        """Load and tokenize the rows, then start the actor group and build its model."""
+        config, tokenizer, data = self.config, self.tokenizer, self.config.data
         dataset = SFTDataset(data.train_files, tokenizer, config)
         self.loader = StatefulDataLoader(dataset, data.train_batch_size, data.shuffle, data.seed)
         self.val_data = SFTDataset(data.val_files, tokenizer, config) if data.val_files else None
@@ -67,9 +70,3 @@ class SFTTrainer(Trainer):
         log_probs = tensors(output)[fields.OLD_LOG_PROBS]
         mask = tensors(batch)[fields.RESPONSE_MASK].to(log_probs.dtype)
         return {"val/sft_nll": float(-(log_probs * mask).sum() / mask.sum())}
-
-    def __enter__(self) -> SFTTrainer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
