@@ -18,6 +18,8 @@ from hf_algos.data import (
     read_rows,
     write_rows,
 )
+from hf_controller import ConfigurationError
+from hf_protocol import DataProto
 
 from .toy_task import make_sort_digits_rows
 
@@ -194,6 +196,65 @@ def test_loader_rejects_mismatched_state(plain_tokenizer) -> None:
     state = _loader(plain_tokenizer).state_dict()
     with pytest.raises(ValueError, match="seed"):
         _loader(plain_tokenizer, seed=8).load_state_dict(state)
+
+
+def test_loader_resumes_from_a_state_written_before_torchdata(plain_tokenizer) -> None:
+    """A checkpoint of hf-algos <= 0.13 holds the position only, without torchdata's state:
+    it continues with the same next batch, and is translated into torchdata's own state."""
+    reference = _loader(plain_tokenizer)
+    expected = [_ids(b) for _ in range(3) for b in reference]
+    num_rows = len(reference.dataset)
+    for drawn in (1, 3, 5):  # mid-epoch, at an epoch boundary, mid second epoch
+        epoch, batch_in_epoch = divmod(drawn, 3)
+        old_state = {
+            "epoch": epoch,
+            "batch_in_epoch": batch_in_epoch,
+            "seed": 7,
+            "num_rows": num_rows,
+            "batch_size": 3,
+        }
+        resumed = _loader(plain_tokenizer)
+        resumed.load_state_dict(old_state)
+        same_place = _loader(plain_tokenizer)
+        for _ in range(drawn):
+            same_place.next_batch()
+        assert resumed.state_dict() == same_place.state_dict(), f"after {drawn} batches"
+        rest = [_ids(resumed.next_batch()) for _ in range(len(expected) - drawn)]
+        assert rest == expected[drawn:], f"resume after {drawn} batches"
+
+
+def test_loader_epoch_order_is_the_permutation_seeded_with_seed_plus_epoch(
+    plain_tokenizer,  # type: ignore[no-untyped-def]
+) -> None:
+    """The order every hf-algos version served, so a position saved by any resumes on the
+    same rows."""
+    loader = _loader(plain_tokenizer, seed=7)
+    dataset = loader.dataset
+    for epoch in range(2):
+        order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(7 + epoch))
+        assert loader.epoch_order(epoch) == order.tolist()
+        chunks = [order[b * 3 : (b + 1) * 3].tolist() for b in range(3)]
+        expected = [_ids(dataset.collate([dataset[i] for i in chunk])) for chunk in chunks]
+        assert [_ids(b) for b in loader] == expected
+
+
+class _NoRows(list):  # type: ignore[type-arg]
+    """A dataset of no rows (a CollatingDataset)."""
+
+    def collate(self, rows: list) -> DataProto:  # type: ignore[type-arg]
+        raise AssertionError(f"no batch of an empty dataset should be collated, got {rows}")
+
+
+def test_loader_refuses_a_batch_size_that_drop_last_leaves_empty(plain_tokenizer) -> None:
+    rows = make_sort_digits_rows(2, length=4, seed=0)
+    dataset = RLDataset(rows, plain_tokenizer, RLDatasetConfig(max_prompt_length=8))
+    with pytest.raises(ConfigurationError, match=r"fewer than batch_size=3.*lower the batch"):
+        StatefulDataLoader(dataset, batch_size=3, drop_last=True)
+    # (an RLDataset of no rows fails in datasets' map: its error column is never added)
+    loader = StatefulDataLoader(_NoRows(), batch_size=3, drop_last=False)
+    assert list(loader) == [] and loader.state_dict()["epoch"] == 0
+    with pytest.raises(ValueError, match=r"empty.*add data"):
+        loader.next_batch()
 
 
 def test_loader_without_shuffle_keeps_last_partial_batch(plain_tokenizer) -> None:

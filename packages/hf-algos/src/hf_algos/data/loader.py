@@ -1,14 +1,26 @@
-"""A data loader whose position (epoch, batch) is saved in checkpoints and resumed exactly."""
+"""A data loader whose position (epoch, batch) is saved in checkpoints and resumed exactly.
+
+A thin layer over torchdata's ``StatefulDataLoader``: torchdata batches the rows and saves and
+restores the position within an epoch; this layer adds the epochs (a new order each epoch,
+from ``seed + epoch``), the one-batch-at-a-time draw the trainers use, and the checks that a
+saved position belongs to this dataset.
+"""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
-import torch
+from torch.utils.data import DistributedSampler
+from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader
 
 from hf_controller import ConfigurationError
 from hf_protocol import DataProto
+
+TORCHDATA_STATE = "dataloader"
+"""Key of torchdata's own loader state inside :meth:`StatefulDataLoader.state_dict`; a state
+without it was written by the loader before torchdata (hf-algos <= 0.13) and is translated."""
 
 
 class CollatingDataset(Protocol):
@@ -27,6 +39,43 @@ class CollatingDataset(Protocol):
         ...
 
 
+def _epoch_sampler(dataset: CollatingDataset, shuffle: bool, seed: int) -> DistributedSampler[int]:
+    """Row indices of the epoch chosen with ``set_epoch``: a permutation from a generator
+    seeded with ``seed + epoch``, or the rows in order without ``shuffle``.
+
+    That is torch's DistributedSampler with a single replica (the driver loads all rows).
+    """
+    return DistributedSampler(
+        dataset,  # type: ignore[arg-type]  # any sized, indexable rows
+        num_replicas=1,
+        rank=0,
+        shuffle=shuffle,
+        seed=seed,
+    )
+
+
+def _torchdata_loader(
+    rows: Any,
+    sampler: DistributedSampler[int],
+    batch_size: int,
+    drop_last: bool,
+    collate_fn: Callable[[Sequence[Any]], Any],
+) -> Any:
+    """torchdata's loader over ``rows`` in ``sampler``'s order, in this process (no workers)."""
+    with warnings.catch_warnings():
+        # torchdata 0.11 calls torch.set_vital, which newer torch (2.13) deprecates: a
+        # warning per loader that no user can act on
+        warnings.filterwarnings("ignore", message=".*set_vital.*", category=UserWarning)
+        return TorchdataLoader(
+            rows,
+            batch_size=batch_size,
+            sampler=sampler,
+            drop_last=drop_last,
+            collate_fn=collate_fn,
+            num_workers=0,
+        )
+
+
 class StatefulDataLoader:
     """Batches of a dataset, reshuffled each epoch from ``seed``, with a resumable position.
 
@@ -35,7 +84,8 @@ class StatefulDataLoader:
     :meth:`state_dict` taken after a batch was handed out points at the batch after it, so
     a run restored with :meth:`load_state_dict` continues with exactly the next batch (the
     same rows, in the same order). The order of epoch ``e`` depends only on ``seed`` and
-    ``e``.
+    ``e``: a permutation from a generator seeded with ``seed + e``, the same as before this
+    loader ran on torchdata, so a checkpoint of either continues with the same rows.
     """
 
     def __init__(
@@ -61,6 +111,11 @@ class StatefulDataLoader:
         self.seed = seed
         self.drop_last = drop_last
         self.collate_fn = collate_fn or dataset.collate
+        self._sampler = _epoch_sampler(dataset, shuffle, seed)
+        self._loader = _torchdata_loader(
+            dataset, self._sampler, batch_size, drop_last, self.collate_fn
+        )
+        self._batches: Iterator[DataProto] | None = None  # the current epoch's, once drawn
         self.epoch = 0
         self.batch_in_epoch = 0
 
@@ -71,24 +126,16 @@ class StatefulDataLoader:
 
     def epoch_order(self, epoch: int) -> list[int]:
         """Row indices of ``epoch`` in the order they are served."""
-        if not self.shuffle:
-            return list(range(len(self.dataset)))
-        generator = torch.Generator().manual_seed(self.seed + epoch)
-        return torch.randperm(len(self.dataset), generator=generator).tolist()
+        sampler = _epoch_sampler(self.dataset, self.shuffle, self.seed)
+        sampler.set_epoch(epoch)
+        return list(sampler)
 
     def __iter__(self) -> Iterator[DataProto]:
-        epoch, start = self.epoch, self.batch_in_epoch
-        order = self.epoch_order(epoch)
-        for batch_index in range(start, len(self)):
-            indices = order[batch_index * self.batch_size : (batch_index + 1) * self.batch_size]
-            batch = self.collate_fn([self.dataset[i] for i in indices])
-            # Advance before handing the batch out, so a checkpoint taken while it is being
-            # trained on resumes with the next one.
-            if batch_index + 1 == len(self):
-                self.epoch, self.batch_in_epoch = epoch + 1, 0
-            else:
-                self.batch_in_epoch = batch_index + 1
-            yield batch
+        if len(self) == 0:
+            return
+        epoch = self.epoch
+        while self.epoch == epoch:  # the epoch's last batch moves the position on
+            yield self.next_batch()
 
     def next_batch(self) -> DataProto:
         """The batch at the current position, advancing the position past it (into the next
@@ -96,20 +143,42 @@ class StatefulDataLoader:
         e.g. dynamic sampling drawing more prompts within a step."""
         if len(self) == 0:
             raise ValueError("the dataset is empty: there is no batch to draw; add data")
-        return next(iter(self))
+        if self._batches is None:
+            self._batches = iter(self._loader)
+        batch = next(self._batches)
+        # Advance before handing the batch out, so a checkpoint taken while it is being
+        # trained on resumes with the next one.
+        if self.batch_in_epoch + 1 == len(self):
+            self._start_epoch(self.epoch + 1)
+        else:
+            self.batch_in_epoch += 1
+        return batch
 
-    def state_dict(self) -> dict[str, int]:
-        """The position: next epoch and batch, plus what must match on restore."""
+    def _start_epoch(self, epoch: int) -> None:
+        """Point at the first batch of ``epoch``."""
+        self.epoch, self.batch_in_epoch = epoch, 0
+        self._sampler.set_epoch(epoch)
+        self._batches = None
+        self._loader.load_state_dict({})  # {}: drop the finished epoch's iterator and state
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position: next epoch and batch (torchdata's loader state for the batch), plus
+        what must match on restore. Plain data: ints, bools, None, nested dicts."""
         return {
             "epoch": self.epoch,
             "batch_in_epoch": self.batch_in_epoch,
             "seed": self.seed,
             "num_rows": len(self.dataset),
             "batch_size": self.batch_size,
+            TORCHDATA_STATE: self._loader.state_dict(),
         }
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        """Restore a position saved by :meth:`state_dict` (same dataset, batch size, seed)."""
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a position saved by :meth:`state_dict` (same dataset, batch size, seed).
+
+        A state without torchdata's loader state (written by hf-algos <= 0.13, before this
+        loader ran on torchdata) is translated: its epoch and batch give the same next batch.
+        """
         expected = {"seed": self.seed, "num_rows": len(self.dataset), "batch_size": self.batch_size}
         mismatched = {k: (state.get(k), v) for k, v in expected.items() if state.get(k) != v}
         if mismatched:
@@ -119,5 +188,23 @@ class StatefulDataLoader:
             )
         if not 0 <= state["batch_in_epoch"] < max(len(self), 1):
             raise ValueError(f"batch_in_epoch={state['batch_in_epoch']} outside [0, {len(self)})")
-        self.epoch = int(state["epoch"])
+        self._start_epoch(int(state["epoch"]))
         self.batch_in_epoch = int(state["batch_in_epoch"])
+        position = state.get(TORCHDATA_STATE)
+        if position is None:
+            position = self._torchdata_state_at(self.batch_in_epoch)
+        self._loader.load_state_dict(position)
+
+    def _torchdata_state_at(self, batch_in_epoch: int) -> dict[str, Any]:
+        """torchdata's loader state after ``batch_in_epoch`` batches of the current epoch.
+
+        Replays the epoch's row indices only (no row is read or collated), through a torchdata
+        loader of the same sampler and batching, so the state is torchdata's own.
+        """
+        indices = range(len(self.dataset))
+        replay = _torchdata_loader(indices, self._sampler, self.batch_size, self.drop_last, list)
+        batches = iter(replay)
+        for _ in range(batch_in_epoch):
+            next(batches)
+        state: dict[str, Any] = replay.state_dict()
+        return state
