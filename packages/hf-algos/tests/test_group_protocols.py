@@ -14,12 +14,17 @@ import inspect
 import pytest
 
 from hf_algos.trainers import groups
-from hf_algos.trainers.roles import SyncActorWorker
+from hf_algos.trainers.sync_actor import SyncActorWorker
 from hf_engines.workers import CriticWorker, ReferenceWorker, RewardModelWorker
+from hf_rollout.weight_sync import link
 from hf_rollout.workers import RolloutWorker
 
 GROUP_METHODS_ONLY = {"world_size", "execute_all_async", "wait_results"}
 """Methods of the group object itself (``WorkerGroup``), not of its workers."""
+
+PROTOCOL_MODULES = {groups.__name__, link.__name__}
+"""Where the group Protocols declare methods: the roles here, the weight-sync methods (which
+``ActorGroup`` and ``RolloutGroup`` extend) in ``hf_rollout.weight_sync.link``."""
 
 PAIRS = [
     (groups.ActorGroup, SyncActorWorker),
@@ -42,7 +47,7 @@ def _parameters(function: object) -> list[tuple[str, object, object]]:
 def _protocol_methods(protocol: type) -> dict[str, object]:
     methods = {}
     for klass in reversed(protocol.__mro__):
-        if klass.__module__ != groups.__name__:
+        if klass.__module__ not in PROTOCOL_MODULES:
             continue  # typing.Protocol, object, and Checkpointable's own docs-only methods
         for name, value in vars(klass).items():
             if inspect.isfunction(value) and not name.startswith("_"):

@@ -11,7 +11,7 @@ import torch
 import torch.multiprocessing as mp
 
 from hf_rollout.testing import run_ranks
-from hf_rollout.weight_channel import WeightChannel
+from hf_rollout.weight_sync.channel import WeightChannel
 
 pytestmark = pytest.mark.timeout(180)
 

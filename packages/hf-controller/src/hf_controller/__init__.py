@@ -18,9 +18,11 @@ from hf_controller.dispatch import (
 )
 from hf_controller.errors import (
     ConfigurationError,
+    WaitTimeoutError,
     WorkerDiedError,
     WorkerGroupError,
     WorkerTimeoutError,
+    is_worker_death,
 )
 from hf_controller.factory import make_worker_group
 from hf_controller.futures import GroupFuture
@@ -40,6 +42,13 @@ from hf_controller.ray.resource_pool import (
 from hf_controller.ray.worker_group import RayWorkerGroup
 from hf_controller.sharding import split_balanced
 from hf_controller.tracing import CallTiming, export_chrome_trace
+from hf_controller.waiting import (
+    ResultWaiter,
+    dead_workers,
+    wait_all,
+    wait_any,
+    wait_together,
+)
 from hf_controller.worker import Worker
 from hf_controller.worker_class import ClassWithInitArgs, RayClassWithInitArgs
 from hf_controller.worker_group import ResourcePool, WorkerGroup
@@ -62,6 +71,8 @@ __all__ = [
     "RayResourcePool",
     "RayWorkerGroup",
     "ResourcePool",
+    "ResultWaiter",
+    "WaitTimeoutError",
     "Worker",
     "WorkerDiedError",
     "WorkerGroup",
@@ -71,8 +82,10 @@ __all__ = [
     "create_colocated_worker_cls",
     "create_colocated_worker_cls_fused",
     "dashboard_url",
+    "dead_workers",
     "ensure_ray",
     "export_chrome_trace",
+    "is_worker_death",
     "make_nd_compute_dataproto_dispatch_fn",
     "make_worker_group",
     "merge_resource_pool",
@@ -82,4 +95,7 @@ __all__ = [
     "split_resource_pool",
     "start_ray_in_background",
     "update_dispatch_mode",
+    "wait_all",
+    "wait_any",
+    "wait_together",
 ]

@@ -70,3 +70,33 @@ class WorkerTimeoutError(WorkerGroupError):
             for rank in self.ranks
         )
         super().__init__(group, first, method, nodes.get(first, "unknown"), cause, details)
+
+
+class WaitTimeoutError(TimeoutError):
+    """:func:`hf_controller.wait_all` gave up: ``timeout_s`` passed before every handle had
+    finished. ``what`` names what was waited for; ``pending`` counts the unfinished ones."""
+
+    def __init__(self, what: str, pending: int, total: int, timeout_s: float) -> None:
+        self.what = what
+        self.pending = pending
+        self.total = total
+        self.timeout_s = timeout_s
+        super().__init__(
+            f"waited {timeout_s:g}s for {what}: {pending} of {total} had not finished; raise "
+            f"timeout_s if they are just slow, else look at what the workers are doing "
+            f"(their logs, or a group call's deadline, which dumps their stacks)"
+        )
+
+
+def is_worker_death(error: BaseException) -> bool:
+    """Whether ``error`` means a worker process died (what a restart can recover from).
+
+    True for a group call's :class:`WorkerDiedError` and for the error a raw handle of a dead
+    worker raises (Ray's ``RayActorError``, e.g. from :func:`hf_controller.wait_all`); a
+    remote exception, a timeout or a driver-side error is not a death.
+    """
+    if isinstance(error, WorkerDiedError):
+        return True
+    import ray.exceptions  # here: this module stays importable without starting Ray
+
+    return isinstance(error, ray.exceptions.RayActorError)

@@ -19,7 +19,13 @@ from hf_rollout.registry import (
     register_rollout_backend,
     rollout_backend_class,
 )
-from hf_rollout.weight_channel import WeightChannel, WeightChannelError
+from hf_rollout.weight_sync import (
+    WeightChannel,
+    WeightChannelError,
+    WeightLink,
+    WeightReceiver,
+    WeightSender,
+)
 
 try:  # the installed distribution's version, so it cannot drift from pyproject.toml
     __version__ = _distribution_version("hf-rollout")
@@ -34,6 +40,9 @@ __all__ = [
     "SamplingConfig",
     "WeightChannel",
     "WeightChannelError",
+    "WeightLink",
+    "WeightReceiver",
+    "WeightSender",
     "build_output_from_samples",
     "build_rollout",
     "build_rollout_output",

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any
-
-import torch
+from collections.abc import Mapping
 
 from hf_controller import Dispatch, Worker, register
 from hf_protocol import DataProto, fields, left_pad
@@ -15,9 +12,10 @@ from hf_rollout.base import RolloutEngine, pad_responses_to
 from hf_rollout.config import RolloutConfig, SamplingConfig
 from hf_rollout.multiturn.agent import AgentRollout
 from hf_rollout.registry import build_rollout
-from hf_rollout.weight_channel import DEFAULT_TIMEOUT_S, WeightChannel
+from hf_rollout.weight_sync.channel import DEFAULT_TIMEOUT_S
+from hf_rollout.weight_sync.receiver import NamedTensors, WeightReceiver, fused_actor_weights
 
-NamedTensors = Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor]
+__all__ = ["NamedTensors", "RolloutWorker", "request_sampling"]
 
 
 class RolloutWorker(Worker):
@@ -34,16 +32,17 @@ class RolloutWorker(Worker):
     when given (set it when several ranks get raw prompts, for the same reason). Per-call
     seeds and the engine's generator are offset by the rank, so ranks draw differently.
 
-    In the ``separate`` placement the weights arrive over a :class:`WeightChannel`
+    In the ``separate`` placement the weights arrive over a :class:`~hf_rollout.WeightChannel`
     (:meth:`join_weight_channel` once, then :meth:`receive_weights` per sync, issued
-    non-blocking by the driver together with the actor's send).
+    non-blocking by the driver together with the actor's send); the weight methods delegate
+    to a :class:`~hf_rollout.weight_sync.WeightReceiver` (:mod:`hf_rollout.weight_sync`).
     """
 
     def __init__(self, config: RolloutConfig) -> None:
         super().__init__()
         self.config = config
         self._engine: RolloutEngine | None = None
-        self._channel: WeightChannel | None = None
+        self._weights = WeightReceiver("RolloutWorker")
         self._agent: AgentRollout | None = None
 
     @property
@@ -123,23 +122,10 @@ class RolloutWorker(Worker):
         so every rank takes part.
         """
         if named_tensors is None:
-            named_tensors = self._fused_actor_params()
+            named_tensors = fused_actor_weights(getattr(self, "fused_workers", None))
         elif isinstance(named_tensors, Mapping):
             named_tensors = named_tensors.items()
         self.engine.update_weights(named_tensors)
-
-    def _fused_actor_params(self) -> Iterable[tuple[str, torch.Tensor]]:
-        fused: dict[str, Any] = getattr(self, "fused_workers", None) or {}
-        actor = fused.get("actor")
-        if actor is None or not hasattr(actor, "iter_full_params"):
-            raise ValueError(
-                "update_weights() without tensors reads the fused 'actor' role, but this "
-                f"worker has fused roles {sorted(fused)}; fuse the rollout with an actor "
-                "(create_colocated_worker_cls_fused({'actor': ..., 'rollout': ...})) or pass "
-                "the named tensors"
-            )
-        params: Iterable[tuple[str, torch.Tensor]] = actor.iter_full_params()
-        return params
 
     @register(Dispatch.ONE_TO_ALL, blocking=False)
     def join_weight_channel(
@@ -155,34 +141,18 @@ class RolloutWorker(Worker):
         A rendezvous: the driver issues it together with the actor's join and waits for
         both (non-blocking, so the driver gets object refs that resolve to ``None``).
         """
-        self.close_weight_channel()
-        self._channel = WeightChannel.join(host, port, 1 + self.rank, world_size, timeout_s, device)
+        self._weights.join(host, port, self.rank, world_size, device, timeout_s)
 
     @register(Dispatch.ONE_TO_ALL, blocking=False)
     def receive_weights(self) -> None:
         """Load one sync from the weight channel, streaming it bucket by bucket into the
         engine's ``update_weights``; issued together with the actor's ``send_weights``."""
-        if self._channel is None:
-            raise RuntimeError(
-                "RolloutWorker.receive_weights: no weight channel; call "
-                "join_weight_channel(host, port, world_size) first"
-            )
-        # An engine that names its tensors (the native one) gets them received in place;
-        # the others (vLLM's load_weights) get the stream of views as before.
-        destinations = getattr(self.engine, "weight_destinations", None)
-        stream = self._channel.receive(destinations() if callable(destinations) else None)
-        self.engine.update_weights(stream)
-        # An engine that stopped early leaves buckets in flight: drain them so the next sync
-        # starts at a bucket boundary instead of reading this one's tail.
-        for _ in stream:
-            pass
+        self._weights.receive_into(self.engine)
 
     @register(Dispatch.ONE_TO_ALL)
     def close_weight_channel(self) -> None:
         """Leave the weight channel, if joined."""
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
+        self._weights.close()
 
     @register(Dispatch.ONE_TO_ALL)
     def sleep(self) -> None:

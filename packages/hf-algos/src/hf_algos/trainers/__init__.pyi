@@ -12,6 +12,6 @@ from .groups import RewardScorer as RewardScorer
 from .groups import RolloutGroup as RolloutGroup
 from .ppo import PPOTrainer as PPOTrainer
 from .roles import RoleGroups as RoleGroups
-from .roles import SyncActorWorker as SyncActorWorker
 from .roles import build_role_groups as build_role_groups
 from .sft import SFTTrainer as SFTTrainer
+from .sync_actor import SyncActorWorker as SyncActorWorker

@@ -47,11 +47,13 @@ from hf_algos.trainers.async_batches import (
     to_plain,
 )
 from hf_algos.trainers.async_partial import PartialGeneration
-from hf_algos.trainers.roles import RoleGroups, wait_together
+from hf_algos.trainers.roles import RoleGroups
 from hf_algos.trainers.worker_io import PROMPT_FIELDS, tensors
+from hf_controller import wait_any
 from hf_protocol import DataProto, fields
 from hf_rollout import SamplingConfig
 from hf_rollout.base import stop_ids_for
+from hf_rollout.weight_sync import WeightPush
 
 Metrics = dict[str, float]
 
@@ -114,7 +116,7 @@ class AsyncRollout:
         self.issued = 0  # loader batches drawn into jobs
         self.rollout_version = 0  # policy version of the rollout's weights (after its queue)
         self.stale_dropped_total = 0
-        self._push: list[tuple[str, object, list[Any]]] = []
+        self._push: WeightPush | None = None  # the push in flight
 
     # ------------------------------------------------------------------ the step
 
@@ -213,13 +215,11 @@ class AsyncRollout:
     def _finish(self, job: GenerationJob) -> DataProto:
         """Wait for ``job``'s samples; meanwhile continue any other job whose chunk ends, so
         the rollout's queue never runs dry."""
-        import ray
-
         while job.output is None:
             if job.handles is None:
                 self._issue(job)
             pending = {h: j for j in (job, *self.queue) if j.handles for h in j.handles}
-            ready, _ = ray.wait(list(pending), num_returns=1)
+            ready = wait_any(list(pending))
             self._advance(pending[ready[0]])
         return job.output
 
@@ -262,18 +262,13 @@ class AsyncRollout:
         The send is buffered: the actor snapshots its weights and goes on to the next
         training call while the rollout still generates the calls queued before the push;
         the snapshot is taken before that call, so the rollout gets exactly ``version``."""
-        roles = self._roles()
-        send = roles.actor.send_weights(roles.weight_bucket_bytes, buffered=True)
-        self._push = [
-            ("send_weights", roles.actor, send),
-            ("receive_weights", roles.rollout, roles.rollout.receive_weights()),
-        ]
+        self._push = self._roles().weights.start_push(buffered=True)
         self.rollout_version = version
 
     def _wait_push(self) -> None:
-        if self._push:
-            calls, self._push = self._push, []
-            wait_together(*calls)
+        push, self._push = self._push, None
+        if push is not None:
+            push.wait()
 
     # ------------------------------------------------------------------ checkpoint
 
@@ -281,12 +276,8 @@ class AsyncRollout:
         """What is in flight: each queued job's prompts and, if finished, its samples; the
         number of loader batches drawn and the staleness counters (tensors and plain data,
         as checkpoints load with ``weights_only=True``)."""
-        import ray
-
         for job in self.queue:  # take what has finished; the rest is generated again
-            while job.handles and len(
-                ray.wait(job.handles, num_returns=len(job.handles), timeout=0)[0]
-            ) == len(job.handles):
+            while job.handles and len(wait_any(job.handles, timeout_s=0)) == len(job.handles):
                 self._advance(job)
         jobs = [
             {
@@ -316,4 +307,4 @@ class AsyncRollout:
         self.issued = int(state["issued"])
         self.stale_dropped_total = int(state["stale_dropped_total"])
         self.rollout_version = version
-        self._push = []
+        self._push = None

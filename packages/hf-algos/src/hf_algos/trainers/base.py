@@ -38,8 +38,13 @@ from hf_algos.config.sections import TrainerSection
 from hf_algos.data import StatefulDataLoader
 from hf_algos.tracking import CONFIG_FILE, Generation, Tracking, write_config
 from hf_algos.trainers.roles import RoleGroups, build_role_groups
-from hf_controller import CallTiming, RayClassWithInitArgs, export_chrome_trace
-from hf_controller.errors import WorkerDiedError, WorkerGroupError
+from hf_controller import (
+    CallTiming,
+    RayClassWithInitArgs,
+    WorkerGroupError,
+    export_chrome_trace,
+    is_worker_death,
+)
 from hf_protocol import DataProto
 
 logger = logging.getLogger(__name__)
@@ -51,13 +56,6 @@ WorkerClasses = tuple[dict[str, RayClassWithInitArgs], RayClassWithInitArgs | No
 
 class RestartsExhaustedError(RuntimeError):
     """A worker died again after the run had used all ``trainer.max_restarts`` restarts."""
-
-
-def is_worker_death(error: BaseException) -> bool:
-    """Whether ``error`` means a worker process died (what a restart can recover from)."""
-    import ray.exceptions
-
-    return isinstance(error, WorkerDiedError | ray.exceptions.RayActorError)
 
 
 def refuse_in_reimported_main() -> None:

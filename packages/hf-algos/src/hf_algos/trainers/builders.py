@@ -27,7 +27,7 @@ from hf_algos.rewards.registry import RewardEntry, scoring_call_of
 from hf_algos.rewards.user_file import FileScoringFunction
 from hf_algos.rewards.weighted import WeightedRewardFunctions
 from hf_algos.trainers.multiturn import rollout_multi_turn
-from hf_algos.trainers.roles import SyncActorWorker
+from hf_algos.trainers.sync_actor import SyncActorWorker
 from hf_controller import ConfigurationError, RayClassWithInitArgs
 from hf_engines import EngineConfig, LossFn
 from hf_engines.workers import (
@@ -164,7 +164,7 @@ def actor_class(
     rollout_correction: CorrectionSettings | None = None,
     run_steps: int | None = None,
 ) -> RayClassWithInitArgs:
-    """The actor role (a :class:`~hf_algos.trainers.roles.SyncActorWorker`) with its loss;
+    """The actor role (a :class:`~hf_algos.trainers.sync_actor.SyncActorWorker`) with its loss;
     ``rollout_correction`` is applied in the loss when the old log-probs come from the
     update itself (see :func:`~hf_algos.trainers.ppo.old_log_probs_from_update`);
     ``run_steps``: the run's optimizer steps (:func:`optimizer_steps`)."""

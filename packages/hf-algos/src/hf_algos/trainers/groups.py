@@ -10,11 +10,13 @@ and "go to definition" lands here, next to the return shape of each call:
 * ``ONE_TO_ALL`` methods (``init_model``, checkpoints, ...) run on every rank with the same
   arguments and return a list with one result per rank;
 * non-blocking methods (the weight channel's joins and transfers) return one handle per
-  rank at once; :func:`hf_algos.trainers.roles.wait_together` waits for them.
+  rank at once; :func:`hf_controller.wait_together` waits for them.
 
-The worker classes behind them: ``hf_engines.workers`` (actor, critic, reference, reward
-model), :class:`~hf_algos.trainers.roles.SyncActorWorker` (the weight channel's sender) and
-:class:`hf_rollout.workers.RolloutWorker`.
+The weight-sync methods are declared once, by :mod:`hf_rollout.weight_sync`'s
+``WeightSenderGroup`` and ``WeightReceiverGroup``, which ``ActorGroup`` and ``RolloutGroup``
+extend. The worker classes behind them: ``hf_engines.workers`` (actor, critic, reference,
+reward model), :class:`~hf_algos.trainers.sync_actor.SyncActorWorker` (the weight channel's
+sender) and :class:`hf_rollout.workers.RolloutWorker`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 from hf_algos.checkpoint import Checkpointable
 from hf_protocol import DataProto
-from hf_rollout.workers import NamedTensors
+from hf_rollout.weight_sync import WeightReceiverGroup, WeightSenderGroup
 
 __all__ = [
     "ActorGroup",
@@ -82,8 +84,9 @@ class TrainableGroup(EngineGroup, Checkpointable, Protocol):
         ...
 
 
-class ActorGroup(TrainableGroup, Protocol):
-    """The policy: :class:`~hf_algos.trainers.roles.SyncActorWorker` ranks."""
+class ActorGroup(TrainableGroup, WeightSenderGroup, Protocol):
+    """The policy: :class:`~hf_algos.trainers.sync_actor.SyncActorWorker` ranks (the weight
+    channel's methods come from :class:`~hf_rollout.weight_sync.WeightSenderGroup`)."""
 
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """``old_log_probs`` and ``entropys`` ``(B, R)`` of the responses in ``data``."""
@@ -91,26 +94,6 @@ class ActorGroup(TrainableGroup, Protocol):
 
     def update_actor(self, data: DataProto) -> DataProto:
         """Policy update on ``data``; the output holds only ``meta_info["metrics"]``."""
-        ...
-
-    def weight_channel_address(self) -> tuple[str, int]:
-        """``(host, port)`` on rank 0's node for the weight channel (rank 0 only)."""
-        ...
-
-    def join_weight_channel(
-        self, host: str, port: int, world_size: int, device: str = "cpu", timeout_s: float = 300.0
-    ) -> list[Any]:
-        """Rank 0 joins the weight channel as its sender (waiting at most ``timeout_s`` for
-        every member); non-blocking: one handle per rank."""
-        ...
-
-    def send_weights(self, bucket_bytes: int, buffered: bool = False) -> list[Any]:
-        """Stream the full weights into the channel; non-blocking: one handle per rank.
-        ``buffered``: rank 0 returns once it has copied them (the broadcasts go on)."""
-        ...
-
-    def close_weight_channel(self) -> list[None]:
-        """Leave the weight channel, every rank."""
         ...
 
 
@@ -142,8 +125,10 @@ class RewardModelGroup(EngineGroup, Protocol):
         ...
 
 
-class RolloutGroup(Protocol):
-    """Generation: :class:`hf_rollout.workers.RolloutWorker` ranks."""
+class RolloutGroup(WeightReceiverGroup, Protocol):
+    """Generation: :class:`hf_rollout.workers.RolloutWorker` ranks (``world_size``,
+    ``wait_results`` and the weight methods come from
+    :class:`~hf_rollout.weight_sync.WeightReceiverGroup`)."""
 
     def init_model(self) -> list[None]:
         """Build the rollout engine on every rank."""
@@ -154,43 +139,9 @@ class RolloutGroup(Protocol):
         :class:`hf_rollout.SamplingConfig`) says; rows of one prompt are adjacent."""
         ...
 
-    @property
-    def world_size(self) -> int:
-        """Number of rollout ranks."""
-        ...
-
     def execute_all_async(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
         """Start ``method_name`` on every rank (a world-size list goes one entry per rank);
         one handle per rank, for :meth:`wait_results` (the async modes' generations)."""
-        ...
-
-    def wait_results(
-        self,
-        method: str,
-        handles: list[Any],
-        ranks: list[int] | None = None,
-        timeout_s: float | None = None,
-    ) -> list[Any]:
-        """Results of a non-blocking call's handles, in rank order; a failure names the rank."""
-        ...
-
-    def update_weights(self, named_tensors: NamedTensors | None = None) -> list[None]:
-        """Load full weights; with no argument, from the fused actor in the same process."""
-        ...
-
-    def join_weight_channel(
-        self, host: str, port: int, world_size: int, device: str = "cpu", timeout_s: float = 300.0
-    ) -> list[Any]:
-        """Rank ``r`` joins the weight channel as channel rank ``1 + r`` (waiting at most
-        ``timeout_s`` for every member); non-blocking."""
-        ...
-
-    def receive_weights(self) -> list[Any]:
-        """Load one sync from the weight channel; non-blocking: one handle per rank."""
-        ...
-
-    def close_weight_channel(self) -> list[None]:
-        """Leave the weight channel, every rank."""
         ...
 
     def sleep(self) -> list[None]:

@@ -1,4 +1,4 @@
-"""Worker groups of a trainer, placed as the config says, and the actor -> rollout weight sync.
+"""Worker groups of a trainer, placed as the config says, and their actor -> rollout weight link.
 
 Two placements (``trainer.placement``):
 
@@ -10,6 +10,9 @@ Two placements (``trainer.placement``):
   and the rollout ranks share a :class:`~hf_rollout.WeightChannel` (a torch.distributed
   group of its own), and a sync streams the weights through it in buckets. The driver only
   issues the calls: no tensor passes through it or the object store.
+
+Either way the pairing is a :class:`hf_rollout.WeightLink` (:attr:`RoleGroups.weights`); the
+actor's workers are :class:`~hf_algos.trainers.sync_actor.SyncActorWorker`.
 
 ``trainer.backend=local`` runs the (single) fused worker inside the driver process.
 """
@@ -34,83 +37,14 @@ from hf_algos.trainers.groups import (
 from hf_algos.trainers.placement import require_gpus, take_early_pool, worker_pool
 from hf_controller import (
     CallTiming,
-    Dispatch,
     RayClassWithInitArgs,
     RayResourcePool,
     create_colocated_worker_cls_fused,
+    dead_workers,
     ensure_ray,
     make_worker_group,
-    register,
 )
-from hf_controller.worker import master_address
-from hf_engines.workers import ActorWorker
-from hf_rollout import WeightChannel
-from hf_rollout.weight_channel import DEFAULT_TIMEOUT_S
-
-
-class SyncActorWorker(ActorWorker):
-    """An :class:`~hf_engines.workers.ActorWorker` that can also send its full weights.
-
-    In the ``separate`` placement, rank 0 hosts a :class:`~hf_rollout.WeightChannel` that
-    the rollout ranks join; :meth:`send_weights` streams the weight-sync iterator into it.
-    Every rank takes part in the iteration (it is collective under FSDP); only rank 0 sends.
-    """
-
-    _weight_channel: WeightChannel | None = None
-
-    @register(Dispatch.RANK_ZERO)
-    def weight_channel_address(self) -> tuple[str, int]:
-        """A ``(host, port)`` on rank 0's node for the weight channel's rendezvous."""
-        return master_address()
-
-    @register(Dispatch.ONE_TO_ALL, blocking=False)
-    def join_weight_channel(
-        self,
-        host: str,
-        port: int,
-        world_size: int,
-        device: str = "cpu",
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-    ) -> None:
-        """Rank 0 joins the weight channel at ``host:port`` as its sender (channel rank 0);
-        the other ranks have nothing to join. Issued together with the rollout's join."""
-        self.close_weight_channel()
-        if self.rank == 0:
-            self._weight_channel = WeightChannel.join(host, port, 0, world_size, timeout_s, device)
-
-    @register(Dispatch.ONE_TO_ALL, blocking=False)
-    def send_weights(self, bucket_bytes: int, buffered: bool = False) -> None:
-        """Stream ``iter_full_params()`` into the channel in buckets of ``bucket_bytes``.
-
-        Every rank iterates (the gather is collective); rank 0 sends. Issued together with
-        the rollout's ``receive_weights``. ``buffered``: rank 0 copies the weights into
-        reused buffers and returns while the broadcasts run in the background
-        (:meth:`~hf_rollout.WeightChannel.send_buffered`), so the actor's next call (e.g.
-        ``update_actor``) need not wait for a rollout busy generating; that call cannot
-        change what the rollout receives. Costs one copy of the weights on rank 0.
-        """
-        params = self.iter_full_params()
-        if self.rank != 0:
-            for _ in params:
-                pass
-            return
-        if self._weight_channel is None:
-            raise RuntimeError(
-                "SyncActorWorker.send_weights: rank 0 has no weight channel; call "
-                "join_weight_channel(host, port, world_size) first"
-            )
-        if buffered:
-            self._weight_channel.send_buffered(params, bucket_bytes)
-        else:
-            self._weight_channel.send(params, bucket_bytes)
-
-    @register(Dispatch.ONE_TO_ALL)
-    def close_weight_channel(self) -> None:
-        """Leave the weight channel, if joined."""
-        if self._weight_channel is not None:
-            self._weight_channel.close()
-            self._weight_channel = None
-
+from hf_rollout import WeightLink
 
 OptionalRole = Literal["rollout", "ref", "critic", "reward_model"]
 """A role that a run may go without."""
@@ -153,16 +87,21 @@ class RoleGroups:
         self._ref = ref
         self._critic = critic
         self._reward_model = reward_model
-        self.weight_bucket_bytes = weight_bucket_bytes
-        """``separate`` placement: bucket size of the weight channel, in bytes."""
-        self.weight_device = weight_device
-        """``separate`` placement: where the channel's buffers live (``cuda`` uses NCCL)."""
-        self._channel_open = False
+        self._weights = (
+            None
+            if rollout is None
+            else WeightLink(actor, rollout, fused, weight_bucket_bytes, weight_device)
+        )  # separate placement: bucket size of the channel and where its buffers live
 
     @property
     def rollout(self) -> RolloutGroup:
         """Group with ``generate_sequences`` and ``update_weights``."""
         return _present("rollout", self._rollout)
+
+    @property
+    def weights(self) -> WeightLink:
+        """The actor -> rollout weight link (its channel opened by :meth:`init_models`)."""
+        return _present("rollout", self._weights)
 
     @property
     def ref(self) -> ReferenceGroup:
@@ -198,26 +137,8 @@ class RoleGroups:
         for group in self._optional().values():  # ref, critic, reward model, then rollout
             if group is not None and group is not self.actor:  # a LoRA actor is its own ref
                 group.init_model()
-        if not self.fused and self._rollout is not None:
-            self._open_weight_channel(self._rollout)
-
-    def _open_weight_channel(self, rollout: RolloutGroup) -> None:
-        host, port = self.actor.weight_channel_address()
-        world_size = 1 + rollout.world_size  # actor rank 0 + every rollout rank
-        # A rendezvous: both joins must be in flight before either can finish.
-        wait_together(
-            (
-                "join_weight_channel",
-                self.actor,
-                self.actor.join_weight_channel(host, port, world_size, self.weight_device),
-            ),
-            (
-                "join_weight_channel",
-                rollout,
-                rollout.join_weight_channel(host, port, world_size, self.weight_device),
-            ),
-        )
-        self._channel_open = True
+        if self._weights is not None:
+            self._weights.open()  # the separate placement's channel (nothing when fused)
 
     def sync_weights(self) -> None:
         """Load the actor's current weights into the rollout engine(s).
@@ -225,18 +146,12 @@ class RoleGroups:
         ``hybrid``: in process. ``separate``: the actor streams them over the weight channel
         while the rollout loads them; the driver only waits for both (it receives ``None``s).
         """
-        if self.fused:
-            self.rollout.update_weights()  # reads the fused actor in-process, every rank
-            return
-        if not self._channel_open:
+        if self._weights is None or not self._weights.ready:
             raise RuntimeError(
                 "RoleGroups.sync_weights: the weight channel is not open; call init_models() "
                 "first (it opens the channel in the separate placement)"
             )
-        wait_together(
-            ("send_weights", self.actor, self.actor.send_weights(self.weight_bucket_bytes)),
-            ("receive_weights", self.rollout, self.rollout.receive_weights()),
-        )
+        self._weights.push()
 
     def timings(self) -> list[CallTiming]:
         """Dispatch / execute / collect timings of every call on the run's groups (each role
@@ -258,31 +173,12 @@ class RoleGroups:
         dead one is reported: this tells such an error apart from a bug. A worker that does
         not answer within ``timeout_s`` (busy, not dead) is not listed.
         """
-        import ray
-        import ray.exceptions
-
-        pings: dict[Any, str] = {}
-        for item in self.owned:
-            for rank, worker in enumerate(getattr(item, "workers", None) or []):
-                if isinstance(worker, ray.actor.ActorHandle):
-                    name = f"{getattr(item, 'name', 'group')} rank {rank}"
-                    pings[worker.__ray_ready__.remote()] = name
-        ready, _ = ray.wait(list(pings), num_returns=len(pings), timeout=timeout_s)
-        dead = []
-        for ref in ready:
-            try:
-                ray.get(ref)
-            except ray.exceptions.RayActorError:
-                dead.append(pings[ref])
-        return dead
+        return dead_workers(self.owned, timeout_s)
 
     def shutdown(self) -> None:
         """Leave the weight channel, end the worker processes, release their reservations."""
-        if self._channel_open:
-            self._channel_open = False
-            for group in (self.actor, self._rollout):
-                with contextlib.suppress(Exception):  # best effort at teardown
-                    group.close_weight_channel()  # type: ignore[union-attr]
+        if self._weights is not None:
+            self._weights.close()
         for item in self.owned:
             kill = getattr(item, "shutdown", None) or getattr(item, "release", None)
             if kill is not None:
@@ -392,25 +288,3 @@ def _pool(
         require_gpus(trainer.use_gpu, "local", workers, gpus_per_worker)
         return None
     return worker_pool(trainer, workers, name, gpus_per_worker)
-
-
-def wait_together(*calls: tuple[str, object, list[Any]]) -> None:
-    """Wait for the handles of non-blocking calls on several groups at once.
-
-    ``calls`` are ``(method, group, handles)``. A failure on any rank of any group
-    raises at once (the group's error names group, rank, method and node) instead of after
-    the peers of a collective time out. Local-backend handles are already results.
-    """
-    import ray
-
-    pending: dict[Any, tuple[str, object, int]] = {}
-    for method, group, handles in calls:
-        for rank, handle in enumerate(handles):
-            if isinstance(handle, ray.ObjectRef):
-                pending[handle] = (method, group, rank)
-    while pending:
-        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.5)
-        for ref in ready:
-            method, group, rank = pending.pop(ref)
-            # the group's own waiter turns a remote error or a dead worker into a named one
-            group.wait_results(method, [ref], [rank])  # type: ignore[attr-defined]

@@ -1,0 +1,96 @@
+"""The rollout side of weight sync: where a rollout worker's new weights come from.
+
+Two paths, one per placement:
+
+* ``hybrid``: the actor is a fused role of the same process; :func:`fused_actor_weights`
+  reads its ``iter_full_params()`` (collective, so every rank takes part);
+* ``separate``: a :class:`WeightReceiver` joins the actor's :class:`WeightChannel` as
+  channel rank ``1 + rank`` and streams each sync, bucket by bucket, into the engine.
+
+``hf_rollout.workers.RolloutWorker`` holds one :class:`WeightReceiver`; its worker methods
+(``join_weight_channel``, ``receive_weights``, ``close_weight_channel``, ``update_weights``)
+delegate here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+
+from hf_rollout.base import RolloutEngine
+from hf_rollout.weight_sync.channel import DEFAULT_TIMEOUT_S, WeightChannel
+
+__all__ = ["NamedTensors", "WeightReceiver", "fused_actor_weights"]
+
+NamedTensors = Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor]
+"""Full weights as ``(name, tensor)`` pairs or a name -> tensor mapping (names as in the
+Hugging Face model's ``state_dict()``): what a rollout worker's ``update_weights`` takes."""
+
+
+class WeightReceiver:
+    """One rollout rank's membership of the weight channel (none until :meth:`join`).
+
+    ``worker`` names the worker class in errors (``"<worker>.receive_weights: ..."``).
+    """
+
+    def __init__(self, worker: str) -> None:
+        self.worker = worker
+        self.channel: WeightChannel | None = None
+        """The joined channel, or ``None``."""
+
+    def join(
+        self,
+        host: str,
+        port: int,
+        rank: int,
+        world_size: int,
+        device: str = "cpu",
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        """Join the channel at ``host:port`` as channel rank ``1 + rank`` (rollout ``rank``),
+        leaving any channel joined before. A rendezvous with the sender and the other ranks."""
+        self.close()
+        self.channel = WeightChannel.join(host, port, 1 + rank, world_size, timeout_s, device)
+
+    def receive_into(self, engine: RolloutEngine) -> None:
+        """Load one sync from the channel, streaming it bucket by bucket into the engine's
+        ``update_weights``."""
+        if self.channel is None:
+            raise RuntimeError(
+                f"{self.worker}.receive_weights: no weight channel; call "
+                "join_weight_channel(host, port, world_size) first"
+            )
+        # An engine that names its tensors (the native one) gets them received in place;
+        # the others (vLLM's load_weights) get the stream of views as before.
+        destinations = getattr(engine, "weight_destinations", None)
+        stream = self.channel.receive(destinations() if callable(destinations) else None)
+        engine.update_weights(stream)
+        # An engine that stopped early leaves buckets in flight: drain them so the next sync
+        # starts at a bucket boundary instead of reading this one's tail.
+        for _ in stream:
+            pass
+
+    def close(self) -> None:
+        """Leave the channel, if joined."""
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+
+
+def fused_actor_weights(fused_workers: dict[str, Any] | None) -> Iterable[tuple[str, torch.Tensor]]:
+    """The full weights of the ``actor`` role fused into this process
+    (``create_colocated_worker_cls_fused``): its ``iter_full_params()``, collective, so every
+    rank must call it. ``fused_workers`` is the worker's ``fused_workers`` (role -> object)."""
+    fused = fused_workers or {}
+    actor = fused.get("actor")
+    if actor is None or not hasattr(actor, "iter_full_params"):
+        raise ValueError(
+            "update_weights() without tensors reads the fused 'actor' role, but this "
+            f"worker has fused roles {sorted(fused)}; fuse the rollout with an actor "
+            "(create_colocated_worker_cls_fused({'actor': ..., 'rollout': ...})) or pass "
+            "the named tensors"
+        )
+    params: Iterable[tuple[str, torch.Tensor]] = actor.iter_full_params()
+    return params

@@ -1,0 +1,115 @@
+"""hf_rollout.weight_sync end to end on Ray: a WeightLink opens the channel between a 2-rank
+sender group (a worker composing WeightSender, as the trainers' actor does) and 2 rollout
+ranks, pushes, and the rollout then generates with the sender's weights."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from ray import cloudpickle
+from transformers import AutoModelForCausalLM
+
+from hf_controller import (
+    Dispatch,
+    RayClassWithInitArgs,
+    RayResourcePool,
+    RayWorkerGroup,
+    Worker,
+    register,
+)
+from hf_protocol import DataProto
+from hf_rollout import RolloutConfig, SamplingConfig, WeightLink, WeightSender
+from hf_rollout.backends.native import NativeRollout
+from hf_rollout.base import pad_responses_to
+from hf_rollout.testing import make_prompts, random_prompt_ids
+from hf_rollout.weight_sync import DEFAULT_TIMEOUT_S
+from hf_rollout.workers import RolloutWorker
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
+
+PAD = 0
+GREEDY = SamplingConfig(greedy=True, max_new_tokens=6, eos_token_id=1, n=2)
+
+
+class ModelSender(Worker):
+    """Every rank holds a model; its weight methods delegate to a WeightSender."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__()
+        self.model = AutoModelForCausalLM.from_pretrained(model)
+        self.sender = WeightSender("ModelSender")
+
+    def _params(self) -> Iterator[tuple[str, torch.Tensor]]:
+        yield from self.model.state_dict().items()
+
+    @register(Dispatch.RANK_ZERO)
+    def weight_channel_address(self) -> tuple[str, int]:
+        return WeightSender.rendezvous_address()
+
+    @register(Dispatch.ONE_TO_ALL, blocking=False)
+    def join_weight_channel(
+        self,
+        host: str,
+        port: int,
+        world_size: int,
+        device: str = "cpu",
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self.sender.join(host, port, self.rank, world_size, device, timeout_s)
+
+    @register(Dispatch.ONE_TO_ALL, blocking=False)
+    def send_weights(self, bucket_bytes: int, buffered: bool = False) -> None:
+        self.sender.send(self.rank, self._params(), bucket_bytes, buffered)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def close_weight_channel(self) -> None:
+        self.sender.close()
+
+
+def generate(model: Path, prompts: DataProto) -> DataProto:
+    engine = NativeRollout(RolloutConfig(model_path=str(model), pad_token_id=PAD))
+    return pad_responses_to(engine.generate(prompts, GREEDY), GREEDY.max_new_tokens, PAD)
+
+
+@pytest.mark.timeout(300)
+def test_link_opens_pushes_and_closes(ray_session: Any, tiny_models: dict[str, Path]) -> None:
+    sender = RayWorkerGroup(
+        RayResourcePool([2], use_gpu=False),
+        RayClassWithInitArgs(ModelSender, str(tiny_models["qwen2_other"])),
+        name_prefix="sender",
+    )
+    rollout = RayWorkerGroup(
+        RayResourcePool([2], use_gpu=False),
+        RayClassWithInitArgs(
+            RolloutWorker, RolloutConfig(model_path=str(tiny_models["qwen2"]), pad_token_id=PAD)
+        ),
+        name_prefix="rollout",
+    )
+    link = WeightLink(sender, rollout, fused=False, bucket_bytes=1 << 16)  # type: ignore[arg-type]
+    try:
+        rollout.init_model()
+        assert not link.ready
+        with pytest.raises(RuntimeError, match=r"the weight channel is not open; call open\(\)"):
+            link.start_push()
+        link.open()
+        assert link.ready
+        prompts = make_prompts(random_prompt_ids(3, seed=2), PAD)
+        prompts.meta_info["sampling"] = GREEDY
+        expected = generate(tiny_models["qwen2_other"], prompts).batch["responses"]
+        before = rollout.generate_sequences(prompts).batch["responses"]
+        assert not torch.equal(before, expected)  # the two models answer differently
+        link.push()
+        assert torch.equal(rollout.generate_sequences(prompts).batch["responses"], expected)
+        link.start_push(buffered=True).wait()  # a buffered push of the same weights
+        assert torch.equal(rollout.generate_sequences(prompts).batch["responses"], expected)
+        link.close()
+        link.close()  # idempotent
+        assert not link.ready
+    finally:
+        sender.shutdown()
+        rollout.shutdown()
