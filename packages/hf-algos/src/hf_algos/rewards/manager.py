@@ -384,12 +384,12 @@ class RewardManager:
         outcomes: list[ScoringOutcome] = [ScoringOutcome() for _ in samples]
         with self._pool_lock:
             pool = self._pool()
+            deadline = self._deadline(calls, len(samples), len(tasks))  # start-up included
             futures = {
                 pool.submit(task, self._task_timeout(calls, task)): (chunk, task)
                 for chunk, task in tasks
             }
             try:
-                deadline = self._deadline(calls, len(samples), len(tasks))
                 stuck = gather_outcomes(pool, futures, deadline, outcomes)
             except BaseException:
                 # A worker died (or the caller was interrupted): replace the pool.
