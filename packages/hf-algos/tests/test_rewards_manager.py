@@ -266,3 +266,43 @@ def test_pool_closes_while_another_child_process_shares_its_helpers(tmp_path: An
     assert done.returncode == 0, done.stderr[-2000:]
     assert "closed in" in done.stdout
     assert float(done.stdout.split("closed in ")[1].split()[0]) < 15.0
+
+
+def pid_score(solution: str, ground_truth: Any, extra_info: Any = None) -> dict[str, float]:
+    """Scores 1 and says which process scored it."""
+    return {"score": 1.0, "pid": float(os.getpid())}
+
+
+def _task(fn: Any) -> Any:
+    """A one-sample scoring task of ``fn`` (1 s alarm, no CPU-time limit)."""
+    import cloudpickle
+
+    from hf_algos.rewards.registry import scoring_call_of
+    from hf_algos.rewards.scoring_worker import ScoringTask
+
+    sample = {"solution": "x", "ground_truth": "x", "data_source": "t", "extra_info": None}
+    blob = cloudpickle.dumps(scoring_call_of(fn))
+    return ScoringTask(function=blob, samples=[sample], timeout_s=1.0, cpu_limit_s=None)
+
+
+def test_a_task_past_its_deadline_loses_its_process_not_the_pool() -> None:
+    """A task that ignores the alarm is stopped at its own deadline: the pool kills its
+    process, starts another, and scores the next task (pebble's per-task timeout)."""
+    from hf_algos.rewards.pool import ScoringPool
+
+    pool = ScoringPool("forkserver", 1, None)
+    try:
+        # the first call imports this module in the worker; then the process is known
+        first = pool.submit(_task(pid_score), 300.0).result(timeout=300)[0]
+        assert first.status == "ok"
+        stuck = pool.submit(_task(alarm_blocking_score), 3.0)
+        start = time.monotonic()
+        with pytest.raises(TimeoutError):
+            stuck.result(timeout=120)
+        assert time.monotonic() - start < 30  # the task's deadline, not the alarm's 60 s sleep
+        assert not pool.broken
+        again = pool.submit(_task(pid_score), 300.0).result(timeout=300)[0]
+        assert again.score == 1.0 and again.extras["pid"] != first.extras["pid"]
+        assert not os.path.exists(f"/proc/{int(first.extras['pid'])}")  # killed and reaped
+    finally:
+        pool.close(kill=True)

@@ -57,9 +57,11 @@ class RewardManagerConfig:
     timeout_s: float = 10.0
     """Seconds one sample may take; past it the sample scores 0 and is reported."""
     hard_timeout_grace_s: float = 60.0
-    """Extra seconds per batch (process start-up included) before a pool whose worker ignores
-    the alarm (stuck in C code) is replaced; its unfinished samples score 0 and are reported.
-    A worker that dies is reported at once, not at this deadline."""
+    """Extra seconds a task (a chunk of samples: ``timeout_s`` each) may run before its
+    process, which ignores the alarm (stuck in C code), is killed and replaced; its samples
+    score 0 and are reported, and the other tasks go on. A batch not done by then for every
+    round of tasks (process start-up included) replaces the whole pool. A worker that dies
+    is reported at once, not at this deadline."""
     max_error_fraction: float = 0.1
     """Share of a batch's samples that may fail (raise, time out) and score 0; above it
     :meth:`RewardManager.score` raises :class:`RewardError` showing the first failures."""
@@ -213,8 +215,11 @@ class RewardManager:
             raise RewardError(f"a scoring process could not start: {causes}") from error
 
     def _pool(self) -> ScoringPool:
-        """The scoring pool, created (its processes not yet started) if there is none."""
+        """The scoring pool, created (its processes not yet started) if there is none or
+        the last one broke (every worker died while idle)."""
         with self._pool_lock:
+            if self._pools and self._pools[0].broken:
+                self._pools.pop().close(kill=True)
             if not self._pools:
                 self._pools.append(
                     ScoringPool(
@@ -379,21 +384,38 @@ class RewardManager:
         outcomes: list[ScoringOutcome] = [ScoringOutcome() for _ in samples]
         with self._pool_lock:
             pool = self._pool()
-            per_sample = max((calls_per_sample(c) for _, c, _ in calls.values()), default=1)
-            rounds = math.ceil(len(samples) / self.config.num_workers) * per_sample
-            deadline = _now() + self.config.timeout_s * rounds + self.config.hard_timeout_grace_s
-            futures = {pool.submit(task): (chunk, task) for chunk, task in tasks}
+            deadline = self._deadline(calls, len(samples), len(tasks))  # start-up included
+            futures = {
+                pool.submit(task, self._task_timeout(calls, task)): (chunk, task)
+                for chunk, task in tasks
+            }
             try:
-                gather_outcomes(pool, futures, deadline, outcomes)
+                stuck = gather_outcomes(pool, futures, deadline, outcomes)
             except BaseException:
-                # A dead worker broke the pool (or the caller was interrupted): replace it.
+                # A worker died (or the caller was interrupted): replace the pool.
                 self._pools.pop().close(kill=True)
                 raise
-            if any(o.status == "timeout" and o.error.startswith("hard") for o in outcomes):
-                # A worker is stuck: replace the pool so the next batch is not held.
+            if stuck:
+                # The pool did not end a stuck task: replace it so the next batch is not held.
                 self._pools.pop().close(kill=True)
         self._raise_on_fatal(calls, samples, outcomes)
         return outcomes
+
+    def _task_timeout(self, calls: Mapping[str, _Call], task: ScoringTask) -> float:
+        """Seconds ``task`` may run before its process is killed and replaced: each of its
+        calls' ``timeout_s``, plus the grace."""
+        call = calls[task.samples[0]["data_source"]][1]
+        budget = self.config.timeout_s * len(task.samples) * calls_per_sample(call)
+        return budget + self.config.hard_timeout_grace_s
+
+    def _deadline(self, calls: Mapping[str, _Call], samples: int, tasks: int) -> float:
+        """When a batch still not scored means a stuck pool: every round of samples over the
+        workers, and a grace for each round of tasks and for the processes' start-up."""
+        workers = self.config.num_workers
+        per_sample = max((calls_per_sample(c) for _, c, _ in calls.values()), default=1)
+        rounds = math.ceil(samples / workers) * per_sample
+        grace = self.config.hard_timeout_grace_s * (math.ceil(tasks / workers) + 1)
+        return _now() + self.config.timeout_s * rounds + grace
 
     def _raise_on_fatal(
         self,

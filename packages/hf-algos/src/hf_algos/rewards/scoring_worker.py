@@ -3,22 +3,20 @@
 The alarm (``SIGALRM``) interrupts a function that sleeps or loops in Python, so a slow
 sample costs its own timeout and the worker stays usable. A function stuck where signals
 are not handled (inside C code, or one that blocks the alarm) is caught by the manager's
-hard deadline instead, which replaces the whole pool; one that burns CPU there is killed by
+task deadline instead, which replaces that process; one that burns CPU there is killed by
 the CPU-time limit (``SIGXCPU``) and reported as a dead process. The address-space cap makes
-a runaway allocation a ``MemoryError`` of that sample.
+a runaway allocation a ``MemoryError`` of that sample. The limits are
+:mod:`hf_controller.sandbox`'s, shared with the python tool's child process.
 """
 
 from __future__ import annotations
 
-import ctypes
 import inspect
 import math
 import os
 import pickle
-import resource
 import select
 import signal
-import sys
 import threading
 import time
 import traceback
@@ -34,8 +32,8 @@ from hf_algos.rewards.weighted import (
     calls_per_sample,
     combine_outcomes,
 )
+from hf_controller import sandbox
 
-_PR_SET_PDEATHSIG = 1
 _MAX_CACHED_FUNCTIONS = 64
 _loaded: dict[bytes, AnyScoringCall] = {}
 """Functions already unpickled in this process, by their pickled bytes."""
@@ -68,10 +66,11 @@ def _on_alarm(signum: int, frame: Any) -> None:
 def init_scoring_process(max_memory_mb: int | None, driver_pid: int | None = None) -> None:
     """Pool initializer: cap the address space, end with the driver, leave Ctrl-C to it."""
     global _memory_cap_mb
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles it and reaps us
-    if sys.platform == "linux":  # die with our parent (the forkserver, or the driver)
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    # dies with its parent (the forkserver, or the driver), which handles Ctrl-C and reaps it
+    sandbox.confine(max_memory_mb)
+    # Stopping a worker (a task past its deadline, a closing pool) is a SIGTERM: end at once,
+    # even inside C code, rather than in pebble's Python handler.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if driver_pid is not None and driver_pid != os.getppid():
         # A forkserver outlives a killed driver as long as its children hold its "alive"
         # pipe, so a worker must notice the driver's end itself (then the forkserver and the
@@ -79,13 +78,7 @@ def init_scoring_process(max_memory_mb: int | None, driver_pid: int | None = Non
         threading.Thread(
             target=_exit_with, args=(driver_pid,), name="driver-watch", daemon=True
         ).start()
-    if max_memory_mb is not None:
-        _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        limit = max_memory_mb * 1024 * 1024
-        if hard != resource.RLIM_INFINITY:
-            limit = min(limit, hard)
-        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-        _memory_cap_mb = max_memory_mb
+    _memory_cap_mb = max_memory_mb
 
 
 def _exit_with(pid: int) -> None:
@@ -187,14 +180,8 @@ def _caused_by(error: BaseException, kind: type[BaseException]) -> bool:
 def _limit_cpu(per_sample_s: float | None, count: int) -> None:
     """Let this task use ``per_sample_s x count`` more CPU seconds (the limit is per process
     lifetime, so it is moved on before each task)."""
-    if per_sample_s is None:
-        return
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    soft = math.ceil(usage.ru_utime + usage.ru_stime + per_sample_s * count) + 1
-    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    if hard != resource.RLIM_INFINITY:
-        soft = min(soft, hard)
-    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    if per_sample_s is not None:
+        sandbox.allow_cpu_seconds(per_sample_s * count + 1)  # a second of slack: whole seconds
 
 
 def _run_one(

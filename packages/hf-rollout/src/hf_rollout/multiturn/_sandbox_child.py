@@ -1,10 +1,12 @@
 """The Python-expression sandbox's child process (run as a script, standard library only).
 
 Started by :class:`hf_rollout.multiturn.python_tool.PythonSandbox` as
-``python -I -S _sandbox_child.py MAX_MEMORY_MB`` so that it imports nothing from the
-project, the user's site-packages or the working directory: it starts in tens of
-milliseconds, and an expression finds nothing installed to reach. It caps its own address
-space and forbids new processes before reading any input, then answers one JSON line per
+``python -I -S _sandbox_child.py MAX_MEMORY_MB SANDBOX_PY`` so that it imports nothing from
+the project, the user's site-packages or the working directory: it starts in tens of
+milliseconds, and an expression finds nothing installed to reach. ``SANDBOX_PY`` is the path
+of :mod:`hf_controller.sandbox` (standard library only), loaded as a file: the resource
+limits shared with the reward's scoring processes. The child caps its own address space and
+forbids new processes before reading any input, then answers one JSON line per
 JSON request line ``{"expression", "cpu_time_limit_s", "max_output_chars"}`` with
 ``{"ok": true, "value": TEXT}`` or ``{"ok": false, "error": "Type: message"}``. The parent
 watches the wall clock and kills this process when an answer is late.
@@ -14,15 +16,13 @@ from __future__ import annotations
 
 import ast
 import builtins
-import ctypes
+import importlib.util
 import json
 import math
-import resource
 import signal
 import sys
+from types import ModuleType
 from typing import Any
-
-_PR_SET_PDEATHSIG = 1
 
 SAFE_BUILTINS: dict[str, Any] = {
     name: getattr(builtins, name)
@@ -60,14 +60,12 @@ def check_expression(expression: str) -> ast.Expression:
     return tree
 
 
-def evaluate(expression: str, cpu_time_limit_s: float, max_output_chars: int) -> dict[str, Any]:
-    """Evaluate one expression under a CPU-time limit; the answer as a JSON-able dict."""
-    used = resource.getrusage(resource.RUSAGE_SELF)
-    soft = math.ceil(used.ru_utime + used.ru_stime + cpu_time_limit_s)
-    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    if hard != resource.RLIM_INFINITY:
-        soft = min(soft, hard)
-    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+def evaluate(
+    expression: str, cpu_time_limit_s: float, max_output_chars: int, sandbox: ModuleType
+) -> dict[str, Any]:
+    """Evaluate one expression under a CPU-time limit (set with ``sandbox``, the loaded
+    :mod:`hf_controller.sandbox`); the answer as a JSON-able dict."""
+    sandbox.allow_cpu_seconds(cpu_time_limit_s)
     try:
         tree = check_expression(expression)
         code = compile(tree, "<python tool>", "eval")
@@ -81,7 +79,7 @@ def evaluate(expression: str, cpu_time_limit_s: float, max_output_chars: int) ->
         return {"ok": False, "error": f"{type(error).__name__}: {error}"}
     finally:
         # No limit while idle, so a late SIGXCPU cannot hit the reply or the next read.
-        resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
+        sandbox.lift_cpu_limit()
     if len(text) > max_output_chars:
         text = f"{text[:max_output_chars]}...[{len(text) - max_output_chars} more chars]"
     return {"ok": True, "value": text}
@@ -91,29 +89,31 @@ def _on_cpu_limit(signum: int, frame: Any) -> None:
     raise CpuTimeExceededError
 
 
-def _confine(max_memory_mb: int) -> None:
-    if sys.platform == "linux":  # die with the parent even when busy (EOF only ends a read)
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    signal.signal(signal.SIGXCPU, _on_cpu_limit)
-    for limit, value in (
-        (resource.RLIMIT_AS, max_memory_mb * 1024 * 1024),
-        (resource.RLIMIT_NPROC, 0),  # no fork (not enforced for root)
-        (resource.RLIMIT_CORE, 0),
-    ):
-        _, hard = resource.getrlimit(limit)
-        if hard != resource.RLIM_INFINITY:
-            value = min(value, hard)
-        resource.setrlimit(limit, (value, value))
+def load_sandbox(path: str) -> ModuleType:
+    """:mod:`hf_controller.sandbox` loaded from its file (this isolated interpreter cannot
+    import hf_controller, and must not import its package)."""
+    spec = importlib.util.spec_from_file_location("hf_controller_sandbox", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"no Python module at {path!r}; pass hf_controller.sandbox.__file__")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main() -> None:
     """Confine this process, then answer requests from stdin until it closes."""
-    _confine(int(sys.argv[1]))
+    sandbox = load_sandbox(sys.argv[2])
+    # dies with the parent even when busy (EOF only ends a read); no fork, no core files
+    sandbox.confine(int(sys.argv[1]), lock=True)
+    sandbox.forbid_new_processes()
+    signal.signal(signal.SIGXCPU, _on_cpu_limit)
     for line in sys.stdin:
         request = json.loads(line)
         answer = evaluate(
-            request["expression"], request["cpu_time_limit_s"], request["max_output_chars"]
+            request["expression"],
+            request["cpu_time_limit_s"],
+            request["max_output_chars"],
+            sandbox,
         )
         sys.stdout.write(json.dumps(answer) + "\n")
         sys.stdout.flush()

@@ -1,7 +1,8 @@
 """The Python-expression tool (``<python>EXPR</python>``): a sandbox of reused child processes.
 
 Each expression runs in a child interpreter (``_sandbox_child.py``, started with ``-I -S``)
-that caps its address space, forbids new processes and sets a CPU-time limit per call; the
+that caps its address space, forbids new processes and sets a CPU-time limit per call
+(with :mod:`hf_controller.sandbox`, the limits the reward's scoring processes use too); the
 expression sees a whitelist of builtins and ``math``, never a name or attribute starting with
 ``_`` (nor frame / code attributes, nor ``str.format``). The parent adds a wall-clock
 timeout: a late child is killed and replaced, and its call is an error the model sees.
@@ -32,6 +33,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from hf_controller import sandbox as _sandbox
 from hf_rollout.multiturn.environment import register_environment
 from hf_rollout.multiturn.tools import Tool, ToolEnvironment, ToolError, register_tool
 
@@ -45,7 +47,7 @@ class _Child:
 
     def __init__(self, max_memory_mb: int) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(_CHILD), str(max_memory_mb)],
+            [sys.executable, "-I", "-S", str(_CHILD), str(max_memory_mb), _sandbox.__file__],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
