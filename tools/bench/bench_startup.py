@@ -169,9 +169,9 @@ def _install_wrappers(marks: Marks) -> None:
     _wrap(base.Trainer, "_validate", "validation", marks, once=True)
     original_step = ppo.PPOTrainer.train_step
 
-    def first_step(self: Any, batch: Any) -> Any:
+    def first_step(self: Any, prompts: Any) -> Any:
         start = time.time()
-        original_step(self, batch)
+        original_step(self, prompts)
         marks.append(("first step", start, time.time()))
         raise FirstStepDoneError
 
