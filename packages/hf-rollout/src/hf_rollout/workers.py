@@ -147,7 +147,7 @@ class RolloutWorker(Worker):
     def receive_weights(self) -> None:
         """Load one sync from the weight channel, streaming it bucket by bucket into the
         engine's ``update_weights``; issued together with the actor's ``send_weights``."""
-        self._weights.receive_into(self.engine)
+        self._weights.receive_into(lambda: self.engine)
 
     @register(Dispatch.ONE_TO_ALL)
     def close_weight_channel(self) -> None:

@@ -14,7 +14,7 @@ delegate here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -54,19 +54,21 @@ class WeightReceiver:
         self.close()
         self.channel = WeightChannel.join(host, port, 1 + rank, world_size, timeout_s, device)
 
-    def receive_into(self, engine: RolloutEngine) -> None:
-        """Load one sync from the channel, streaming it bucket by bucket into the engine's
-        ``update_weights``."""
+    def receive_into(self, engine: Callable[[], RolloutEngine]) -> None:
+        """Load one sync from the channel, streaming it bucket by bucket into the
+        ``update_weights`` of ``engine()`` (asked for after the channel is checked, so a
+        worker with neither says first that it has no channel)."""
         if self.channel is None:
             raise RuntimeError(
                 f"{self.worker}.receive_weights: no weight channel; call "
                 "join_weight_channel(host, port, world_size) first"
             )
+        target = engine()
         # An engine that names its tensors (the native one) gets them received in place;
         # the others (vLLM's load_weights) get the stream of views as before.
-        destinations = getattr(engine, "weight_destinations", None)
+        destinations = getattr(target, "weight_destinations", None)
         stream = self.channel.receive(destinations() if callable(destinations) else None)
-        engine.update_weights(stream)
+        target.update_weights(stream)
         # An engine that stopped early leaves buckets in flight: drain them so the next sync
         # starts at a bucket boundary instead of reading this one's tail.
         for _ in stream:
