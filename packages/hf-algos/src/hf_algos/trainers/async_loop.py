@@ -293,6 +293,11 @@ class AsyncRollout:
             "stale_dropped_total": self.stale_dropped_total,
         }
 
+    def at_step(self, step: Callable[[], int]) -> InFlightState:
+        """This pipeline as a part of the run's state (:mod:`hf_algos.trainers.run_state`),
+        restored at the trainer's ``step()`` (the policy version after the load)."""
+        return InFlightState(self, step)
+
     def load_state_dict(self, state: dict[str, Any], version: int) -> None:
         """Restore :meth:`state_dict` for a trainer (and rollout) at policy ``version``;
         calls in flight before are forgotten (their groups are gone or reloaded)."""
@@ -308,3 +313,19 @@ class AsyncRollout:
         self.stale_dropped_total = int(state["stale_dropped_total"])
         self.rollout_version = version
         self._push = None
+
+
+class InFlightState:
+    """An :class:`AsyncRollout`'s generations in flight as a part of the run's state:
+    :meth:`AsyncRollout.state_dict`, restored at the trainer's step when loaded."""
+
+    def __init__(self, pipeline: AsyncRollout, step: Callable[[], int]) -> None:
+        self.pipeline, self.step = pipeline, step
+
+    def state_dict(self) -> dict[str, Any]:
+        """What is in flight (:meth:`AsyncRollout.state_dict`)."""
+        return self.pipeline.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore it for a trainer (and rollout) at policy version ``step()``."""
+        self.pipeline.load_state_dict(state, self.step())

@@ -1,10 +1,11 @@
 """What every trainer shares: the step loop, validation cadence, checkpoints, resume, logging.
 
-A trainer subclass supplies its worker classes, ``train_step(batch) -> metrics``, optionally
-``validate()``, the roles to checkpoint and any extra driver state; :meth:`Trainer.fit` does
-the rest:
+A trainer subclass supplies its worker classes, its start-up (``start_up``: data, reward,
+workers), ``train_step(batch) -> metrics`` and optionally ``validate()``; what its
+checkpoints keep beyond the loader, the RNG and the actor it adds to :attr:`Trainer.run_state`
+(:mod:`hf_algos.trainers.run_state`). :meth:`Trainer.fit` does the rest:
 
-    resume if asked -> [validate] -> for each step: train, [validate], [save], log
+    start -> resume if asked -> [validate] -> for each step: train, [validate], [save], log
 
 Each run logs into its own directory (``<log_dir>/<project>/<experiment>/<run id>``, see
 :mod:`hf_algos.tracking.run_dir`) with its resolved ``config.yaml``; the run id is saved with
@@ -21,23 +22,18 @@ one would. After K restarts the next death raises :class:`RestartsExhaustedError
 
 from __future__ import annotations
 
-import copy
 import logging
 import multiprocessing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Self
 
-from hf_algos.checkpoint import (
-    Checkpointable,
-    CheckpointManager,
-    capture_rng_state,
-    restore_rng_state,
-)
+from hf_algos.checkpoint import CheckpointManager
 from hf_algos.config.sections import TrainerSection
 from hf_algos.data import StatefulDataLoader
 from hf_algos.tracking import CONFIG_FILE, Generation, Tracking, write_config
 from hf_algos.trainers.roles import RoleGroups, build_role_groups
+from hf_algos.trainers.run_state import RNGState, RunState
 from hf_controller import (
     CallTiming,
     RayClassWithInitArgs,
@@ -97,17 +93,18 @@ class Trainer:
         refuse_in_reimported_main()
         self.trainer_config = trainer
         self.config_dict = config_dict
-        self.global_step = 0
-        self.checkpoints = CheckpointManager(trainer.checkpoint_dir, trainer.max_checkpoints)
+        self.run_state = RunState(
+            CheckpointManager(trainer.checkpoint_dir, trainer.max_checkpoints)
+        )
+        """What checkpoints keep and a restart goes back to (:mod:`hf_algos.trainers.run_state`):
+        the base keeps the loader's position, the RNG and the actor; a trainer adds its own."""
+        self.run_state.roles = lambda: {"actor": self.roles.actor}
+        self.checkpoints = self.run_state.checkpoints
         self.tracking: Tracking | None = None
         self.history: list[Metrics] = []
         """Metrics of every step of the run, in order (a step re-run after a restart once)."""
         self.restarts = 0
         """Restarts after a dead worker so far (at most ``trainer.max_restarts``)."""
-        self._resume_point: Path | None = None  # the checkpoint a restart goes back to
-        self._initial_state: dict[str, Any] | None = None  # ... or the start, if none
-        self.run_id: str | None = None
-        """The run's id (its log directory's name): new, or the resumed checkpoint's."""
         self.val_generations: list[Generation] = []
         """Sample generations of the current validation (filled by :meth:`validate`, up to
         ``trainer.log_val_generations``; logged and cleared by the loop)."""
@@ -131,8 +128,29 @@ class Trainer:
         except BaseException:
             self.shutdown()
             raise
+        self.run_state.keep("loader", self.loader, core=True)
+        self.run_state.keep("rng", RNGState(), core=True)
+        self.run_state.tokenizer = self.tokenizer
         self.started = True
         return self
+
+    @property
+    def global_step(self) -> int:
+        """The last step taken (0 before the first): the run state's."""
+        return self.run_state.step
+
+    @global_step.setter
+    def global_step(self, step: int) -> None:
+        self.run_state.step = step
+
+    @property
+    def run_id(self) -> str | None:
+        """The run's id (its log directory's name): new, or the resumed checkpoint's."""
+        return self.run_state.run_id
+
+    @run_id.setter
+    def run_id(self, run_id: str | None) -> None:
+        self.run_state.run_id = run_id
 
     def start_up(self) -> None:
         """The trainer's start-up sequence; the base builds the worker groups of
@@ -204,20 +222,6 @@ class Trainer:
         """
         return {}
 
-    def checkpoint_roles(self) -> dict[str, Checkpointable]:
-        """Role name -> group with ``save_checkpoint`` / ``load_checkpoint``."""
-        return {"actor": self.roles.actor}
-
-    def extra_state(self) -> dict[str, Any]:
-        """Driver state beyond step, loader and RNG (e.g. a KL controller)."""
-        return {}
-
-    def load_extra_state(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`extra_state` returned."""
-
-    def after_resume(self) -> None:
-        """Called after worker state was loaded (e.g. to push weights to the rollout)."""
-
     # ------------------------------------------------------------------ the loop
 
     @property
@@ -240,7 +244,7 @@ class Trainer:
         """Train until :attr:`total_steps`; returns the metrics of the steps run here."""
         self.start()
         config = self.trainer_config
-        self._initial_state = copy.deepcopy(self._driver_state())
+        self.run_state.mark_start()
         self.resume()  # first: a resumed run continues the run id of its checkpoint
         self.tracking = self._open_run()
         try:
@@ -347,7 +351,7 @@ class Trainer:
             ) from error
         self.restarts += 1
         failed_step = self.global_step
-        where = self._resume_point or "the start (no checkpoint yet)"
+        where = self.run_state.resume_point or "the start (no checkpoint yet)"
         logger.warning(
             "step %d: a worker died (%s); restart %d of %d: re-creating the worker groups "
             "and resuming from %s",
@@ -355,12 +359,7 @@ class Trainer:
         )  # fmt: skip
         self.teardown_workers()
         self.build_workers()
-        if self._resume_point is not None:
-            self._load(self._resume_point)
-        else:
-            assert self._initial_state is not None
-            self.global_step = 0
-            self._restore_driver_state(copy.deepcopy(self._initial_state))
+        self.run_state.go_back()
         # the steps after the checkpoint run again; keep each step's metrics once
         self.history = [m for m in self.history if m["training/global_step"] <= self.global_step]
         assert self.tracking is not None
@@ -410,30 +409,12 @@ class Trainer:
     # ------------------------------------------------------------------ checkpoints
 
     def save_checkpoint(self) -> Path:
-        """Save workers and driver state at the current step."""
-        directory = self.checkpoints.save(
-            self.global_step, self._driver_state(), self.checkpoint_roles(), self.tokenizer
-        )
-        self._resume_point = directory
+        """Save workers and driver state at the current step (:meth:`RunState.save`)."""
+        directory = self.run_state.save()
         if not self._config_saved:  # the config the checkpoints were trained with
             write_config(self.checkpoints.root / CONFIG_FILE, self.config_dict)
             self._config_saved = True
         return directory
-
-    def _driver_state(self) -> dict[str, Any]:
-        return {
-            "loader": self.loader.state_dict(),
-            "rng": capture_rng_state(),
-            "extra": self.extra_state(),
-            "run_id": self.run_id,
-        }
-
-    def _restore_driver_state(self, state: dict[str, Any]) -> None:
-        self.loader.load_state_dict(state["loader"])
-        restore_rng_state(state["rng"])
-        self.load_extra_state(state.get("extra", {}))
-        # a checkpoint from before run ids (or the start state) keeps the current id
-        self.run_id = state.get("run_id") or self.run_id
 
     def resume(self) -> None:
         """Continue from a checkpoint as ``trainer.resume_mode`` says (no-op for ``disable``).
@@ -451,16 +432,8 @@ class Trainer:
             directory = self.checkpoints.latest()
         if directory is None:
             return
-        self._load(directory)
+        self.run_state.load(directory)
         logger.info("resumed from %s at step %d", directory, self.global_step)
-
-    def _load(self, directory: Path) -> None:
-        """Load workers' and driver state from ``directory``; a restart goes back there."""
-        state = self.checkpoints.load(directory, self.checkpoint_roles())
-        self.global_step = int(state["global_step"])
-        self._restore_driver_state(state)
-        self.after_resume()
-        self._resume_point = directory
 
     def shutdown(self) -> None:
         """End the worker processes."""

@@ -104,7 +104,8 @@ class DPOTrainer(Trainer):
         )
         self._worker_classes: WorkerClasses = (roles, rollout)
         self.build_workers()
-        if self.online:
+        if self.online:  # after a load, the rollout samples from the restored weights
+            self.run_state.after_load.append(lambda: self.roles.sync_weights())
             self.reward = builders.reward_manager(
                 config.reward, self.tokenizer, self.loader.dataset
             )
@@ -195,11 +196,6 @@ class DPOTrainer(Trainer):
             "val/dpo/reward_accuracy": float((margin > 0).float().mean()),
             "val/dpo/reward_margin": float(margin.mean()),
         }
-
-    def after_resume(self) -> None:
-        """Online: the rollout must sample from the restored weights."""
-        if self.online:
-            self.roles.sync_weights()
 
     def shutdown(self) -> None:
         """Stop reward processes and workers."""

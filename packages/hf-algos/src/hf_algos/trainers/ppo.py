@@ -37,13 +37,11 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 import torch
 
 from hf_algos.advantages import compute_advantage
 from hf_algos.advantages.registry import AdvantageEstimator, get_advantage_estimator
-from hf_algos.checkpoint import Checkpointable
 from hf_algos.config.loading import config_to_dict
 from hf_algos.config.sections import AlgorithmSection
 from hf_algos.config.trainers import RLConfig
@@ -134,7 +132,8 @@ class PPOTrainer(Trainer):
            their classes in the background (the ``hybridflow`` command started Ray and the
            processes even earlier), while 4. the scoring process scores one row;
         5. the workers build their models and the rollout gets the actor's weights;
-        6. in an async mode, the generation pipeline starts.
+        6. in an async mode, the generation pipeline starts;
+        7. the run state learns what checkpoints keep (:meth:`keep_state`).
         """
         config, turns = self.config, self.config.rollout.multi_turn
         env_only = turns.enable and turns.reward == "environment"  # no reward function runs
@@ -162,6 +161,22 @@ class PPOTrainer(Trainer):
             check.result()  # e.g. a function the scoring process cannot load
         if config.trainer.async_mode != "off":
             self.pipeline = async_rollout(self)
+        self.keep_state()
+
+    def keep_state(self) -> None:
+        """What checkpoints keep beyond the loader and the RNG (:attr:`run_state`): the
+        actor and critic groups, the KL controller's coefficient and, in an async mode, the
+        generations in flight; after a load, the rollout gets the restored weights."""
+        state = self.run_state
+        state.roles = lambda: (
+            {"actor": self.roles.actor, "critic": self.roles.critic}
+            if self.use_critic
+            else {"actor": self.roles.actor}
+        )
+        state.keep("kl_ctrl", self.kl_ctrl)
+        if self.pipeline is not None:
+            state.keep("async", self.pipeline.at_step(lambda: self.global_step))
+        state.after_load.append(lambda: self.roles.sync_weights())
 
     def worker_classes(self) -> WorkerClasses:
         """Actor (+ reference, critic, reward model as needed) and the rollout."""
@@ -414,31 +429,6 @@ class PPOTrainer(Trainer):
         return str(self.tokenizer.decode(ids, skip_special_tokens=True))
 
     # ------------------------------------------------------------------ state
-
-    def checkpoint_roles(self) -> dict[str, Checkpointable]:
-        """The actor, and the critic when there is one."""
-        roles: dict[str, Checkpointable] = {"actor": self.roles.actor}
-        if self.use_critic:
-            roles["critic"] = self.roles.critic
-        return roles
-
-    def extra_state(self) -> dict[str, Any]:
-        """The KL controller's coefficient; in an async mode, the generations in flight."""
-        state: dict[str, Any] = {"kl_ctrl": self.kl_ctrl.state_dict()}
-        if self.pipeline is not None:
-            state["async"] = self.pipeline.state_dict()
-        return state
-
-    def load_extra_state(self, state: dict[str, Any]) -> None:
-        """Restore the KL controller and, in an async mode, the generations in flight."""
-        if "kl_ctrl" in state:
-            self.kl_ctrl.load_state_dict(state["kl_ctrl"])
-        if self.pipeline is not None and "async" in state:
-            self.pipeline.load_state_dict(state["async"], self.global_step)
-
-    def after_resume(self) -> None:
-        """The rollout must generate with the restored weights."""
-        self.roles.sync_weights()
 
     def shutdown(self) -> None:
         """Stop reward processes and workers."""
