@@ -44,6 +44,7 @@ echo "-- tools"
 section "docs"
 "$PY" tools/gen_config_reference.py --check
 "$PY" tools/gen_verl_keys.py --check
+"$PY" tools/gen_group_protocols.py --check
 "$PY" -m mkdocs build --strict --quiet
 
 section "check_versions"

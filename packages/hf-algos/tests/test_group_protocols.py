@@ -1,5 +1,8 @@
 """The typed group Protocols of ``hf_algos.trainers.groups`` match the worker classes.
 
+They are generated from them (tools/gen_group_protocols.py, whose committed output the
+repository's tests/tools check); this test guards the package on its own.
+
 A group gets its methods at run time from its worker class, so a Protocol that names a
 parameter the worker method lacks, or lacks one it has (``export_hf``'s ``adapter_only``
 once did), type-checks calls that fail or hides options. Parameters are compared by name,
@@ -13,7 +16,7 @@ import inspect
 
 import pytest
 
-from hf_algos.trainers import groups
+from hf_algos.trainers import group_protocols, groups
 from hf_algos.trainers.sync_actor import SyncActorWorker
 from hf_engines.workers import CriticWorker, ReferenceWorker, RewardModelWorker
 from hf_rollout.weight_sync import link
@@ -22,9 +25,10 @@ from hf_rollout.workers import RolloutWorker
 GROUP_METHODS_ONLY = {"world_size", "execute_all_async", "wait_results"}
 """Methods of the group object itself (``WorkerGroup``), not of its workers."""
 
-PROTOCOL_MODULES = {groups.__name__, link.__name__}
-"""Where the group Protocols declare methods: the roles here, the weight-sync methods (which
-``ActorGroup`` and ``RolloutGroup`` extend) in ``hf_rollout.weight_sync.link``."""
+PROTOCOL_MODULES = {group_protocols.__name__, link.__name__}
+"""Where the group Protocols declare methods: the roles' (generated from the worker classes
+by tools/gen_group_protocols.py) and the weight-sync methods (which ``ActorGroup`` and
+``RolloutGroup`` extend) in ``hf_rollout.weight_sync.link``."""
 
 PAIRS = [
     (groups.ActorGroup, SyncActorWorker),

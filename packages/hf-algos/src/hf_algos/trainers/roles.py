@@ -28,7 +28,6 @@ from hf_algos.config.sections import TrainerSection
 from hf_algos.trainers.groups import (
     ActorGroup,
     CriticGroup,
-    EngineGroup,
     ReferenceGroup,
     RewardModelGroup,
     RolloutGroup,
@@ -122,7 +121,9 @@ class RoleGroups:
         """Whether this run built ``role``."""
         return self._optional()[role] is not None
 
-    def _optional(self) -> dict[str, EngineGroup | RolloutGroup | None]:
+    def _optional(
+        self,
+    ) -> dict[str, ReferenceGroup | CriticGroup | RewardModelGroup | RolloutGroup | None]:
         return {
             "ref": self._ref,
             "critic": self._critic,
