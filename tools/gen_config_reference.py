@@ -52,14 +52,13 @@ PACKAGES: tuple[Package, ...] = (
     Package(
         "hf_algos",
         "hf-algos: trainer configurations",
-        "The root configs a trainer is built from, their sections, and the configs of the "
-        "reward manager and the datasets. `actor.engine`, `critic.engine` and "
-        "`reward.model` are [engine configs](#engineconfig).",
+        "The root configs a trainer is built from, their sections (`reward` is also the "
+        "config of `RewardManager`), and the configs of the datasets. `actor.engine`, "
+        "`critic.engine` and `reward.model` are [engine configs](#engineconfig).",
         (
             "hf_algos.config:RLConfig",
             "hf_algos.config:DPOConfig",
             "hf_algos.config:SFTConfig",
-            "hf_algos.rewards:RewardManagerConfig",
             "hf_algos.data:RLDatasetConfig",
             "hf_algos.data:PreferenceDatasetConfig",
         ),

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from hf_algos.config import config_to_dict, load_config
+from hf_algos.config import RewardSection, config_to_dict, load_config
 from hf_algos.data import (
     RLDataset,
     RLDatasetConfig,
@@ -45,7 +45,6 @@ from hf_algos.data import (
 from hf_algos.examples.reverse_letters import make_reverse_letters_rows, register_reward
 from hf_algos.losses import dpo_loss_fn
 from hf_algos.rewards import RewardManager
-from hf_algos.rewards.manager import RewardManagerConfig
 from hf_algos.tracking import Tracking, merge_worker_metrics
 from hf_controller import (
     ClassWithInitArgs,
@@ -313,7 +312,7 @@ def run(overrides: Sequence[str] = (), config_path: Path = CONFIG_PATH) -> list[
     val_seed = config.seed * 1_000_003  # step 0's: training steps use 1, 2, ...
     val_sampling = sampling_config(config, tokenizer.eos_token_id, config.eval_samples, val_seed)
     register_reward()  # the generated prompts are the quickstart's task, scored by its reward
-    reward = RewardManager(tokenizer, RewardManagerConfig(num_workers=config.reward_workers))
+    reward = RewardManager(tokenizer, RewardSection(num_workers=config.reward_workers))
     roles = build_roles(config, model_path, tokenizer.pad_token_id)
     log_dir = Path(config.workdir) / "logs"
     tracking = Tracking("online_dpo", "run", config.loggers, log_dir, config_to_dict(config))

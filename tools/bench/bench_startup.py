@@ -158,7 +158,7 @@ def _install_wrappers(marks: Marks) -> None:
     _wrap(builders, "load_tokenizer", "tokenizer + data", marks)
     _wrap(builders, "rl_loader", "tokenizer + data", marks)
     _wrap(builders, "val_dataset", "tokenizer + data", marks)
-    _wrap(builders, "reward_manager", "reward set-up", marks)
+    _wrap(manager.RewardManager, "from_config", "reward set-up", marks)
     if hasattr(manager.RewardManager, "check_async"):  # not before the start-up work
         _wrap_check(manager.RewardManager, marks)
     _wrap(roles, "ensure_ray", "ray start", marks)

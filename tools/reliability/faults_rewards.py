@@ -19,11 +19,11 @@ from typing import Any
 
 from faults import FaultCase, FaultResult, first_line, stopwatch
 
+from hf_algos.config import RewardSection
 from hf_algos.data import build_char_tokenizer
 from hf_algos.rewards import (
     RewardError,
     RewardManager,
-    RewardManagerConfig,
     register_scoring_function,
 )
 from hf_controller.testing import descendant_pids
@@ -85,7 +85,7 @@ def _scored(
     for name, fn in functions.items():
         register_scoring_function(name, fn, registry)
     options = {"num_workers": 2, "timeout_s": 2.0, **config}
-    with RewardManager(build_char_tokenizer(), RewardManagerConfig(**options), registry) as m:
+    with RewardManager(build_char_tokenizer(), RewardSection(**options), registry) as m:
         m.score(_batch([("1", "exact", "1")]))  # the pool is up: time only the fault
         result = act(m)
     deadline = time.monotonic() + 5

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from hf_algos.config import RewardSection
 from hf_algos.data import build_char_tokenizer, write_rows
 from hf_algos.examples.deal_letters import (
     DEAL_LETTERS,
@@ -29,7 +30,7 @@ from hf_algos.examples.sort_letters import (
     make_sort_letters_rows,
 )
 from hf_algos.examples.tasks import letter_task
-from hf_algos.rewards import SCORING_FUNCTIONS, RewardManager, RewardManagerConfig
+from hf_algos.rewards import SCORING_FUNCTIONS, RewardManager
 from hf_protocol import DataProto, right_pad
 
 
@@ -119,7 +120,7 @@ def test_registered_reward_scores_the_task_in_worker_processes(unregistered: Non
         },
     )
     # The scoring processes import the task module by name to unpickle the function.
-    with RewardManager(tokenizer, RewardManagerConfig(num_workers=1)) as manager:
+    with RewardManager(tokenizer, RewardSection(num_workers=1)) as manager:
         scored = manager.score(batch)
     assert scored.meta_info["metrics"]["reward/errors"] == 0
     per_sample = scored.batch["token_level_scores"].sum(dim=1).tolist()

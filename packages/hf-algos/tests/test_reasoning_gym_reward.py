@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
+from hf_algos.config import RewardSection
 from hf_algos.data import RLDataset, RLDatasetConfig, build_char_tokenizer, reasoning_gym_rows
 from hf_algos.rewards import (
     ANSWER_FORMATS,
     RewardManager,
-    RewardManagerConfig,
     compute_reasoning_gym_score,
     extract_answer,
     get_scoring_function,
@@ -152,7 +152,7 @@ def test_the_reward_manager_scores_spec_rows_in_its_worker_processes() -> None:
             "extra_info": extra,
         },
     )
-    config = RewardManagerConfig(num_workers=1, timeout_s=60.0, max_error_fraction=1.0)
+    config = RewardSection(num_workers=1, timeout_s=60.0, max_error_fraction=1.0)
     with RewardManager(tokenizer, config) as manager:
         out = manager.score(batch)
     assert out.batch["token_level_scores"].sum(dim=1).tolist() == [1.0, 0.0, 0.0, 0.0]

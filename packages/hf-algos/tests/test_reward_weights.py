@@ -5,6 +5,7 @@ a sample no function scores is a named failure, per-function metrics, and the er
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,10 +15,9 @@ import pytest
 from hf_algos.config import RLConfig, load_config
 from hf_algos.config.sections import RewardSection
 from hf_algos.data import build_char_tokenizer
-from hf_algos.rewards import RewardError, RewardManager, RewardManagerConfig
+from hf_algos.rewards import RewardError, RewardManager
 from hf_algos.rewards.user_file import RewardFileError
 from hf_algos.rewards.weighted import ALL_NONE, WeightedRewardFunctions
-from hf_algos.trainers import builders
 from hf_controller import ConfigurationError
 from hf_protocol import DataProto
 
@@ -77,7 +77,7 @@ def _manager(
     reward_file: Path, names: list[str], weights: list[float] | None, fraction: float = 1.0
 ) -> RewardManager:
     functions = WeightedRewardFunctions.from_file(str(reward_file), names, weights)
-    config = RewardManagerConfig(num_workers=1, timeout_s=1.0, max_error_fraction=fraction)
+    config = RewardSection(num_workers=1, timeout_s=1.0, max_error_fraction=fraction)
     return RewardManager(build_char_tokenizer(), config, default_function=functions)
 
 
@@ -132,7 +132,9 @@ def test_a_sample_no_function_scores_is_a_named_failure(reward_file: Path) -> No
         assert report["index"] == 0 and report["status"] == "error"
         assert ALL_NONE in report["error"] and "accuracy_reward, think_only" in report["error"]
         assert out.meta_info["metrics"]["reward/errors"] == 1.0
-        manager.config.max_error_fraction = 0.1  # counted like other failures
+        manager.config = dataclasses.replace(
+            manager.config, max_error_fraction=0.1
+        )  # counted like other failures
         with pytest.raises(RewardError, match=f"(?s)1 of 3 samples failed.*{ALL_NONE}"):
             manager.score(batch)  # type: ignore[arg-type]
 
@@ -178,7 +180,7 @@ def test_config_errors_name_both_lengths_and_every_unknown_name(reward_file: Pat
     with pytest.raises(
         RewardFileError, match=r"has no functions \['nope', 'missing'\]; its functions are \["
     ):
-        builders.reward_manager(section, tokenizer)
+        RewardManager.from_config(section, tokenizer)
     with pytest.raises(RewardFileError, match=r"lists \['score'\], which would hide"):
         WeightedRewardFunctions([lambda solution: 1.0, lambda solution: 0.0], names=["a", "score"])
 
@@ -196,7 +198,7 @@ def test_the_config_keys_compose_and_build_a_weighted_manager(reward_file: Path)
     reward = config.reward
     assert reward.function_name == ("accuracy_reward", "format_reward")
     assert reward.function_weights == (1.0, 0.5)
-    with builders.reward_manager(reward, build_char_tokenizer()) as manager:
+    with RewardManager.from_config(reward, build_char_tokenizer()) as manager:
         function = manager.default_function
         assert isinstance(function, WeightedRewardFunctions)
         assert function.names == reward.function_name and function.weights == (1.0, 0.5)

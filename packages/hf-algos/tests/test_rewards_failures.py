@@ -3,6 +3,7 @@ the error-fraction stop, and no processes left behind (real worker processes thr
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import os
@@ -18,12 +19,12 @@ from typing import Any
 
 import pytest
 
+from hf_algos.config import RewardSection
 from hf_algos.data import build_char_tokenizer
 from hf_algos.rewards import (
     BatchedScoringFunction,
     RewardError,
     RewardManager,
-    RewardManagerConfig,
     compute_gsm8k_score,
     register_scoring_function,
     scoring_call,
@@ -118,9 +119,7 @@ def manager(tokenizer, unloadable_fn) -> Iterator[RewardManager]:  # type: ignor
     )
     main_fn.__module__ = "__main__"
     register_scoring_function("main", main_fn, registry)
-    config = RewardManagerConfig(
-        num_workers=2, timeout_s=1.0, max_memory_mb=1024, cpu_time_limit_s=1.0
-    )
+    config = RewardSection(num_workers=2, timeout_s=1.0, max_memory_mb=1024, cpu_time_limit_s=1.0)
     BASELINE.update(descendant_pids())
     with RewardManager(tokenizer, config, registry=registry) as reward_manager:
         yield reward_manager
@@ -185,11 +184,11 @@ def test_a_killed_scoring_process_is_a_named_error_at_once(
 
 
 def test_memory_and_cpu_caps_stop_a_runaway_scorer(manager: RewardManager, tokenizer) -> None:  # type: ignore[no-untyped-def]
-    manager.config.max_error_fraction = 1.0
+    manager.config = dataclasses.replace(manager.config, max_error_fraction=1.0)
     try:
         out = manager.score(make_batch(tokenizer, [("a", "hog", "a"), ("2", "verl", "2")]))
     finally:
-        manager.config.max_error_fraction = 0.1
+        manager.config = dataclasses.replace(manager.config, max_error_fraction=0.1)
     report = out.meta_info["reward_errors"][0]
     assert report["data_source"] == "hog"
     assert "MemoryError (over reward.max_memory_mb=1024)" in report["error"]
@@ -239,14 +238,13 @@ def test_the_trainers_reward_fails_set_up_not_the_first_step(
     from hf_algos.config.sections import RewardSection
     from hf_algos.data import RLDataset, RLDatasetConfig
     from hf_algos.rewards import SCORING_FUNCTIONS
-    from hf_algos.trainers import builders
 
     rows = [{"prompt": "1=", "data_source": "driver_only", "reward_model": {"ground_truth": "1"}}]
     dataset = RLDataset(rows, tokenizer, RLDatasetConfig(max_prompt_length=8))
     register_scoring_function("driver_only", unloadable_fn)
     try:
         with pytest.raises(RewardError, match=r"data_source 'driver_only'.*cannot be loaded"):
-            builders.reward_manager(RewardSection(num_workers=1), tokenizer, dataset)
+            RewardManager.from_config(RewardSection(num_workers=1), tokenizer, dataset)
     finally:
         SCORING_FUNCTIONS.pop("driver_only")
 
@@ -267,6 +265,7 @@ def test_a_script_function_under_main_guard_scores_and_a_killed_driver_leaves_no
         textwrap.dedent(
             """
             import time
+            from hf_algos.config import RewardSection
             from hf_algos.data import build_char_tokenizer
             from hf_algos.rewards import RewardManager, register_scoring_function
             from hf_protocol import DataProto, right_pad
@@ -288,8 +287,7 @@ def test_a_script_function_under_main_guard_scores_and_a_killed_driver_leaves_no
                     non_tensors={"data_source": ["mine", "slow"],
                                  "reward_model": [{"ground_truth": "42"}] * 2},
                 )
-                manager = RewardManager(tokenizer, registry=registry)
-                manager.config.timeout_s = 300
+                manager = RewardManager(tokenizer, RewardSection(timeout_s=300), registry)
                 out = manager.score(batch[:1])
                 print("SCORE", out.batch["token_level_scores"].sum().item(), flush=True)
                 manager.score_async(batch)

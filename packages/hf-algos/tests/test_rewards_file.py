@@ -13,9 +13,9 @@ import pytest
 from hf_algos.config import RLConfig, load_config
 from hf_algos.config.sections import RewardSection
 from hf_algos.data import build_char_tokenizer
-from hf_algos.rewards import RewardError, RewardManager, RewardManagerConfig
+from hf_algos.rewards import RewardError, RewardManager
 from hf_algos.rewards.user_file import FileScoringFunction, RewardFileError
-from hf_algos.trainers import PPOTrainer, builders
+from hf_algos.trainers import PPOTrainer
 from hf_controller import ConfigurationError
 
 from .test_rewards_manager import make_batch
@@ -55,7 +55,7 @@ def test_each_signature_scores_rows_with_no_registered_function(tmp_path: Path, 
     function = FileScoringFunction(str(_write(tmp_path)), name)
     rows = [("12", "custom_task", "12"), ("7", "custom_task", "8")]
     with RewardManager(
-        tokenizer, RewardManagerConfig(num_workers=1), default_function=function
+        tokenizer, RewardSection(num_workers=1), default_function=function
     ) as manager:
         out = manager.score(make_batch(tokenizer, rows))
     assert out.batch["token_level_scores"].sum(-1).tolist() == [1.0, 0.0]
@@ -70,7 +70,7 @@ def test_the_file_replaces_builtins_but_not_your_registrations(tmp_path: Path) -
     assert resolve_scoring_function("mine", registry, function) is registry["mine"]
     assert resolve_scoring_function("gsm8k", None, function) is function  # built-in replaced
     assert resolve_scoring_function("anything", registry, function) is function
-    with RewardManager(tokenizer, RewardManagerConfig(num_workers=1), None, function) as manager:
+    with RewardManager(tokenizer, RewardSection(num_workers=1), None, function) as manager:
         out = manager.score(make_batch(tokenizer, [("x 5", "openai/gsm8k", "5")]))
     assert out.non_tensor_batch["reward_extra_info"][0]["seen"] == 1.0
 
@@ -82,14 +82,14 @@ def test_bad_files_fail_within_seconds_naming_path_name_and_fix(tmp_path: Path) 
     with pytest.raises(ConfigurationError, match=r"function_path='nowhere\.py' is not a file"):
         RewardSection(function_path="nowhere.py")
     with pytest.raises(RewardFileError, match=r"has no function 'score_it'.*'compute_score'"):
-        builders.reward_manager(
+        RewardManager.from_config(
             RewardSection(function_path=str(path), function_name="score_it"), tokenizer
         )
     failing = _write(tmp_path, "import not_a_module_anywhere\n", "failing.py")
     with pytest.raises(RewardFileError, match=r"failing\.py' failed to import: ModuleNotFound"):
-        builders.reward_manager(RewardSection(function_path=str(failing)), tokenizer)
+        RewardManager.from_config(RewardSection(function_path=str(failing)), tokenizer)
     with pytest.raises(TypeError, match=r"'text' names no field"):
-        builders.reward_manager(
+        RewardManager.from_config(
             RewardSection(function_path=str(path), function_name="broken"), tokenizer
         )
     assert time.monotonic() - start < 10
@@ -121,7 +121,7 @@ def test_a_file_too_big_for_the_memory_cap_names_the_cap_and_the_fix(tmp_path: P
     heavy = _write(tmp_path, "TABLE_SIZE = len(bytearray(3 * 1024**3))\n" + REWARD_FILE)
     tokenizer = build_char_tokenizer()
     function = FileScoringFunction(str(heavy), "ours")
-    config = RewardManagerConfig(num_workers=1, max_memory_mb=1536)
+    config = RewardSection(num_workers=1, max_memory_mb=1536)
     expected = r"reward\.max_memory_mb=1536 MiB.*raise reward"
     with RewardManager(tokenizer, config, default_function=function) as manager:
         batch = make_batch(tokenizer, [("1", "custom_task", "1")])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -14,11 +15,11 @@ from typing import Any
 import pytest
 import torch
 
+from hf_algos.config import RewardSection
 from hf_algos.data import build_char_tokenizer
 from hf_algos.rewards import (
     RewardError,
     RewardManager,
-    RewardManagerConfig,
     register_scoring_function,
 )
 from hf_controller import ConfigurationError
@@ -88,7 +89,7 @@ def tokenizer():  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def manager(tokenizer) -> Iterator[RewardManager]:  # type: ignore[no-untyped-def]
-    config = RewardManagerConfig(
+    config = RewardSection(
         num_workers=2, timeout_s=1.0, hard_timeout_grace_s=60.0, max_error_fraction=1.0
     )
     with RewardManager(tokenizer, config, registry=_registry()) as reward_manager:
@@ -169,7 +170,7 @@ def test_raising_and_hanging_functions_score_zero_and_are_reported(
 
 def test_stuck_workers_are_replaced(manager: RewardManager, tokenizer) -> None:  # type: ignore[no-untyped-def]
     manager.score(make_batch(tokenizer, [("1", "sort_digits", "1")]))  # pool is up
-    manager.config.hard_timeout_grace_s = 3.0
+    manager.config = dataclasses.replace(manager.config, hard_timeout_grace_s=3.0)
     try:
         batch = make_batch(tokenizer, [("123", "sort_digits", "123"), ("x", "block", "x")])
         start = time.monotonic()
@@ -180,7 +181,7 @@ def test_stuck_workers_are_replaced(manager: RewardManager, tokenizer) -> None: 
         assert out.meta_info["metrics"]["reward/errors"] == 1
         assert all("hard deadline" in r["error"] for r in out.meta_info["reward_errors"])
     finally:
-        manager.config.hard_timeout_grace_s = 60.0
+        manager.config = dataclasses.replace(manager.config, hard_timeout_grace_s=60.0)
     # The pool was replaced: the next batch is scored normally.
     again = manager.score(make_batch(tokenizer, [("12", "sort_digits", "12")]))
     assert again.batch["token_level_scores"].sum().item() == 1.0
@@ -193,7 +194,7 @@ def test_a_dead_worker_is_an_error_at_once_with_its_exit_code(
     batch = make_batch(tokenizer, [("123", "sort_digits", "123"), ("y", "exit", "y")])
     # A deadline far beyond anything a loaded machine takes to start a process and import
     # the scoring function (~6 s quiet, ~20 s at load 10): the error must not wait for it.
-    manager.config.hard_timeout_grace_s = 600.0
+    manager.config = dataclasses.replace(manager.config, hard_timeout_grace_s=600.0)
     start = time.monotonic()
     try:
         with pytest.raises(
@@ -201,7 +202,7 @@ def test_a_dead_worker_is_an_error_at_once_with_its_exit_code(
         ):
             manager.score(batch)
     finally:
-        manager.config.hard_timeout_grace_s = 60.0
+        manager.config = dataclasses.replace(manager.config, hard_timeout_grace_s=60.0)
     assert time.monotonic() - start < 120  # at once: not at the >= 600 s hard deadline
     again = manager.score(make_batch(tokenizer, [("12", "sort_digits", "12")]))
     assert again.batch["token_level_scores"].sum().item() == 1.0
@@ -224,7 +225,7 @@ def test_score_async_does_not_block_the_driver(manager: RewardManager, tokenizer
 
 def test_configuration_errors_are_raised_not_scored(tokenizer) -> None:  # type: ignore[no-untyped-def]
     registry = _registry()
-    with RewardManager(tokenizer, RewardManagerConfig(num_workers=1), registry) as manager:
+    with RewardManager(tokenizer, RewardSection(num_workers=1), registry) as manager:
         with pytest.raises(KeyError, match="no scoring function for data_source 'nope'"):
             manager.score(make_batch(tokenizer, [("a", "nope", "a")]))
         registry["locked"] = functools.partial(locked_score, lock=threading.Lock())
@@ -238,7 +239,7 @@ def test_configuration_errors_are_raised_not_scored(tokenizer) -> None:  # type:
         with pytest.raises(ConfigurationError, match=r"row 0 .* has no reward_model.ground_truth"):
             manager.score(batch)
     with pytest.raises(ValueError, match="num_workers"):
-        RewardManagerConfig(num_workers=0)
+        RewardSection(num_workers=0)
 
 
 CLOSE_BESIDE_A_CHILD = """

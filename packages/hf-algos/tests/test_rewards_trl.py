@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from hf_algos.config import RewardSection
 from hf_algos.data import RLDataset, RLDatasetConfig, build_char_tokenizer
 from hf_algos.data.collate import COLUMNS
-from hf_algos.rewards import RewardManager, RewardManagerConfig
+from hf_algos.rewards import RewardManager
 from hf_algos.rewards.user_file import FileScoringFunction
 from hf_controller import ConfigurationError
 
@@ -53,7 +54,7 @@ def _manager(tmp_path: Path, name: str) -> RewardManager:
     path.write_text(TRL_REWARDS)
     function = FileScoringFunction(str(path), name)
     return RewardManager(
-        build_char_tokenizer(), RewardManagerConfig(num_workers=1), default_function=function
+        build_char_tokenizer(), RewardSection(num_workers=1), default_function=function
     )
 
 

@@ -13,6 +13,7 @@ Each section checks its own values in ``__post_init__`` (a value that must be po
 
 from __future__ import annotations
 
+import multiprocessing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -305,7 +306,8 @@ class AlgorithmSection:
 
 @dataclass(frozen=True)
 class RewardSection:
-    """How responses are scored."""
+    """How responses are scored: the rule-based :class:`~hf_algos.rewards.RewardManager`'s
+    config (``RewardManager.from_config``), or a reward model."""
 
     num_workers: int = 2
     """Processes that run the rule-based scoring functions (by each row's ``data_source``)."""
@@ -320,6 +322,21 @@ class RewardSection:
     cpu_time_limit_s: float | None = None
     """CPU seconds one sample may use before its scoring process is killed (``SIGXCPU``,
     reported as a dead process with its cause). ``null``: ``2 x timeout_s + 5``; 0: none."""
+    hard_timeout_grace_s: float = 60.0
+    """Extra seconds a task (a chunk of samples: ``timeout_s`` each) may run before its
+    process, which ignores the alarm (stuck in C code), is killed and replaced; its samples
+    score 0 and are reported, and the other tasks go on. A batch not done by then for every
+    round of tasks (process start-up included) replaces the whole pool. A process that dies
+    is reported at once, not at this deadline."""
+    start_method: str | None = None
+    """How scoring processes start (multiprocessing's start method); ``null``:
+    ``forkserver`` where available (each process forks from a server that imported the
+    scoring code once, so a replaced one starts fast and no Ray or torch threads are
+    forked), else ``spawn``."""
+    skip_special_tokens: bool = True
+    """Drop special tokens (EOS, chat markers) from the response text a function scores."""
+    max_logged_errors: int = 5
+    """Failed samples logged one by one per batch (and shown when the run stops for them)."""
     model: EngineConfig | None = None
     """A reward model (value head) scored by a ``RewardModelWorker`` instead of the rules;
     its checkpoint is ``reward.model.model.path``."""
@@ -365,13 +382,40 @@ class RewardSection:
             )
         require_positive("reward.num_workers", self.num_workers)
         require_positive("reward.timeout_s", self.timeout_s)
+        if self.hard_timeout_grace_s < 0:
+            raise ValueError(
+                f"reward.hard_timeout_grace_s={self.hard_timeout_grace_s} must be >= 0"
+            )
         if not 0.0 <= self.max_error_fraction <= 1.0:
             raise ValueError(
                 f"reward.max_error_fraction={self.max_error_fraction} must be in [0, 1] "
                 f"(1.0 never stops the run for failed samples)"
             )
-        if self.max_memory_mb is not None:
-            require_positive("reward.max_memory_mb", self.max_memory_mb)
+        if self.max_memory_mb is not None and self.max_memory_mb < 64:
+            raise ValueError(
+                f"reward.max_memory_mb={self.max_memory_mb} is too small for a Python "
+                f"process; give at least 64 (MiB) or null to disable the cap"
+            )
+        methods = multiprocessing.get_all_start_methods()
+        if self.start_method is not None and self.start_method not in methods:
+            raise ValueError(
+                f"reward.start_method={self.start_method!r} is not available here; choose "
+                f"from {methods} (or null: forkserver where available)"
+            )
+
+    @property
+    def process_start_method(self) -> str:
+        """``start_method``, or ``forkserver`` where available, else ``spawn``."""
+        if self.start_method is not None:
+            return self.start_method
+        return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+
+    @property
+    def cpu_limit_per_sample_s(self) -> float | None:
+        """The CPU-time limit per sample in force (``None``: none)."""
+        if self.cpu_time_limit_s is None:
+            return 2 * self.timeout_s + 5
+        return self.cpu_time_limit_s or None
 
 
 def _check_function_list(names: tuple[str, ...], weights: tuple[float, ...] | None) -> None:

@@ -3,7 +3,6 @@
 from .gsm8k import compute_gsm8k_score as compute_gsm8k_score
 from .gsm8k import extract_gsm8k_answer as extract_gsm8k_answer
 from .manager import RewardManager as RewardManager
-from .manager import RewardManagerConfig as RewardManagerConfig
 from .math_boxed import compute_math_score as compute_math_score
 from .math_boxed import last_boxed_content as last_boxed_content
 from .math_boxed import math_answers_equal as math_answers_equal

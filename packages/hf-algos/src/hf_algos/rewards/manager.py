@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import logging
 import math
-import multiprocessing
 import threading
 import time
 import weakref
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 import numpy as np
 import torch
 
+from hf_algos.config.sections import RewardSection
 from hf_algos.data.collate import COLUMNS
 from hf_algos.rewards.outcome import ScoringOutcome
 from hf_algos.rewards.pool import RewardError, ScoringPool, gather_outcomes
@@ -31,12 +30,15 @@ from hf_algos.rewards.registry import (
 from hf_algos.rewards.scoring_worker import ScoringTask
 from hf_algos.rewards.signature import ScoringSignatureError
 from hf_algos.rewards.token_scores import place_on_last_token, response_mask_of
-from hf_algos.rewards.weighted import AnyScoringCall, calls_per_sample
+from hf_algos.rewards.user_file import FileScoringFunction
+from hf_algos.rewards.weighted import AnyScoringCall, WeightedRewardFunctions, calls_per_sample
 from hf_controller import ConfigurationError
 from hf_protocol import DataProto, fields
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+    from hf_algos.data.loader import CollatingDataset
 
 logger = logging.getLogger(__name__)
 
@@ -46,74 +48,6 @@ _Call = tuple[RewardEntry, AnyScoringCall, bytes]
 _CHUNKS_PER_WORKER = 4
 """Chunks each scoring process gets per batch: few round trips, yet work still spreads
 over the processes when samples take unequal time."""
-
-
-@dataclass
-class RewardManagerConfig:
-    """How :class:`RewardManager` runs scoring functions."""
-
-    num_workers: int = 2
-    """Scoring processes. Scoring never runs in the driver process, so a hang can be cut."""
-    timeout_s: float = 10.0
-    """Seconds one sample may take; past it the sample scores 0 and is reported."""
-    hard_timeout_grace_s: float = 60.0
-    """Extra seconds a task (a chunk of samples: ``timeout_s`` each) may run before its
-    process, which ignores the alarm (stuck in C code), is killed and replaced; its samples
-    score 0 and are reported, and the other tasks go on. A batch not done by then for every
-    round of tasks (process start-up included) replaces the whole pool. A worker that dies
-    is reported at once, not at this deadline."""
-    max_error_fraction: float = 0.1
-    """Share of a batch's samples that may fail (raise, time out) and score 0; above it
-    :meth:`RewardManager.score` raises :class:`RewardError` showing the first failures."""
-    max_memory_mb: int | None = 4096
-    """Address-space cap of each scoring process (``RLIMIT_AS``, MiB): an allocation past it
-    is a ``MemoryError`` of that sample. ``None`` disables it."""
-    cpu_time_limit_s: float | None = None
-    """CPU seconds one sample may use (``RLIMIT_CPU``) before the kernel kills the process
-    (``SIGXCPU``: reported as a dead process). ``None``: ``2 x timeout_s + 5``; ``0``
-    disables it. It stops code that burns CPU where the alarm cannot interrupt it."""
-    start_method: str | None = None
-    """multiprocessing start method; ``None`` picks ``forkserver`` where available (workers
-    fork from a clean server that has imported the scoring code once, so a replaced worker
-    starts fast and no Ray/torch threads are forked), else ``spawn``."""
-    skip_special_tokens: bool = True
-    """Drop special tokens (EOS, chat markers) from the decoded response text."""
-    max_logged_errors: int = 5
-    """Failures logged one by one per batch (and shown in a :class:`RewardError`)."""
-
-    def __post_init__(self) -> None:
-        if self.num_workers < 1:
-            raise ValueError(f"num_workers must be >= 1, got {self.num_workers}")
-        if self.timeout_s <= 0 or self.hard_timeout_grace_s < 0:
-            raise ValueError(
-                f"timeout_s must be > 0 and hard_timeout_grace_s >= 0, got {self.timeout_s} "
-                f"and {self.hard_timeout_grace_s}"
-            )
-        if not 0.0 <= self.max_error_fraction <= 1.0:
-            raise ValueError(
-                f"max_error_fraction must be in [0, 1], got {self.max_error_fraction}; "
-                f"1.0 never stops a run for failed samples"
-            )
-        if self.max_memory_mb is not None and self.max_memory_mb < 64:
-            raise ValueError(
-                f"max_memory_mb={self.max_memory_mb} is too small for a Python process; "
-                f"give at least 64 (MiB) or None to disable the cap"
-            )
-        if self.start_method is None:
-            available = multiprocessing.get_all_start_methods()
-            self.start_method = "forkserver" if "forkserver" in available else "spawn"
-        if self.start_method not in multiprocessing.get_all_start_methods():
-            raise ValueError(
-                f"start_method {self.start_method!r} is not available here; choose from "
-                f"{multiprocessing.get_all_start_methods()}"
-            )
-
-    @property
-    def cpu_limit_per_sample_s(self) -> float | None:
-        """The CPU-time limit per sample in force (``None``: none)."""
-        if self.cpu_time_limit_s is None:
-            return 2 * self.timeout_s + 5
-        return self.cpu_time_limit_s or None
 
 
 class RewardManager:
@@ -151,12 +85,12 @@ class RewardManager:
     def __init__(
         self,
         tokenizer: PreTrainedTokenizerBase,
-        config: RewardManagerConfig | None = None,
+        config: RewardSection | None = None,
         registry: Mapping[str, ScoreFn] | None = None,
         default_function: RewardEntry | None = None,
     ) -> None:
         self.tokenizer = tokenizer
-        self.config = config or RewardManagerConfig()
+        self.config = config or RewardSection()
         self.registry = SCORING_FUNCTIONS if registry is None else registry
         self.default_function = default_function
         # The pool lives in a holder the finalizer can reach without keeping ``self`` alive.
@@ -165,6 +99,39 @@ class RewardManager:
         self._dispatcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reward")
         self._calls: dict[int, _Call] = {}
         self._finalizer = weakref.finalize(self, _close_pools, self._pools, self._dispatcher)
+
+    @classmethod
+    def from_config(
+        cls,
+        config: RewardSection,
+        tokenizer: PreTrainedTokenizerBase,
+        check_on: CollatingDataset | None = None,
+    ) -> RewardManager:
+        """The manager of a run's ``reward`` section: rule-based scoring by ``data_source``,
+        with the function of ``config.function_path`` (when set; several named: their
+        weighted sum, see :mod:`hf_algos.rewards.weighted`) for the data_sources your code
+        registered none for. With ``check_on``, its first row is scored now, so a function
+        that cannot be loaded or called fails set-up."""
+        default: RewardEntry | None = None
+        if config.function_path is not None:
+            # Loaded here, in the driver, so a missing file, an import error or a missing
+            # name fails set-up within seconds (the scoring processes load it again by path).
+            names = config.function_names
+            if len(names) == 1 and config.function_weights is None:
+                default = FileScoringFunction(config.function_path, names[0])
+            else:  # TRL's reward_funcs + reward_weights: a weighted sum
+                default = WeightedRewardFunctions.from_file(
+                    config.function_path, names, config.function_weights
+                )
+            scoring_call_of(default)  # refuses a signature that names no field, now
+        manager = cls(tokenizer, config, default_function=default)
+        if check_on is not None and len(check_on) > 0:
+            try:
+                manager.check(check_on.collate([check_on[0]]))
+            except BaseException:
+                manager.close()
+                raise
+        return manager
 
     # ------------------------------------------------------------------ public API
 
@@ -223,7 +190,7 @@ class RewardManager:
             if not self._pools:
                 self._pools.append(
                     ScoringPool(
-                        self.config.start_method,
+                        self.config.process_start_method,
                         self.config.num_workers,
                         self.config.max_memory_mb,
                     )

@@ -14,7 +14,6 @@ from hf_algos.config.sections import (
     ActorSection,
     CriticSection,
     DataSection,
-    RewardSection,
     RolloutSection,
     TrainerSection,
 )
@@ -22,10 +21,6 @@ from hf_algos.data import RLDataset, RLDatasetConfig, StatefulDataLoader
 from hf_algos.data.loader import CollatingDataset
 from hf_algos.losses import critic_loss, ppo_actor_loss
 from hf_algos.losses.rollout_correction import CorrectionSettings
-from hf_algos.rewards import RewardManager, RewardManagerConfig
-from hf_algos.rewards.registry import RewardEntry, scoring_call_of
-from hf_algos.rewards.user_file import FileScoringFunction
-from hf_algos.rewards.weighted import WeightedRewardFunctions
 from hf_algos.trainers.multiturn import rollout_multi_turn
 from hf_algos.trainers.sync_actor import SyncActorWorker
 from hf_controller import ConfigurationError, RayClassWithInitArgs
@@ -300,45 +295,6 @@ def sampling_config(
         seed=seed,
         greedy=greedy,
     )
-
-
-def reward_manager(
-    reward: RewardSection,
-    tokenizer: PreTrainedTokenizerBase,
-    check_on: CollatingDataset | None = None,
-) -> RewardManager:
-    """Rule-based scoring by ``data_source`` in a pool of processes, with the function of
-    ``reward.function_path`` (when set; several named: their weighted sum, see
-    :mod:`hf_algos.rewards.weighted`) for the data_sources your code registered none for;
-    with ``check_on``, its first row is scored now, so a function that cannot be loaded or
-    called fails set-up."""
-    config = RewardManagerConfig(
-        num_workers=reward.num_workers,
-        timeout_s=reward.timeout_s,
-        max_error_fraction=reward.max_error_fraction,
-        max_memory_mb=reward.max_memory_mb,
-        cpu_time_limit_s=reward.cpu_time_limit_s,
-    )
-    default: RewardEntry | None = None
-    if reward.function_path is not None:
-        # Loaded here, in the driver, so a missing file, an import error or a missing name
-        # fails set-up within seconds (the scoring processes load it again by path).
-        names = reward.function_names
-        if len(names) == 1 and reward.function_weights is None:
-            default = FileScoringFunction(reward.function_path, names[0])
-        else:  # TRL's reward_funcs + reward_weights: a weighted sum
-            default = WeightedRewardFunctions.from_file(
-                reward.function_path, names, reward.function_weights
-            )
-        scoring_call_of(default)  # refuses a signature that names no field, now
-    manager = RewardManager(tokenizer, config, default_function=default)
-    if check_on is not None and len(check_on) > 0:
-        try:
-            manager.check(check_row(check_on))
-        except BaseException:
-            manager.close()
-            raise
-    return manager
 
 
 def check_row(dataset: CollatingDataset) -> DataProto:

@@ -106,7 +106,7 @@ class DPOTrainer(Trainer):
         self.build_workers()
         if self.online:  # after a load, the rollout samples from the restored weights
             self.run_state.after_load.append(lambda: self.roles.sync_weights())
-            self.reward = builders.reward_manager(
+            self.reward = RewardManager.from_config(
                 config.reward, self.tokenizer, self.loader.dataset
             )
 

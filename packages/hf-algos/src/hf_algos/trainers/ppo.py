@@ -140,7 +140,7 @@ class PPOTrainer(Trainer):
         rules = config.reward.model is None and not env_only  # data_source, ground truth
         manager: RewardManager | None = None
         if rules:
-            manager = builders.reward_manager(config.reward, self.tokenizer)
+            manager = RewardManager.from_config(config.reward, self.tokenizer)
             self.reward = manager
             manager.start()
         if env_only:
