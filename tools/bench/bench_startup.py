@@ -153,11 +153,10 @@ class FirstStepDoneError(BaseException):
 def _install_wrappers(marks: Marks) -> None:
     """Import the trainer modules and wrap the functions that start each phase."""
     from hf_algos.rewards import manager
-    from hf_algos.trainers import base, builders, ppo, roles
+    from hf_algos.trainers import base, ppo, roles
 
-    _wrap(builders, "load_tokenizer", "tokenizer + data", marks)
-    _wrap(builders, "rl_loader", "tokenizer + data", marks)
-    _wrap(builders, "val_dataset", "tokenizer + data", marks)
+    for name in ("load_tokenizer", "rl_loader", "val_dataset"):  # as ppo.py names them
+        _wrap(ppo, name, "tokenizer + data", marks)
     _wrap(manager.RewardManager, "from_config", "reward set-up", marks)
     if hasattr(manager.RewardManager, "check_async"):  # not before the start-up work
         _wrap_check(manager.RewardManager, marks)

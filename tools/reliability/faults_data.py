@@ -1,6 +1,7 @@
 """Bad data: each case writes a broken dataset file and builds the training data exactly as
-the RL trainers do (``builders.load_tokenizer`` from a local tokenizer directory, then
-``builders.rl_loader`` from a validated ``DataSection``), before any worker would start.
+the RL trainers do (``hf_algos.data.tokenizer.load_tokenizer`` from a local tokenizer
+directory, then ``hf_algos.data.rl_dataset.rl_loader`` from a validated ``DataSection``),
+before any worker would start.
 
 The error must name the file, the row (jsonl line / parquet row) and the field.
 """
@@ -32,7 +33,8 @@ def _build_training_data(scratch: Path, data_file: Path, **data_options: Any) ->
     """What ``PPOTrainer.__init__`` does with its data section before it starts workers."""
     from hf_algos.config.sections import ActorSection, DataSection
     from hf_algos.data import build_char_tokenizer
-    from hf_algos.trainers import builders
+    from hf_algos.data.rl_dataset import rl_loader
+    from hf_algos.data.tokenizer import load_tokenizer
     from hf_engines import EngineConfig
     from hf_engines.config import ModelConfig
 
@@ -46,8 +48,8 @@ def _build_training_data(scratch: Path, data_file: Path, **data_options: Any) ->
         **data_options,
     )
     actor = ActorSection(engine=EngineConfig(model=ModelConfig(hf_config={"model_type": "llama"})))
-    tokenizer = builders.load_tokenizer(data, actor)
-    builders.rl_loader(data, tokenizer)
+    tokenizer = load_tokenizer(data, actor)
+    rl_loader(data, tokenizer)
 
 
 def _expect_error(
@@ -58,7 +60,7 @@ def _expect_error(
 ) -> FaultResult:
     """Write the bad file, build the data, and check the error names everything in ``must_name``."""
     data_file = write(scratch)
-    import hf_algos.trainers.builders  # noqa: F401  (import time is start-up, not detection)
+    import hf_algos.data.rl_dataset  # noqa: F401  (import time is start-up, not detection)
 
     with stopwatch() as elapsed:
         try:

@@ -97,7 +97,7 @@ def test_worker_config_and_chat_tools(tmp_path: Path) -> None:
     assert worker is not None
     assert (worker.tokenizer_path, worker.environment) == (str(tmp_path), "tools")
     assert worker.env_kwargs == {"tools": ["calc"]}  # the tools environment takes them
-    assert (worker.max_observation_tokens, worker.step_timeout_s) == (12, 2.5)
+    assert (worker.max_tool_response_tokens, worker.step_timeout_s) == (12, 2.5)
     assert rollout_multi_turn(MultiTurnSection(), tokenizer, False) is None
     # "calculator" is hf-rollout's own: it stays a name, and takes no tools argument
     calculator = MultiTurnSection(enable=True, environment="calculator")

@@ -204,14 +204,14 @@ def test_rollout_dtype_defaults_to_the_actor_model_and_takes_verl_key(tmp_path: 
     from transformers import AutoTokenizer
 
     from hf_algos.data import build_char_tokenizer
-    from hf_algos.trainers import builders
+    from hf_algos.trainers.role_workers import rollout_class
 
     build_char_tokenizer(tmp_path, chat_template=None)
     tokenizer = AutoTokenizer.from_pretrained(tmp_path)
 
     def rollout_dtype(*overrides: str) -> str:
         config = load(*overrides)
-        cls = builders.rollout_class(config.rollout, config.actor, config.trainer, tokenizer)
+        cls = rollout_class(config.rollout, config.actor, config.trainer, tokenizer)
         return cls.args[0].dtype
 
     assert rollout_dtype() == "float32"  # the actor's model.dtype

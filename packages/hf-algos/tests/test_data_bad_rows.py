@@ -21,7 +21,7 @@ from hf_algos.data import (
     build_char_tokenizer,
     write_rows,
 )
-from hf_algos.trainers import builders
+from hf_algos.data.rl_dataset import rl_dataset
 from hf_engines import EngineConfig
 from hf_engines.config import ModelConfig
 
@@ -146,14 +146,14 @@ def test_overlong_error_drop_and_all_dropped(
     strict = DataSection(train_files=files, max_prompt_length=12)
     assert strict.overlong_prompts == "error"  # the default, as documented
     with pytest.raises(DataError, match=r"train\.jsonl, line 2: field 'prompt' is 32 tokens long"):
-        builders.rl_dataset(strict, files, tokenizer)
+        rl_dataset(strict, files, tokenizer)
     dropping = DataSection(train_files=files, max_prompt_length=12, overlong_prompts="drop")
     with caplog.at_level(logging.WARNING, logger="hf_algos.data.rl_dataset"):
-        assert len(builders.rl_dataset(dropping, files, tokenizer)) == 2
+        assert len(rl_dataset(dropping, files, tokenizer)) == 2
     assert "dropped 1 of 3 prompts" in caplog.text
     tiny = DataSection(train_files=files, max_prompt_length=3, overlong_prompts="drop")
     with pytest.raises(ValueError, match=r"every one of the 3 prompts .*shortest 6, longest 32"):
-        builders.rl_dataset(tiny, files, tokenizer)
+        rl_dataset(tiny, files, tokenizer)
     with pytest.raises(ValueError, match="'filter' is now called 'drop'"):
         RLDatasetConfig(overlong="filter")
 

@@ -159,7 +159,7 @@ def test_tool_calls_through_the_loop(rollout: NativeRollout) -> None:
     assert out.non_tensor_batch["tool_calls"].tolist() == [2, 2]
     # A call the model does not close gets an error reply, and the episode goes on.
     unclosed = SpellingCodec("<calc>1+")
-    capped = AgentLoopConfig(max_turns=2, max_observation_tokens=12)
+    capped = AgentLoopConfig(max_turns=2, max_tool_response_tokens=12)
     out = run_agent_loop(rollout, prompts_of("a"), ToolEnvironment, unclosed, sampling, capped)
     assert AsciiCodec().decode(out.batch["responses"][0][2:14].tolist()) == "<error>unclo"
     assert out.non_tensor_batch["num_turns"].tolist() == [2]

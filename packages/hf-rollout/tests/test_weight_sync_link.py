@@ -1,5 +1,5 @@
 """hf_rollout.weight_sync end to end on Ray: a WeightLink opens the channel between a 2-rank
-sender group (a worker composing WeightSender, as the trainers' actor does) and 2 rollout
+sender group (a worker mixing in WeightSending, as the trainers' actor does) and 2 rollout
 ranks, pushes, and the rollout then generates with the sender's weights."""
 
 from __future__ import annotations
@@ -15,19 +15,17 @@ from ray import cloudpickle
 from transformers import AutoModelForCausalLM
 
 from hf_controller import (
-    Dispatch,
     RayClassWithInitArgs,
     RayResourcePool,
     RayWorkerGroup,
     Worker,
-    register,
 )
 from hf_protocol import DataProto
-from hf_rollout import RolloutConfig, SamplingConfig, WeightLink, WeightSender
+from hf_rollout import RolloutConfig, SamplingConfig, WeightLink
 from hf_rollout.backends.native import NativeRollout
 from hf_rollout.base import pad_responses_to
 from hf_rollout.testing import make_prompts, random_prompt_ids
-from hf_rollout.weight_sync import DEFAULT_TIMEOUT_S
+from hf_rollout.weight_sync import WeightSending
 from hf_rollout.workers import RolloutWorker
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
@@ -36,39 +34,15 @@ PAD = 0
 GREEDY = SamplingConfig(greedy=True, max_new_tokens=6, eos_token_id=1, n=2)
 
 
-class ModelSender(Worker):
-    """Every rank holds a model; its weight methods delegate to a WeightSender."""
+class ModelSender(WeightSending, Worker):
+    """Every rank holds a model; the weight methods come from WeightSending."""
 
     def __init__(self, model: str) -> None:
         super().__init__()
         self.model = AutoModelForCausalLM.from_pretrained(model)
-        self.sender = WeightSender("ModelSender")
 
-    def _params(self) -> Iterator[tuple[str, torch.Tensor]]:
+    def iter_full_params(self) -> Iterator[tuple[str, torch.Tensor]]:
         yield from self.model.state_dict().items()
-
-    @register(Dispatch.RANK_ZERO)
-    def weight_channel_address(self) -> tuple[str, int]:
-        return WeightSender.rendezvous_address()
-
-    @register(Dispatch.ONE_TO_ALL, blocking=False)
-    def join_weight_channel(
-        self,
-        host: str,
-        port: int,
-        world_size: int,
-        device: str = "cpu",
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-    ) -> None:
-        self.sender.join(host, port, self.rank, world_size, device, timeout_s)
-
-    @register(Dispatch.ONE_TO_ALL, blocking=False)
-    def send_weights(self, bucket_bytes: int, buffered: bool = False) -> None:
-        self.sender.send(self.rank, self._params(), bucket_bytes, buffered)
-
-    @register(Dispatch.ONE_TO_ALL)
-    def close_weight_channel(self) -> None:
-        self.sender.close()
 
 
 def generate(model: Path, prompts: DataProto) -> DataProto:

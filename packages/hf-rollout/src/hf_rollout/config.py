@@ -120,7 +120,7 @@ class MultiTurnConfig:
     max_tokens_per_turn: int | None = None
     """Most tokens of one model turn; ``None``: what is left of the episode's budget (a
     model that does not stop after its tool call then spends the budget in one turn)."""
-    max_observation_tokens: int | None = 64
+    max_tool_response_tokens: int | None = 64
     """Most tokens of one environment reply (longer ones are cut); ``None``: no cap."""
     step_timeout_s: float = 30.0
     """How long one environment step may take before its episode ends with an error."""
@@ -140,7 +140,7 @@ class MultiTurnConfig:
                 f"{self.max_tokens_per_turn}"
             )
         limits = {
-            "max_observation_tokens": self.max_observation_tokens or 1,
+            "max_tool_response_tokens": self.max_tool_response_tokens or 1,
             "step_timeout_s": self.step_timeout_s,
             "concurrency": self.concurrency,
         }

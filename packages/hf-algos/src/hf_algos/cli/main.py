@@ -268,7 +268,7 @@ def train(command: Command, config: Any) -> None:
     """Run the trainer to the end; export the final actor where ``trainer.export_dir`` says
     (Ray, when used, is already starting: :func:`start_early`)."""
     from hf_algos import trainers
-    from hf_algos.trainers import builders
+    from hf_algos.data.tokenizer import load_tokenizer
 
     trainer = getattr(trainers, command.trainer)(config)  # checks; loads the tokenizer
     with trainer.start():  # workers, data and reward, overlapped (Trainer.start_up)
@@ -279,7 +279,7 @@ def train(command: Command, config: Any) -> None:
         export_dir = config.trainer.export_dir
         if export_dir is not None:
             trainer.roles.actor.export_hf(str(export_dir))
-            builders.load_tokenizer(config.data, config.actor).save_pretrained(export_dir)
+            load_tokenizer(config.data, config.actor).save_pretrained(export_dir)
             print(f"hybridflow: model saved to {export_dir}")
 
 

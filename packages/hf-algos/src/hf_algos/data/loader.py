@@ -208,3 +208,15 @@ class StatefulDataLoader:
             next(batches)
         state: dict[str, Any] = replay.state_dict()
         return state
+
+
+def all_batches(dataset: CollatingDataset, batch_size: int) -> Iterator[DataProto]:
+    """Every row of ``dataset`` once, in order, in batches of ``batch_size`` (last may be short)."""
+    for start in range(0, len(dataset), batch_size):
+        rows = [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]
+        yield dataset.collate(rows)
+
+
+def first_row(dataset: CollatingDataset) -> DataProto:
+    """``dataset``'s first row as a batch of one (what the reward set-up check scores)."""
+    return dataset.collate([dataset[0]])

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import PreTrainedTokenizerBase
+
+if TYPE_CHECKING:
+    from hf_algos.config.sections import DataSection
 
 Messages = list[dict[str, str]]
 
@@ -109,3 +112,15 @@ def encode_prompt(
     )
     ids = tokenizer(text, add_special_tokens=not templated)["input_ids"]
     return [int(token) for token in ids]
+
+
+def prompt_options(data: DataSection) -> dict[str, Any]:
+    """The prompt-formatting options of the ``data`` section as the datasets' config fields
+    (``data.apply_chat_template=true`` is ``use_chat_template=None``: the tokenizer's
+    template when it has one)."""
+    return {
+        "use_chat_template": None if data.apply_chat_template else False,
+        "chat_template_kwargs": dict(data.chat_template_kwargs),
+        "system_prompt": data.system_prompt,
+        "num_proc": data.num_proc,
+    }

@@ -14,12 +14,15 @@ from hf_algos.data.checks import check_prompt, check_reward_fields, require_fiel
 from hf_algos.data.collate import collate_to_dataproto
 from hf_algos.data.encoding import UNLOCATED, encode_parts, list_lengths
 from hf_algos.data.files import DataError, PathsLike, RowSource
-from hf_algos.data.prompts import PromptFormat, prompt_text, resolve_chat_template
+from hf_algos.data.loader import StatefulDataLoader
+from hf_algos.data.prompts import PromptFormat, prompt_options, prompt_text, resolve_chat_template
 from hf_algos.data.sources import load_parts, row_count
 from hf_protocol import DataProto, fields
 
 if TYPE_CHECKING:
     import datasets
+
+    from hf_algos.config.sections import DataSection
 
 logger = logging.getLogger(__name__)
 
@@ -181,3 +184,42 @@ class RLDataset:
     def collate(self, rows: Sequence[dict[str, Any]]) -> DataProto:
         """A left-padded prompt DataProto of ``rows`` (see :func:`collate_to_dataproto`)."""
         return collate_to_dataproto(rows, self.pad_token_id, self.config.max_prompt_length)
+
+
+def rl_dataset(
+    data: DataSection,
+    files: Sequence[str],
+    tokenizer: PreTrainedTokenizerBase,
+    require_reward_fields: bool = True,
+) -> RLDataset:
+    """Tokenized, checked prompts of ``files`` as the ``data`` section says (bad rows raise
+    naming file, row and field).
+
+    ``require_reward_fields``: rows must carry ``data_source`` and
+    ``reward_model.ground_truth`` (rule-based scoring); ``False`` for a reward-model run.
+    """
+    config = RLDatasetConfig(
+        max_prompt_length=data.max_prompt_length,
+        prompt_key=data.prompt_key,
+        overlong=data.overlong_prompts,
+        require_reward_fields=require_reward_fields,
+        **prompt_options(data),
+    )
+    return RLDataset(list(files), tokenizer, config)
+
+
+def rl_loader(
+    data: DataSection, tokenizer: PreTrainedTokenizerBase, require_reward_fields: bool = True
+) -> StatefulDataLoader:
+    """The training prompts (``data.train_files``): shuffled per epoch, full batches,
+    resumable."""
+    dataset = rl_dataset(data, data.train_files, tokenizer, require_reward_fields)
+    return StatefulDataLoader(dataset, data.train_batch_size, data.shuffle, data.seed)
+
+
+def val_dataset(
+    data: DataSection, tokenizer: PreTrainedTokenizerBase, require_reward_fields: bool = True
+) -> tuple[RLDataset, int]:
+    """The validation prompts (``data.val_files``) and the batch size to score them in."""
+    dataset = rl_dataset(data, data.val_files, tokenizer, require_reward_fields)
+    return dataset, data.val_batch_size or len(dataset)

@@ -1,8 +1,12 @@
-"""A character-level tokenizer built locally (no model hub), with an optional chat template.
+"""Tokenizers: a run's tokenizer from its config, and a character-level one built locally.
 
-Tests and the CPU quickstart need a real ``transformers`` tokenizer without downloading one:
-by default this one maps every printable ASCII character (plus newline) to its own id and has
-a few special tokens, so its vocabulary (about 110 ids) fits the tiny models of
+:func:`load_tokenizer` reads the tokenizer a run trains with (``data.tokenizer_path``, else the
+actor's model directory).
+
+:func:`build_char_tokenizer` makes one with no model hub, with an optional chat template: tests
+and the CPU quickstart need a real ``transformers`` tokenizer without downloading one. By
+default it maps every printable ASCII character (plus newline) to its own id and has a few
+special tokens, so its vocabulary (about 110 ids) fits the tiny models of
 ``hf_engines.testing`` (vocab 128). A caller that wants a smaller vocabulary passes its own
 characters and special tokens.
 """
@@ -13,10 +17,13 @@ import os
 import string
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
-from transformers import PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
+
+if TYPE_CHECKING:
+    from hf_algos.config.sections import ActorSection, DataSection
 
 SPECIAL_TOKENS: tuple[str, ...] = (
     "<pad>",
@@ -109,4 +116,24 @@ def build_char_tokenizer(
     if directory is not None:
         Path(directory).mkdir(parents=True, exist_ok=True)
         tokenizer.save_pretrained(directory)
+    return tokenizer
+
+
+def load_tokenizer(data: DataSection, actor: ActorSection) -> PreTrainedTokenizerBase:
+    """The tokenizer from ``data.tokenizer_path``, else from the actor's model directory; one
+    without a pad token pads with its eos token."""
+    from transformers import AutoTokenizer
+
+    from hf_engines.hub import resolve_model_path
+
+    model = actor.engine.model
+    if data.tokenizer_path is not None:
+        path = resolve_model_path(data.tokenizer_path, option="data.tokenizer_path")
+    else:
+        path = Path(model.local_path() or "")
+    tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(
+        str(path), local_files_only=True, trust_remote_code=model.trust_remote_code
+    )
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
     return tokenizer

@@ -114,7 +114,8 @@ def _make_warm_model(workdir: Path) -> None:
     if (target / "config.json").is_file():
         return
     from hf_algos.config import SFTConfig, load_config
-    from hf_algos.trainers import SFTTrainer, builders
+    from hf_algos.data.tokenizer import load_tokenizer
+    from hf_algos.trainers import SFTTrainer
 
     print(f"hybridflow: supervised warm-up of the example's model into {target} (once)")
     register_resolvers()  # quickstart_sft.yaml names the model and data through them
@@ -126,7 +127,7 @@ def _make_warm_model(workdir: Path) -> None:
     with SFTTrainer(config) as trainer:
         trainer.fit()
         trainer.roles.actor.export_hf(str(target))
-    builders.load_tokenizer(config.data, config.actor).save_pretrained(target)
+    load_tokenizer(config.data, config.actor).save_pretrained(target)
 
 
 def _model(directory: str) -> str:

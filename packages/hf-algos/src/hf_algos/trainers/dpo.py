@@ -28,11 +28,20 @@ from hf_algos.data import (
     StatefulDataLoader,
     make_preference_batch,
 )
+from hf_algos.data.prompts import prompt_options
+from hf_algos.data.rl_dataset import rl_loader
+from hf_algos.data.tokenizer import load_tokenizer
 from hf_algos.losses import dpo_loss_fn
 from hf_algos.rewards import RewardManager
 from hf_algos.tracking import compute_data_metrics, compute_timing_metrics, timed, timing_metrics
-from hf_algos.trainers import builders
 from hf_algos.trainers.base import Metrics, Trainer, WorkerClasses
+from hf_algos.trainers.role_workers import (
+    actor_class_with_loss,
+    optimizer_steps,
+    reference_class,
+    rollout_class,
+)
+from hf_algos.trainers.sampling import sampling_config, step_seed
 from hf_algos.trainers.worker_io import MODEL_FIELDS, absorb, for_worker, generate, tensors
 from hf_protocol import DataProto, fields
 
@@ -57,7 +66,7 @@ class DPOTrainer(Trainer):
         super().__init__(config.trainer, config_to_dict(config))
         self.config = config
         self.online = config.dpo.online
-        self.tokenizer = builders.load_tokenizer(config.data, config.actor)
+        self.tokenizer = load_tokenizer(config.data, config.actor)
         self.reward: RewardManager | None = None
 
     def start_up(self) -> None:
@@ -65,7 +74,7 @@ class DPOTrainer(Trainer):
         (online: and the rollout) and build their models; online, the reward starts last."""
         config = self.config
         if self.online:
-            self.loader = builders.rl_loader(config.data, self.tokenizer)
+            self.loader = rl_loader(config.data, self.tokenizer)
         else:
             self.loader = self._pair_loader(config.data.train_files)
         self.val_pairs = (
@@ -81,10 +90,10 @@ class DPOTrainer(Trainer):
         )
         # Online, the pair count varies per step: one optimizer step takes all of them.
         rows = 2 * (config.data.train_batch_size if self.online else config.dpo.mini_batch_size)
-        run_steps = builders.optimizer_steps(
+        run_steps = optimizer_steps(
             self.total_steps, 2 * config.data.train_batch_size, rows, row_group_size=2
         )
-        actor = builders.actor_class_with_loss(
+        actor = actor_class_with_loss(
             pairs_per_micro_batch(config.actor),
             config.trainer,
             loss_fn,
@@ -93,12 +102,12 @@ class DPOTrainer(Trainer):
             run_steps=run_steps,
         )
         roles = {"actor": actor}
-        reference = builders.reference_class(config.actor, config.trainer)
+        reference = reference_class(config.actor, config.trainer)
         if reference is not None:
             roles["ref"] = reference
         self.actor_is_reference = reference is None  # LoRA: the base, adapters off
         rollout = (
-            builders.rollout_class(config.rollout, config.actor, config.trainer, self.tokenizer)
+            rollout_class(config.rollout, config.actor, config.trainer, self.tokenizer)
             if self.online
             else None
         )
@@ -125,7 +134,7 @@ class DPOTrainer(Trainer):
             max_prompt_length=data.max_prompt_length,
             max_response_length=self.config.max_response_length,
             overlong=data.overlong_prompts,
-            **builders.prompt_options(data),
+            **prompt_options(data),
         )
         return PreferenceDataset(list(files), self.tokenizer, options)
 
@@ -166,8 +175,8 @@ class DPOTrainer(Trainer):
         """Online: ``n`` scored samples per prompt -> best/worst pairs (a multiple of the
         worker count, so every rank gets whole pairs)."""
         assert self.reward is not None
-        seed = builders.step_seed(self.config.trainer.seed, self.global_step)
-        sampling = builders.sampling_config(self.config.rollout, self.tokenizer, seed=seed)
+        seed = step_seed(self.config.trainer.seed, self.global_step)
+        sampling = sampling_config(self.config.rollout, self.tokenizer, seed=seed)
         batch = generate(self.roles.rollout, prompts, sampling, metrics)
         absorb(batch, self.reward.score(batch), metrics)
         scores = tensors(batch)[fields.TOKEN_LEVEL_SCORES].sum(-1)

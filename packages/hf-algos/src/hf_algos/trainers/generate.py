@@ -15,9 +15,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from hf_algos.config.trainers import RLConfig
-from hf_algos.data.loader import CollatingDataset
-from hf_algos.trainers import builders
+from hf_algos.data.loader import CollatingDataset, all_batches
+from hf_algos.data.rl_dataset import rl_dataset
+from hf_algos.data.tokenizer import load_tokenizer
+from hf_algos.trainers.role_workers import actor_class, rollout_class
 from hf_algos.trainers.roles import build_role_groups
+from hf_algos.trainers.sampling import sampling_config
 from hf_algos.trainers.worker_io import generate, generation_phase, response_ids, tensors
 from hf_protocol import DataProto, fields
 
@@ -30,11 +33,9 @@ def generate_completions(config: RLConfig, prompts_file: str, output: Path, samp
     ``samples=0``: one greedy answer per prompt; ``samples=k``: ``k`` answers sampled at the
     rollout's temperature (seeded by ``trainer.seed``). Returns the lines written.
     """
-    tokenizer = builders.load_tokenizer(config.data, config.actor)
-    dataset = builders.rl_dataset(
-        config.data, (prompts_file,), tokenizer, require_reward_fields=False
-    )
-    sampling = builders.sampling_config(
+    tokenizer = load_tokenizer(config.data, config.actor)
+    dataset = rl_dataset(config.data, (prompts_file,), tokenizer, require_reward_fields=False)
+    sampling = sampling_config(
         config.rollout,
         tokenizer,
         seed=config.trainer.seed,
@@ -46,11 +47,11 @@ def generate_completions(config: RLConfig, prompts_file: str, output: Path, samp
         return str(tokenizer.decode(ids, skip_special_tokens=True))
 
     trainer = config.trainer
-    actor = builders.actor_class(config.actor, trainer, run_steps=1)  # no step is taken
+    actor = actor_class(config.actor, trainer, run_steps=1)  # no step is taken
     roles = build_role_groups(
         trainer,
         {"actor": actor},
-        builders.rollout_class(config.rollout, config.actor, trainer, tokenizer),
+        rollout_class(config.rollout, config.actor, trainer, tokenizer),
     )
     written = 0
     try:
@@ -73,7 +74,7 @@ def enumerate_batches(
     dataset: CollatingDataset, batch_size: int
 ) -> Iterator[tuple[int, DataProto]]:
     """Every batch of ``dataset`` in order, with the index of its first prompt."""
-    for number, batch in enumerate(builders.all_batches(dataset, batch_size)):
+    for number, batch in enumerate(all_batches(dataset, batch_size)):
         yield number * batch_size, batch
 
 

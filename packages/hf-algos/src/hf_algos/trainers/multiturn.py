@@ -41,7 +41,7 @@ def rollout_multi_turn(
         env_kwargs=section.environment_kwargs(),
         max_turns=section.max_turns,
         max_tokens_per_turn=section.max_tokens_per_turn,
-        max_observation_tokens=section.max_tool_response_tokens,
+        max_tool_response_tokens=section.max_tool_response_tokens,
         step_timeout_s=section.step_timeout_s,
         trust_remote_code=trust_remote_code,
     )

@@ -45,7 +45,9 @@ from hf_algos.advantages.registry import AdvantageEstimator, get_advantage_estim
 from hf_algos.config.loading import config_to_dict
 from hf_algos.config.sections import AlgorithmSection
 from hf_algos.config.trainers import RLConfig
-from hf_algos.data.loader import CollatingDataset
+from hf_algos.data.loader import CollatingDataset, first_row
+from hf_algos.data.rl_dataset import rl_loader, val_dataset
+from hf_algos.data.tokenizer import load_tokenizer
 from hf_algos.kl import AdaptiveKLController, FixedKLController, KLController, apply_kl_penalty
 from hf_algos.losses.rollout_correction import CorrectionSettings
 from hf_algos.rewards import RewardManager, RewardModelScorer
@@ -56,12 +58,20 @@ from hf_algos.tracking import (
     timed,
     timing_metrics,
 )
-from hf_algos.trainers import builders
 from hf_algos.trainers.async_loop import AsyncRollout, AsyncSpec
 from hf_algos.trainers.base import Metrics, Trainer, WorkerClasses
 from hf_algos.trainers.dynamic_sampling import sample_varied_groups
 from hf_algos.trainers.groups import RewardScorer
 from hf_algos.trainers.multiturn import MultiTurnScorer, data_with_tools
+from hf_algos.trainers.role_workers import (
+    actor_class,
+    critic_class,
+    optimizer_steps,
+    reference_class,
+    reward_model_class,
+    rollout_class,
+)
+from hf_algos.trainers.sampling import sampling_config, step_seed
 from hf_algos.trainers.validation import (
     generation_rows,
     sampled_validation_metrics,
@@ -106,7 +116,7 @@ class PPOTrainer(Trainer):
     def __init__(self, config: RLConfig) -> None:
         super().__init__(config.trainer, config_to_dict(config))
         self.config = config
-        self.tokenizer = builders.load_tokenizer(config.data, config.actor)
+        self.tokenizer = load_tokenizer(config.data, config.actor)
         self.kl_ctrl = build_kl_controller(config)
         # "auto": TIS when the samples are off-policy (an async mode), else off
         algorithm, async_mode = config.algorithm, config.trainer.async_mode
@@ -150,12 +160,10 @@ class PPOTrainer(Trainer):
         data = data_with_tools(config.data, turns)
         # one function for every row (reward.function_path): data_source is optional
         fields_needed = rules and config.reward.function_path is None
-        self.loader = builders.rl_loader(data, self.tokenizer, fields_needed)
-        self.val_data = (
-            builders.val_dataset(data, self.tokenizer, fields_needed) if data.val_files else None
-        )
+        self.loader = rl_loader(data, self.tokenizer, fields_needed)
+        self.val_data = val_dataset(data, self.tokenizer, fields_needed) if data.val_files else None
         self.start_workers()
-        check = manager.check_async(builders.check_row(self._check_rows())) if manager else None
+        check = manager.check_async(first_row(self._check_rows())) if manager else None
         self.build_workers()  # waits for the workers started above, builds the models
         if check is not None:
             check.result()  # e.g. a function the scoring process cannot load
@@ -196,33 +204,33 @@ class PPOTrainer(Trainer):
     def _role_classes(self) -> dict[str, RayClassWithInitArgs]:
         config = self.config
         rows = config.data.train_batch_size * config.rollout.n
-        actor_steps = builders.optimizer_steps(
+        actor_steps = optimizer_steps(
             self.total_steps, rows, config.actor.ppo_mini_batch_size, config.actor.ppo_epochs
         )
-        actor = builders.actor_class(
+        actor = actor_class(
             config.actor,
             config.trainer,
             rollout_correction=self._rollout_correction,
             run_steps=actor_steps,
         )
         roles = {"actor": actor}
-        reference = builders.reference_class(config.actor, config.trainer) if self.use_ref else None
+        reference = reference_class(config.actor, config.trainer) if self.use_ref else None
         if reference is not None:
             roles["ref"] = reference
         if self.use_critic:
             assert config.critic is not None  # validated
             critic = config.critic
-            critic_steps = builders.optimizer_steps(
+            critic_steps = optimizer_steps(
                 self.total_steps, rows, critic.ppo_mini_batch_size, critic.ppo_epochs
             )
-            roles["critic"] = builders.critic_class(critic, config.trainer, critic_steps)
+            roles["critic"] = critic_class(critic, config.trainer, critic_steps)
         if config.reward.model is not None:
-            roles["reward_model"] = builders.reward_model_class(config.reward.model, config.trainer)
+            roles["reward_model"] = reward_model_class(config.reward.model, config.trainer)
         return roles
 
     def _rollout_cls(self) -> RayClassWithInitArgs:
         config = self.config
-        return builders.rollout_class(config.rollout, config.actor, config.trainer, self.tokenizer)
+        return rollout_class(config.rollout, config.actor, config.trainer, self.tokenizer)
 
     def _check_rows(self) -> CollatingDataset:
         """The rows the reward set-up check scores one of: validation, else training."""
@@ -332,8 +340,8 @@ class PPOTrainer(Trainer):
     def generate(self, prompts: DataProto, metrics: Metrics, draw: int = 0) -> DataProto:
         """``rollout.n`` samples per prompt (seeded by the step and ``draw``, so a resumed
         run repeats); ReMax adds the greedy answer's score as each sample's baseline."""
-        seed = builders.step_seed(self.config.trainer.seed, self.global_step, draw)
-        sampling = builders.sampling_config(self.config.rollout, self.tokenizer, seed=seed)
+        seed = step_seed(self.config.trainer.seed, self.global_step, draw)
+        sampling = sampling_config(self.config.rollout, self.tokenizer, seed=seed)
         batch = generate(self.roles.rollout, prompts, sampling, metrics)
         if self.estimator.needs_greedy_baseline:
             tensors(batch)[fields.REWARD_BASELINES] = self.greedy_baseline(prompts, metrics)
@@ -341,7 +349,7 @@ class PPOTrainer(Trainer):
 
     def greedy_baseline(self, prompts: DataProto, metrics: Metrics) -> torch.Tensor:
         """ReMax: the score of each prompt's greedy answer, repeated for its ``n`` samples."""
-        sampling = builders.sampling_config(self.config.rollout, self.tokenizer, greedy=True)
+        sampling = sampling_config(self.config.rollout, self.tokenizer, greedy=True)
         greedy = generate(self.roles.rollout, prompts, sampling, {})
         scores = self.reward.score(greedy)
         baseline = tensors(scores)[fields.TOKEN_LEVEL_SCORES].sum(-1)
@@ -393,7 +401,7 @@ class PPOTrainer(Trainer):
         = mean@k, ``val/sampled/pass@k``, ``val/sampled/maj@k``)."""
         if self.val_data is None:
             return {}
-        greedy = builders.sampling_config(self.config.rollout, self.tokenizer, greedy=True)
+        greedy = sampling_config(self.config.rollout, self.tokenizer, greedy=True)
         every = len(self.val_data[0]) if self.trainer_config.val_only else 0  # eval: all
         keep = max(self.trainer_config.log_val_generations, every)
         rows = self.val_generations
@@ -416,7 +424,7 @@ class PPOTrainer(Trainer):
             )
             metrics = validation_metrics(scores, sources)
             if samples:
-                sampled = builders.sampling_config(
+                sampled = sampling_config(
                     self.config.rollout, self.tokenizer, seed=self.global_step, n=samples
                 )
                 scores, _ = score_validation(
@@ -475,8 +483,8 @@ def async_rollout(trainer: PPOTrainer) -> AsyncRollout:
         )
 
     def sampling(index: int, draw: int) -> SamplingConfig:
-        seed = builders.step_seed(section.seed, index, draw)  # as generate(): same seeds
-        return builders.sampling_config(config.rollout, tokenizer, seed=seed)
+        seed = step_seed(section.seed, index, draw)  # as generate(): same seeds
+        return sampling_config(config.rollout, tokenizer, seed=seed)
 
     return AsyncRollout(
         spec,

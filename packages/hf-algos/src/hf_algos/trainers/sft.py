@@ -12,10 +12,11 @@ from __future__ import annotations
 from hf_algos.config.loading import config_to_dict
 from hf_algos.config.trainers import SFTConfig
 from hf_algos.data import SFTDataset, StatefulDataLoader
+from hf_algos.data.tokenizer import load_tokenizer
 from hf_algos.losses import sft_loss
 from hf_algos.tracking import compute_timing_metrics, timed
-from hf_algos.trainers import builders
 from hf_algos.trainers.base import Metrics, Trainer, WorkerClasses
+from hf_algos.trainers.role_workers import actor_class_with_loss, optimizer_steps
 from hf_algos.trainers.worker_io import MODEL_FIELDS, absorb, for_worker, tensors
 from hf_protocol import DataProto, fields
 
@@ -26,7 +27,7 @@ class SFTTrainer(Trainer):
     def __init__(self, config: SFTConfig) -> None:
         super().__init__(config.trainer, config_to_dict(config))
         self.config = config
-        self.tokenizer = builders.load_tokenizer(config.data, config.actor)
+        self.tokenizer = load_tokenizer(config.data, config.actor)
 
     def start_up(self) -> None:
         """Load and tokenize the rows, then start the actor group and build its model."""
@@ -39,15 +40,13 @@ class SFTTrainer(Trainer):
     def worker_classes(self) -> WorkerClasses:
         """The actor with the SFT loss; no rollout."""
         config = self.config
-        run_steps = builders.optimizer_steps(
+        run_steps = optimizer_steps(
             self.total_steps,
             config.data.train_batch_size,
             config.actor.ppo_mini_batch_size,
             config.actor.ppo_epochs,
         )
-        actor = builders.actor_class_with_loss(
-            config.actor, config.trainer, sft_loss, run_steps=run_steps
-        )
+        actor = actor_class_with_loss(config.actor, config.trainer, sft_loss, run_steps=run_steps)
         return {"actor": actor}, None
 
     def train_step(self, batch: DataProto) -> Metrics:

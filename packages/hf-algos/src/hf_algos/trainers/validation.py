@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from hf_algos.data import RLDataset
+from hf_algos.data.loader import all_batches
 from hf_algos.tracking import Generation
-from hf_algos.trainers import builders
 from hf_algos.trainers.groups import RewardScorer, RolloutGroup
 from hf_algos.trainers.worker_io import Metrics, generate, response_ids, tensors
 from hf_protocol import DataProto, fields
@@ -40,7 +40,7 @@ def score_validation(
     """
     scores: list[torch.Tensor] = []
     sources: list[np.ndarray] = []
-    for prompts in builders.all_batches(*val_data):
+    for prompts in all_batches(*val_data):
         output = generate(rollout, prompts, sampling, {})
         scored = reward.score(output)
         scores.append(tensors(scored)[fields.TOKEN_LEVEL_SCORES].sum(-1))

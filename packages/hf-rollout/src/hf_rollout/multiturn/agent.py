@@ -83,7 +83,7 @@ class AgentRollout:
         limits = AgentLoopConfig(
             max_turns=self.config.max_turns,
             max_response_tokens=sampling.max_new_tokens,
-            max_observation_tokens=self.config.max_observation_tokens,
+            max_tool_response_tokens=self.config.max_tool_response_tokens,
             step_timeout_s=self.config.step_timeout_s,
             concurrency=self.config.concurrency,
         )

@@ -54,7 +54,7 @@ class AgentLoopConfig:
     """Most model turns per episode."""
     max_response_tokens: int = 256
     """Most response tokens per episode, model and environment tokens together."""
-    max_observation_tokens: int | None = None
+    max_tool_response_tokens: int | None = None
     """Most tokens of one environment observation (longer ones are cut); None: no cap."""
     step_timeout_s: float = 30.0
     """How long one environment ``reset`` or ``step`` may take before its episode ends with
@@ -67,7 +67,7 @@ class AgentLoopConfig:
         limits = {
             "max_turns": self.max_turns,
             "max_response_tokens": self.max_response_tokens,
-            "max_observation_tokens": self.max_observation_tokens or 1,
+            "max_tool_response_tokens": self.max_tool_response_tokens or 1,
             "step_timeout_s": self.step_timeout_s,
             "concurrency": self.concurrency,
         }
@@ -256,7 +256,7 @@ def _take_reply(
     episode.tool_calls += result.tool_calls
     room = config.max_response_tokens - len(episode.tokens)
     if not result.done and result.observation:
-        observation = codec.encode(result.observation)[: config.max_observation_tokens]
+        observation = codec.encode(result.observation)[: config.max_tool_response_tokens]
         episode.append(observation[:room], None)
         room = config.max_response_tokens - len(episode.tokens)
     episode.done = result.done or room <= 0 or turn + 1 >= config.max_turns

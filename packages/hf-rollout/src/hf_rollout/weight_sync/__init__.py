@@ -2,14 +2,16 @@
 
 * :mod:`~hf_rollout.weight_sync.channel`: :class:`WeightChannel`, a torch.distributed group
   of its own between actor rank 0 and the rollout ranks, streaming buckets of tensors;
-* :mod:`~hf_rollout.weight_sync.sender`: :class:`WeightSender`, the actor worker's side;
+* :mod:`~hf_rollout.weight_sync.sender`: :class:`WeightSender`, the actor worker's side, and
+  :class:`WeightSending`, the worker methods an actor class mixes in;
 * :mod:`~hf_rollout.weight_sync.receiver`: :class:`WeightReceiver`, the rollout worker's
   side, and :func:`fused_actor_weights` (the hybrid placement's in-process path);
 * :mod:`~hf_rollout.weight_sync.link`: :class:`WeightLink`, the driver's side, which opens
   the channel, pushes and closes.
 
-The worker classes keep thin methods (``join_weight_channel``, ``send_weights``,
-``receive_weights``, ``close_weight_channel``) that delegate to the sender and receiver.
+The rollout worker keeps thin methods (``join_weight_channel``, ``receive_weights``,
+``close_weight_channel``) that delegate to its receiver; an actor worker mixes in
+:class:`WeightSending`, whose methods delegate to a sender.
 """
 
 from hf_rollout.weight_sync.channel import (
@@ -25,7 +27,7 @@ from hf_rollout.weight_sync.link import (
     WeightSenderGroup,
 )
 from hf_rollout.weight_sync.receiver import NamedTensors, WeightReceiver, fused_actor_weights
-from hf_rollout.weight_sync.sender import WeightSender
+from hf_rollout.weight_sync.sender import WeightSender, WeightSending
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -39,5 +41,6 @@ __all__ = [
     "WeightReceiverGroup",
     "WeightSender",
     "WeightSenderGroup",
+    "WeightSending",
     "fused_actor_weights",
 ]

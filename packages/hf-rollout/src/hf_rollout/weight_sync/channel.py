@@ -45,7 +45,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["DEFAULT_TIMEOUT_S", "DIRECT_BYTES", "WeightChannel", "WeightChannelError"]
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "DIRECT_BYTES",
+    "ChannelMember",
+    "WeightChannel",
+    "WeightChannelError",
+]
 
 DEFAULT_TIMEOUT_S = 300.0
 """How long a join or a collective waits for a peer before the channel gives up."""
@@ -495,3 +501,36 @@ def _typed(raw: torch.Tensor, entry: _Entry) -> torch.Tensor:
 def _as_bytes(tensor: torch.Tensor) -> torch.Tensor:
     """``tensor``'s bytes as a flat uint8 view (a copy only if it is not contiguous)."""
     return tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
+class ChannelMember:
+    """One worker's membership of a :class:`WeightChannel`: none until it joins, one at a
+    time, left on :meth:`close`. The base of the sender's and the receiver's side.
+
+    ``worker`` names the worker class in errors (``"<worker>.send_weights: ..."``).
+    """
+
+    def __init__(self, worker: str) -> None:
+        self.worker = worker
+        self.channel: WeightChannel | None = None
+        """The joined channel, or ``None``."""
+
+    def _join_as(
+        self,
+        host: str,
+        port: int,
+        channel_rank: int,
+        world_size: int,
+        device: str,
+        timeout_s: float,
+    ) -> None:
+        """Leave any channel joined before, then join the one at ``host:port`` as
+        ``channel_rank`` (a rendezvous with every other member)."""
+        self.close()
+        self.channel = WeightChannel.join(host, port, channel_rank, world_size, timeout_s, device)
+
+    def close(self) -> None:
+        """Leave the channel, if joined."""
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None

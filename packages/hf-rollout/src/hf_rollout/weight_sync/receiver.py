@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from hf_rollout.base import RolloutEngine
-from hf_rollout.weight_sync.channel import DEFAULT_TIMEOUT_S, WeightChannel
+from hf_rollout.weight_sync.channel import DEFAULT_TIMEOUT_S, ChannelMember
 
 __all__ = ["NamedTensors", "WeightReceiver", "fused_actor_weights"]
 
@@ -29,16 +29,11 @@ NamedTensors = Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor]
 Hugging Face model's ``state_dict()``): what a rollout worker's ``update_weights`` takes."""
 
 
-class WeightReceiver:
+class WeightReceiver(ChannelMember):
     """One rollout rank's membership of the weight channel (none until :meth:`join`).
 
     ``worker`` names the worker class in errors (``"<worker>.receive_weights: ..."``).
     """
-
-    def __init__(self, worker: str) -> None:
-        self.worker = worker
-        self.channel: WeightChannel | None = None
-        """The joined channel, or ``None``."""
 
     def join(
         self,
@@ -51,8 +46,7 @@ class WeightReceiver:
     ) -> None:
         """Join the channel at ``host:port`` as channel rank ``1 + rank`` (rollout ``rank``),
         leaving any channel joined before. A rendezvous with the sender and the other ranks."""
-        self.close()
-        self.channel = WeightChannel.join(host, port, 1 + rank, world_size, timeout_s, device)
+        self._join_as(host, port, 1 + rank, world_size, device, timeout_s)
 
     def receive_into(self, engine: Callable[[], RolloutEngine]) -> None:
         """Load one sync from the channel, streaming it bucket by bucket into the
@@ -73,12 +67,6 @@ class WeightReceiver:
         # starts at a bucket boundary instead of reading this one's tail.
         for _ in stream:
             pass
-
-    def close(self) -> None:
-        """Leave the channel, if joined."""
-        if self.channel is not None:
-            self.channel.close()
-            self.channel = None
 
 
 def fused_actor_weights(fused_workers: dict[str, Any] | None) -> Iterable[tuple[str, torch.Tensor]]:

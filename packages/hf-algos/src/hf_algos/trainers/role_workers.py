@@ -1,24 +1,22 @@
-"""Turn config sections into the objects a trainer runs: tokenizer, loaders, worker classes."""
+"""The worker each role runs: its class and config, built from the role's config section.
+
+Each function returns the :class:`~hf_controller.RayClassWithInitArgs` that
+:func:`~hf_algos.trainers.roles.build_role_groups` places: the actor
+(:class:`~hf_algos.trainers.sync_actor.SyncActorWorker` with its loss), the frozen reference,
+the critic, a reward model and the rollout. Two settings of the run reach every engine here:
+the device (``trainer.use_gpu``, :func:`engine_on_device`) and the schedule's length
+(:func:`with_run_length`, from :func:`optimizer_steps`).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from transformers import PreTrainedTokenizerBase
 
-from hf_algos.config.sections import (
-    ActorSection,
-    CriticSection,
-    DataSection,
-    RolloutSection,
-    TrainerSection,
-)
-from hf_algos.data import RLDataset, RLDatasetConfig, StatefulDataLoader
-from hf_algos.data.loader import CollatingDataset
+from hf_algos.config.sections import ActorSection, CriticSection, RolloutSection, TrainerSection
 from hf_algos.losses import critic_loss, ppo_actor_loss
 from hf_algos.losses.rollout_correction import CorrectionSettings
 from hf_algos.trainers.multiturn import rollout_multi_turn
@@ -33,82 +31,8 @@ from hf_engines.workers import (
     RewardModelWorker,
 )
 from hf_engines.workers.updates import mini_batch_ranges
-from hf_protocol import DataProto
-from hf_rollout import RolloutConfig, SamplingConfig
+from hf_rollout import RolloutConfig
 from hf_rollout.workers import RolloutWorker
-
-
-def load_tokenizer(data: DataSection, actor: ActorSection) -> PreTrainedTokenizerBase:
-    """The tokenizer from ``data.tokenizer_path``, else from the actor's model directory."""
-    from transformers import AutoTokenizer
-
-    from hf_engines.hub import resolve_model_path
-
-    model = actor.engine.model
-    if data.tokenizer_path is not None:
-        path = resolve_model_path(data.tokenizer_path, option="data.tokenizer_path")
-    else:
-        path = Path(model.local_path() or "")
-    tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(
-        str(path), local_files_only=True, trust_remote_code=model.trust_remote_code
-    )
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
-
-
-def rl_dataset(
-    data: DataSection,
-    files: tuple[str, ...],
-    tokenizer: PreTrainedTokenizerBase,
-    require_reward_fields: bool = True,
-) -> RLDataset:
-    """Tokenized, checked prompts of ``files`` (bad rows raise naming file, row and field).
-
-    ``require_reward_fields``: rows must carry ``data_source`` and
-    ``reward_model.ground_truth`` (rule-based scoring); ``False`` for a reward-model run.
-    """
-    config = RLDatasetConfig(
-        max_prompt_length=data.max_prompt_length,
-        prompt_key=data.prompt_key,
-        overlong=data.overlong_prompts,
-        require_reward_fields=require_reward_fields,
-        **prompt_options(data),
-    )
-    return RLDataset(list(files), tokenizer, config)
-
-
-def prompt_options(data: DataSection) -> dict[str, Any]:
-    """The prompt-formatting options of ``data`` as the datasets' config fields."""
-    return {
-        "use_chat_template": None if data.apply_chat_template else False,
-        "chat_template_kwargs": dict(data.chat_template_kwargs),
-        "system_prompt": data.system_prompt,
-        "num_proc": data.num_proc,
-    }
-
-
-def rl_loader(
-    data: DataSection, tokenizer: PreTrainedTokenizerBase, require_reward_fields: bool = True
-) -> StatefulDataLoader:
-    """The training prompts: shuffled per epoch, full batches, resumable."""
-    dataset = rl_dataset(data, data.train_files, tokenizer, require_reward_fields)
-    return StatefulDataLoader(dataset, data.train_batch_size, data.shuffle, data.seed)
-
-
-def val_dataset(
-    data: DataSection, tokenizer: PreTrainedTokenizerBase, require_reward_fields: bool = True
-) -> tuple[RLDataset, int]:
-    """The validation prompts and the batch size to score them in."""
-    dataset = rl_dataset(data, data.val_files, tokenizer, require_reward_fields)
-    return dataset, data.val_batch_size or len(dataset)
-
-
-def all_batches(dataset: CollatingDataset, batch_size: int) -> Iterator[DataProto]:
-    """Every row of ``dataset`` once, in order, in batches of ``batch_size`` (last may be short)."""
-    for start in range(0, len(dataset), batch_size):
-        rows = [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]
-        yield dataset.collate(rows)
 
 
 def engine_on_device(engine: EngineConfig, trainer: TrainerSection, key: str) -> EngineConfig:
@@ -266,37 +190,3 @@ def rollout_class(
         prefix_cache_rows=rollout.multi_turn.prefix_cache_rows if rollout.multi_turn.enable else 0,
     )
     return RayClassWithInitArgs(RolloutWorker, config)
-
-
-def step_seed(seed: int, step: int, draw: int = 0) -> int:
-    """The sampling seed of ``step``'s ``draw``-th generation in a run seeded ``seed``
-    (``trainer.seed``): fixed by the step, so a resumed or restarted run samples the same
-    responses, and distinct across steps and draws."""
-    return seed * 1_000_003 + step + draw * 7_919_993
-
-
-def sampling_config(
-    rollout: RolloutSection,
-    tokenizer: PreTrainedTokenizerBase,
-    seed: int | None = None,
-    greedy: bool = False,
-    n: int | None = None,
-) -> SamplingConfig:
-    """Sampling for a step (``seed``) or, with ``greedy``, one deterministic answer: the one
-    object that reaches the rollout workers (``meta_info["sampling"]``). ``n`` answers per
-    prompt (default ``rollout.n``; 1 when greedy)."""
-    return SamplingConfig(
-        n=1 if greedy else (rollout.n if n is None else n),
-        temperature=rollout.temperature,
-        top_p=rollout.top_p,
-        top_k=rollout.top_k,
-        max_new_tokens=rollout.max_new_tokens,
-        eos_token_id=tokenizer.eos_token_id,
-        seed=seed,
-        greedy=greedy,
-    )
-
-
-def check_row(dataset: CollatingDataset) -> DataProto:
-    """``dataset``'s first row as a batch of one: what the reward set-up check scores."""
-    return dataset.collate([dataset[0]])
