@@ -110,3 +110,11 @@ def test_a_directory_that_is_no_dataset_is_named(tmp_path: Path, tokenizer) -> N
     (tmp_path / "empty").mkdir()
     with pytest.raises(DataError, match=r"empty: is a directory but not a saved dataset"):
         RLDataset(str(tmp_path / "empty"), tokenizer)
+
+
+def test_an_empty_list_or_dataset_is_refused_by_name(tokenizer) -> None:
+    with pytest.raises(DataError, match=r"the given list of rows: it has no rows; give at least"):
+        RLDataset([], tokenizer)
+    empty = datasets.Dataset.from_list([{"prompt": "x"}]).select([])
+    with pytest.raises(DataError, match=r"the given datasets.Dataset: it has no rows"):
+        RLDataset(empty, tokenizer)

@@ -185,6 +185,18 @@ def test_config_errors_name_both_lengths_and_every_unknown_name(reward_file: Pat
         WeightedRewardFunctions([lambda solution: 1.0, lambda solution: 0.0], names=["a", "score"])
 
 
+def test_weights_or_several_functions_without_a_file_are_refused() -> None:
+    """Without reward.function_path, functions registered per data_source score the rows: a
+    weight list or several function names would be ignored, so the config refuses them."""
+    with pytest.raises(
+        ConfigurationError, match=r"function_weights=\[1\.0\] needs reward\.function_path"
+    ):
+        RewardSection(function_weights=(1.0,))
+    with pytest.raises(ConfigurationError, match=r"\['a', 'b'\] .* needs reward\.function_path"):
+        RewardSection(function_name=("a", "b"))
+    assert RewardSection(function_name="compute_score").function_path is None  # verl's default
+
+
 def test_the_config_keys_compose_and_build_a_weighted_manager(reward_file: Path) -> None:
     config = load_config(
         RLConfig,

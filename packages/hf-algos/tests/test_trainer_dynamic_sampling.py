@@ -136,3 +136,15 @@ def test_sequence_metric_reads_score_or_reward_extra_info() -> None:
     assert sequence_metric(batch, "acc").tolist() == [1.0, 0.0]
     with pytest.raises(KeyError, match=r"metric='pred'.*\['acc'\]"):
         sequence_metric(batch, "pred")
+    failed = {"score": 0.5, "status": "error", "error": "ValueError: bad"}
+    mixed = DataProto.from_dict(
+        tensors={fields.TOKEN_LEVEL_SCORES: scores},
+        non_tensors={fields.REWARD_EXTRA_INFO: [{"acc": True, "status": "ok"}, failed]},
+    )
+    assert sequence_metric(mixed, "acc").tolist() == [1.0, 0.5]  # the failed row: its score
+    unset = DataProto.from_dict(
+        tensors={fields.TOKEN_LEVEL_SCORES: scores},
+        non_tensors={fields.REWARD_EXTRA_INFO: [{"acc": 1.0}, {"acc": None, "status": "ok"}]},
+    )
+    with pytest.raises(ValueError, match=r"metric='acc': row 1 was scored but its 'acc' is None"):
+        sequence_metric(unset, "acc")

@@ -368,6 +368,16 @@ class RewardSection:
             weights = tuple(float(w) for w in self.function_weights)
             object.__setattr__(self, "function_weights", weights)
         _check_function_list(self.function_names, self.function_weights)
+        if self.function_path is None and (
+            self.function_weights is not None or len(self.function_names) > 1
+        ):
+            raise ConfigurationError(
+                f"reward.function_name={list(self.function_names)} with reward.function_weights"
+                f"={None if self.function_weights is None else list(self.function_weights)} "
+                f"needs reward.function_path, the file that defines those functions; set it, "
+                f"or drop function_weights and give one function_name (without a file, the "
+                f"functions registered for each data_source score it)"
+            )
         if self.function_path is not None and self.model is not None:
             raise ConfigurationError(
                 f"reward.function_path={self.function_path!r} and reward.model are both set; "

@@ -73,9 +73,13 @@ class TablePart:
 def load_parts(data: PathsLike | list[dict[str, Any]] | datasets.Dataset) -> list[TablePart]:
     """The tables of ``data``: files / saved dataset directories, a ``datasets.Dataset``,
     or a list of row dicts. A file that cannot be read, or that has no rows, raises
-    :class:`DataError` naming it (and, for jsonl, the line)."""
+    :class:`DataError` naming it (and, for jsonl, the line); so does an empty list or
+    ``datasets.Dataset``."""
     import datasets
 
+    if isinstance(data, datasets.Dataset | list) and len(data) == 0:
+        kind = "datasets.Dataset" if isinstance(data, datasets.Dataset) else "list of rows"
+        raise DataError(f"the given {kind}", None, "it has no rows", "give at least one row")
     if isinstance(data, datasets.Dataset):
         return [TablePart(None, data)]
     if isinstance(data, list) and all(isinstance(row, dict) for row in data):

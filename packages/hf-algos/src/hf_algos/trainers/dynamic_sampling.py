@@ -26,18 +26,34 @@ def sequence_metric(batch: DataProto, metric: str) -> torch.Tensor:
 
     ``score``: ``token_level_scores`` summed over the response; any other name: that key of
     each row's ``reward_extra_info`` (what the scoring function returned besides the score).
+    A sample whose scoring failed (status other than ``ok``, within
+    ``reward.max_error_fraction``) has no such value and compares by its score instead; a
+    sample scored ``ok`` without a value (absent or ``None``) is an error naming its row.
     """
+    scores = tensors(batch)[fields.TOKEN_LEVEL_SCORES].sum(-1)
     if metric == "score":
-        return tensors(batch)[fields.TOKEN_LEVEL_SCORES].sum(-1)
+        return scores
     infos = batch.non_tensor_batch.get(fields.REWARD_EXTRA_INFO)
-    if infos is None or any(metric not in info for info in infos):
+    if infos is None or all(info.get(metric) is None for info in infos):
         known = sorted(infos[0]) if infos is not None and len(infos) else []
         raise KeyError(
             f"algorithm.filter_groups.metric={metric!r}: the reward gave no such value per "
             f"sample (reward_extra_info keys: {known}); use 'score' or have the scoring "
             f"function return {{'score': ..., {metric!r}: ...}}"
         )
-    return torch.tensor([float(info[metric]) for info in infos])
+    values = []
+    for row, info in enumerate(infos):
+        value = info.get(metric)
+        if value is None and info.get("status", "ok") != "ok":
+            value = float(scores[row])  # failed scoring: no extras, the fallback score stands
+        if value is None:
+            raise ValueError(
+                f"algorithm.filter_groups.metric={metric!r}: row {row} was scored but its "
+                f"{metric!r} is {value!r} (reward_extra_info: {info!r:.200}); have the scoring "
+                f"function return a number for {metric!r} on every sample, or filter on 'score'"
+            )
+        values.append(float(value))
+    return torch.tensor(values)
 
 
 def keep_varied_groups(batch: DataProto, metric: str) -> tuple[DataProto, int, int]:
