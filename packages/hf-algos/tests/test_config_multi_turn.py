@@ -43,7 +43,7 @@ def test_off_by_default_and_verl_keys_map() -> None:
         (["rollout.multi_turn.tools=[calc,search]"], r"unknown tools \['search'\].*\['calc'"),
         (["rollout.multi_turn.environment=browser"], r"unknown environment 'browser'.*'tools'"),
         (["rollout.multi_turn.environment=nowhere.py:Env"], "does not exist"),
-        (["rollout.multi_turn.env_kwargs.depth=2"], "cannot be built with arguments"),
+        (["+rollout.multi_turn.env_kwargs.depth=2"], "cannot be built with arguments"),
         (["rollout.multi_turn.max_turns=0"], "max_turns=0 must be >= 1"),
         (["rollout.multi_turn.max_tokens_per_turn=0"], "max_tokens_per_turn=0 must be >= 1"),
         (["rollout.multi_turn.reward=judge"], "reward"),

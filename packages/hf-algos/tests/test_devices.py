@@ -20,7 +20,7 @@ from hf_engines.config import FSDPConfig
 from .test_cli import hybridflow
 
 MODEL = [
-    "actor.engine.model.hf_config.model_type=llama",
+    "+actor.engine.model.hf_config.model_type=llama",
     f"data.tokenizer_path={Path(__file__).parent}",
 ]
 BASE = [*MODEL, "rollout.n=4", "data.train_batch_size=4", "actor.ppo_mini_batch_size=16"]

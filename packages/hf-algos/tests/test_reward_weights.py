@@ -220,7 +220,7 @@ def test_the_config_keys_compose_and_build_a_weighted_manager(reward_file: Path)
 
 def _model() -> list[str]:
     return [
-        "actor.engine.model.hf_config.model_type=llama",
+        "+actor.engine.model.hf_config.model_type=llama",
         f"data.tokenizer_path={Path(__file__).parent}",
         "rollout.n=4",
         "data.train_batch_size=4",

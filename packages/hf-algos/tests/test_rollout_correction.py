@@ -235,7 +235,7 @@ def test_auto_is_tis_for_the_async_modes_and_off_in_the_synchronous_loop() -> No
 
 
 MODEL = [
-    "actor.engine.model.hf_config.model_type=llama",
+    "+actor.engine.model.hf_config.model_type=llama",
     f"data.tokenizer_path={Path(__file__).parent}",
     "rollout.n=4",
     "data.train_batch_size=4",

@@ -9,7 +9,7 @@ from hf_algos.config import RLConfig, load_config
 from hf_algos.trainers.role_workers import optimizer_steps, with_run_length
 
 BASE = [
-    "actor.engine.model.hf_config.model_type=llama",
+    "+actor.engine.model.hf_config.model_type=llama",
     f"data.tokenizer_path={Path(__file__).parent}",
     "rollout.n=4",
     "actor.ppo_mini_batch_size=16",

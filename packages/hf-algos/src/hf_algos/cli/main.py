@@ -102,11 +102,11 @@ GENERATE = Command(
 )
 """``hybridflow generate``: a training config's model, prompt format and rollout, no training."""
 
-_GRAMMAR = """overrides (after the options, any number):
-  key.sub=value      set a key (value parsed as YAML: 1e-6, true, [a, b], null)
+_GRAMMAR = """overrides (after the options, any number; Hydra's override grammar):
+  key.sub=value      set a key (1e-6, true, null, [a,b], {k: v}, 'quoted text')
   +key.sub=value     add a key inside a free mapping (rollout.engine_kwargs, vars, ...)
   ++key.sub=value    set a key, adding it inside a free mapping if it is not there
-  ~key.sub           drop a key: back to its default
+  ~key.sub           drop a key: back to its default (removed from a free mapping)
   vars.name=value    a user variable, used as ${vars.name} anywhere in the config
   verl's key paths (actor_rollout_ref.actor.optim.lr, trainer.logger, ...) are accepted
   where they mean the same thing (docs/from-verl.md)."""

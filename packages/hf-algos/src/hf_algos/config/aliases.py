@@ -25,8 +25,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import yaml
-
 from hf_controller import ConfigurationError
 
 AliasKind = Literal["renamed", "same", "derived", "ignored", "refused", "unsupported"]
@@ -501,14 +499,14 @@ def _apply(
     return [(ours, converted) for ours in alias.ours]
 
 
-def translate_pair(key: str, raw: str, tracker: AliasTracker, source: str) -> list[tuple[str, str]]:
-    """Translate one override ``key=raw``: the ``(our key, raw value)`` pairs to apply."""
+def translate_value(
+    key: str, value: Any, tracker: AliasTracker, source: str
+) -> list[tuple[str, Any, bool]]:
+    """Translate one parsed override ``key=value``: ``(our key, value, converted)`` triples,
+    ``converted`` saying the alias spelled the value differently (``rollout.name=hf``)."""
     alias = find_alias(key, tracker.config.__name__)
-    value = yaml.safe_load(raw) if raw.strip() else ""
-    pairs = _apply(alias, key, value, tracker, source)
-    if alias is None or alias.convert is None:
-        return [(ours, raw) for ours, _ in pairs]
-    return [(ours, yaml.safe_dump(v, default_flow_style=True).strip()) for ours, v in pairs]
+    converted = alias is not None and alias.convert is not None
+    return [(ours, v, converted) for ours, v in _apply(alias, key, value, tracker, source)]
 
 
 def translate_drop(key: str, config_name: str) -> list[str]:

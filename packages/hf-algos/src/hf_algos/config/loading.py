@@ -8,15 +8,25 @@ declares (``lr: 1e-5`` becomes a float) and rejects unknown keys with a "did you
 :func:`instantiate_config` resolves ``${...}`` interpolations and builds the frozen
 dataclasses, whose ``__post_init__`` checks run before any worker starts.
 
-Override grammar (Hydra's, as verl users type it):
+Command-line overrides are Hydra's: :func:`hydra.compose` applies them, in order, to the tree
+merged so far (kept in Hydra's ``ConfigStore`` only while it composes; no global Hydra state,
+working directory, output directory or log file is left behind), so the grammar and its
+errors are Hydra's (``key=[a,b]``, ``key={k: v}``, ``key='a b'``, ``key=null``):
 
-* ``key.sub=value`` sets a key of the schema (the value is parsed as YAML);
-* ``+key.sub=value`` adds a key that is not there yet, only inside a free mapping
-  (``rollout.engine_kwargs``, ``actor.engine.model.hf_config``, ``vars``);
-* ``~key.sub`` drops a key: back to its default (or removed from a free mapping).
+* ``key.sub=value`` sets a key of the schema (a bare value for a list key is a one-item list,
+  ``data.train_files=a.parquet``; an empty one, ``data.val_files=``, the empty list);
+* ``+key.sub=value`` adds a key that is not there yet, and ``++key.sub=value`` sets a key or
+  adds it; both add keys only inside free mappings (``rollout.engine_kwargs``,
+  ``actor.engine.model.hf_config``, ``vars``): a misspelt key of the schema is refused with
+  a "did you mean", where Hydra would add it;
+* ``~key.sub`` drops a key: a key of the schema goes back to its default, a key of a free
+  mapping is removed;
+* ``free.mapping={k: v}`` replaces a free mapping (``rollout.engine_kwargs={}`` empties it),
+  where Hydra would merge into it; ``vars.name=value`` sets a variable or adds it.
 
-YAML 1.1 reads an unquoted ``off`` / ``on`` / ``yes`` / ``no`` as a boolean; where a field's
-choices (a ``Literal``) hold such a word, ``mode=off`` means the word, not ``False``.
+YAML 1.1 reads an unquoted ``off`` / ``on`` / ``yes`` / ``no`` in a file as a boolean; where a
+field's choices (a ``Literal``) hold such a word, ``mode: off`` means the word, not ``False``
+(Hydra's grammar reads ``mode=off`` as the word already).
 
 User variables live in the top-level ``vars:`` mapping (free keys, dropped before the
 dataclasses are built), e.g. ``vars: {model: /models/qwen}`` and ``actor.engine.model.path:
@@ -28,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -35,11 +46,18 @@ from os import PathLike
 from pathlib import Path
 from typing import Any, TypeVar
 
+from hydra import compose, initialize
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override, OverrideType
+from hydra.errors import HydraException
+from hydra.initialize import get_gh_backup, restore_gh_from_backup
 from omegaconf import DictConfig, ListConfig, OmegaConf, TupleConfig, open_dict
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from omegaconf.nodes import LiteralNode
 
-from hf_algos.config.aliases import AliasTracker, translate_drop, translate_pair, translate_tree
+from hf_algos.config.aliases import AliasTracker, translate_drop, translate_tree, translate_value
 from hf_controller import ConfigurationError
 
 ConfigT = TypeVar("ConfigT")
@@ -51,21 +69,112 @@ COMMAND_LINE = "the command line"
 """The source named in errors about overrides."""
 
 
+_STORED_NAME = "_hybridflow_overrides_base"
+"""The name the tree is given in Hydra's ConfigStore while Hydra composes overrides onto it
+(removed again right after)."""
+
+
+def _fix(error: OmegaConfBaseException, key: str) -> str:
+    """What to do about an OmegaConf error at ``key``."""
+    if isinstance(error, MissingMandatoryValue):
+        return f"set {key}=... (or give the section in the YAML file)"
+    if "not in" in str(error).split("\n")[0]:
+        return (
+            "check the spelling (`hybridflow <command> --help` lists the sections, "
+            "docs/configuration.md every key); use +key=value only inside free mappings"
+        )
+    return "give a value of the type docs/configuration.md lists for this key"
+
+
 def _raise(error: OmegaConfBaseException, source: str) -> typing.NoReturn:
     """Re-raise an OmegaConf error as a :class:`ConfigurationError` naming key and fix."""
     message = str(error).split("\n")[0]
     key = getattr(error, "full_key", None) or ""
-    if isinstance(error, MissingMandatoryValue):
-        fix = f"set {key}=... (or give the section in the YAML file)"
-    elif "not in" in message:
-        fix = (
-            "check the spelling (`hybridflow <command> --help` lists the sections, "
-            "docs/configuration.md every key); use +key=value only inside free mappings"
-        )
-    else:
-        fix = "give a value of the type docs/configuration.md lists for this key"
     where = f" (from {source})" if source else ""
-    raise ConfigurationError(f"{key}: {message}{where}; {fix}") from None
+    raise ConfigurationError(f"{key}: {message}{where}; {_fix(error, key)}") from None
+
+
+def _raise_hydra(error: HydraException) -> typing.NoReturn:
+    """Re-raise Hydra's error as a :class:`ConfigurationError`: Hydra's own message (which
+    names the override), with OmegaConf's reason, key and our fix where there is one."""
+    cause = error.__cause__
+    lines = [line.strip() for line in str(error).strip().split("\n") if line.strip()]
+    if not isinstance(cause, OmegaConfBaseException):
+        raise ConfigurationError("\n".join(lines)) from None
+    if dataclasses.is_dataclass(getattr(cause, "object_type", None)):
+        lines = lines[:1]  # not Hydra's "use +key": +key does not add keys to the schema
+    key = getattr(cause, "full_key", None) or ""
+    reason = str(cause).split("\n")[0]
+    raise ConfigurationError(f"{key}: {reason} ({' '.join(lines)}); {_fix(cause, key)}") from None
+
+
+def _parse(overrides: Sequence[str]) -> list[Override]:
+    """``overrides`` parsed by Hydra's override grammar; an error names the override."""
+    parser = OverridesParser.create()
+    parsed: list[Override] = []
+    for text in map(str, overrides):
+        try:
+            parsed.extend(parser.parse_overrides([text]))
+        except HydraException as error:
+            detail = " ".join(line.strip() for line in str(error).strip().split("\n")[1:])
+            raise ConfigurationError(
+                f"override {text!r} does not parse (Hydra's override grammar): {detail} "
+                "(quote a value with spaces or special characters: key='a b', "
+                "data.train_files=['~/data/train.parquet'])"
+            ) from None
+        if not parsed[-1].key_or_group:  # Hydra's grammar allows "=3"; its compose does not
+            raise ConfigurationError(f"override {text!r} names no key; write key.sub=value")
+    return parsed
+
+
+def _hydra_value(value: Any) -> str:
+    """``value`` (a verl value converted to ours) written in Hydra's override grammar."""
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else str(value).lower()
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}:{_hydra_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_hydra_value(v) for v in value) + "]"
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _is_scalar(value: Any) -> bool:
+    """A single value (not a list, mapping, null or ``${...}`` interpolation)."""
+    if isinstance(value, str):
+        return not value.startswith("${")
+    return isinstance(value, int | float)
+
+
+def _options(hint: Any) -> tuple[Any, ...]:
+    """The types a hint allows (``X | None`` -> ``X``, ``None``)."""
+    origin = typing.get_origin(hint)
+    return typing.get_args(hint) if origin in (typing.Union, types.UnionType) else (hint,)
+
+
+def _is_hint(hint: Any, *kinds: type) -> bool:
+    """Whether type hint ``hint`` allows a value of one of ``kinds`` (``tuple[str, ...]``)."""
+    return any(o in kinds or typing.get_origin(o) in kinds for o in _options(hint))
+
+
+def _field_names(section: type | None) -> list[str]:
+    return [f.name for f in dataclasses.fields(section)] if section is not None else []
+
+
+def _schema_field(cls: type, key: str) -> tuple[type | None, Any]:
+    """The section (dataclass) of schema ``cls`` that holds dotted ``key``, and the key's type
+    hint; ``(None, None)`` below a free mapping. Read from the schema, not the tree, so an
+    override is checked before the overrides ahead of it are composed."""
+    *parents, leaf = key.split(".")
+    section: Any = cls
+    for part in parents:
+        hint = typing.get_type_hints(section).get(part) if part in _field_names(section) else None
+        section = next((o for o in _options(hint) if dataclasses.is_dataclass(o)), None)
+        if section is None:
+            return None, None
+    hints = typing.get_type_hints(section)
+    return section, hints.get(leaf)
 
 
 def _unfreeze(node: Any) -> None:
@@ -203,124 +312,136 @@ class _Composer:
     def _merge(self, data: Any, source: str) -> None:
         self.tree = merge_config(self.tree, yaml_shorthands(self.tree, data), source)
 
-    def apply_override(self, text: str) -> None:
-        """Apply one command-line override (``key=value``, ``+key=value`` or ``~key``)."""
-        body = text.strip()
-        # Hydra's forms: +key adds, ++key sets or adds (here: sets, adding in free mappings)
-        dropping, forcing = body.startswith("~"), body.startswith("++")
-        adding = body.startswith("+") and not forcing
-        key, sep, raw = body.lstrip("~+").partition("=")
-        if (not sep and not dropping) or not key or any(not p for p in key.split(".")):
-            raise ConfigurationError(
-                f"override {text!r} is not of the form key.sub=value, +key.sub=value or "
-                "~key.sub (e.g. actor.engine.optim.lr=1e-6)"
-            )
-        if key.split(".")[0] == VARS_KEY:
-            self._set_variable(key, raw, dropping, text)
-            return
-        if dropping:
-            for ours in translate_drop(key, self.cls.__name__):
-                self._drop(ours, text)
-            return
-        for ours, value in translate_pair(key, raw, self.aliases, COMMAND_LINE):
-            if adding:
-                self._check_addable(ours, text)
-            value = self._as_list(ours, value)
-            try:
-                update = OmegaConf.from_dotlist([f"{ours}={value}"])
-            except OmegaConfBaseException as error:
-                _raise(error, text)
-            self._clear_free_mapping(
-                ours, OmegaConf.select(update, ours, throw_on_resolution_failure=False)
-            )
-            self._merge(update, text)
+    def apply_overrides(self, overrides: Sequence[str]) -> None:
+        """Apply command-line overrides in order: parsed by Hydra's grammar, verl keys
+        translated, then composed by Hydra (``~`` on a key of the schema and ``{...}`` on a
+        free mapping are ours: back to the default, and a replaced mapping)."""
+        pending: list[str] = []
+        for override in _parse(overrides):
+            for step in self._translate(override):
+                if isinstance(step, str):
+                    pending.append(step)
+                    continue
+                self._compose(pending)  # ours comes after every override before it
+                pending = []
+                step()
+        self._compose(pending)
 
-    def _clear_free_mapping(self, key: str, value: Any) -> None:
+    def _translate(self, override: Override) -> list[str | typing.Callable[[], None]]:
+        """What one parsed override becomes: Hydra override strings, or our own steps."""
+        key, line = override.key_or_group, override.input_line or ""
+        if override.package is not None or override.is_sweep_override():
+            return [line]  # Hydra explains what it does not compose
+        if override.is_list_extend():  # Hydra's key=append(...) on a list
+            return [line]
+        if key.split(".")[0] == VARS_KEY:  # user variables: vars.name=... sets or adds
+            return [f"++{line}" if override.type == OverrideType.CHANGE else line]
+        if override.is_delete():
+            dropped = translate_drop(key, self.cls.__name__)
+            return [self._drop_step(ours, override) for ours in dropped]
+        prefix = {OverrideType.ADD: "+", OverrideType.FORCE_ADD: "++"}.get(override.type, "")
+        steps: list[str | typing.Callable[[], None]] = []
+        for ours, value, converted in translate_value(
+            key, override.value(), self.aliases, COMMAND_LINE
+        ):
+            if prefix:
+                self._check_addable(ours, line)
+            text = _hydra_value(value) if converted else override.get_value_element_as_str()
+            _, hint = _schema_field(self.cls, ours)
+            if isinstance(value, dict) and not prefix and _is_hint(hint, dict):
+                steps.append(functools.partial(self._replace, ours, value))
+                continue
+            if _is_hint(hint, list, tuple) and _is_scalar(value):
+                text = f"[{text}]" if text else "[]"  # a bare value for a list: one item
+            self._fill_sections(ours)
+            steps.append(f"{prefix}{ours}={text}")
+        return steps
+
+    def _fill_sections(self, key: str) -> None:
+        """Give a required (``???``) or ``None`` section on the way to ``key`` its defaults, as
+        a section of a YAML file would: OmegaConf (and so Hydra) sets no key below one."""
+        node: Any = self.tree
+        section: Any = self.cls
+        for part in key.split(".")[:-1]:
+            if not isinstance(node, DictConfig) or part not in _field_names(section):
+                return
+            hint = typing.get_type_hints(section)[part]
+            section = next((o for o in _options(hint) if dataclasses.is_dataclass(o)), None)
+            child = node._get_node(part)
+            empty = child is None or child._is_missing() or child._is_none()
+            if empty and (section is not None or _is_hint(hint, dict)):
+                node[part] = {} if section is None else OmegaConf.structured(section)
+                _unfreeze(node)
+            node = node._get_node(part)
+            if section is None:
+                return
+
+    def _compose(self, overrides: list[str]) -> None:
+        """The tree with ``overrides`` applied by Hydra's compose API (no global Hydra
+        state, working directory, output directory or logging left changed)."""
+        if not overrides:
+            return
+        store = ConfigStore.instance()
+        store.store(name=_STORED_NAME, node=self.tree)
+        backup = get_gh_backup()
+        GlobalHydra.instance().clear()
+        try:
+            with initialize(config_path=None, job_name="hybridflow"):
+                tree = compose(config_name=_STORED_NAME, overrides=overrides)
+        except HydraException as error:
+            _raise_hydra(error)
+        finally:
+            restore_gh_from_backup(backup)
+            store.repo.pop(f"{_STORED_NAME}.yaml", None)
+        OmegaConf.set_struct(tree, False)
+        _unfreeze(tree)
+        self.tree = tree
+
+    def _replace(self, key: str, value: dict[str, Any]) -> None:
         """``key={...}`` on a free mapping replaces it (``rollout.engine_kwargs={}`` empties
-        it) where a merge would keep its old keys; sections of the schema still merge."""
-        if not isinstance(value, DictConfig):
-            return
-        parent, leaf = self._parent(key)
-        node = parent._get_node(leaf) if isinstance(parent, DictConfig) else None
-        if isinstance(node, DictConfig) and not dataclasses.is_dataclass(OmegaConf.get_type(node)):
-            parent[leaf] = {}
-
-    def _as_list(self, key: str, raw: str) -> str:
-        """A bare value for a list key is a list (verl's ``data.train_files=a.parquet``,
-        ``trainer.loggers=console,jsonl``)."""
-        text = raw.strip()
-        if text.startswith(("[", "$")) or text in ("null", "~"):
-            return raw
+        it), where Hydra would merge into its old keys."""
+        self._fill_sections(key)
         try:
-            node = OmegaConf.select(self.tree, key, default=None, throw_on_missing=False)
-            if node is None:  # an optional list now null (reward.function_weights=0.5)
-                parent, leaf = self._parent(key)
-                node = parent._get_node(leaf) if isinstance(parent, DictConfig) else None
-        except (OmegaConfBaseException, AttributeError):  # below a section still missing
-            return raw
-        return f"[{text}]" if isinstance(node, ListConfig | TupleConfig) else raw  # "" -> []
-
-    def _set_variable(self, key: str, raw: str, dropping: bool, text: str) -> None:
-        name = key[len(VARS_KEY) + 1 :]
-        if not name:
-            raise ConfigurationError(f"override {text!r}: name the variable, e.g. vars.model=...")
-        if dropping:
-            self.variables.pop(name, None)
-            return
-        try:
-            update = OmegaConf.from_dotlist([f"{name}={raw}"])
+            OmegaConf.update(self.tree, key, value, merge=False)
         except OmegaConfBaseException as error:
-            _raise(error, text)
-        self.variables = OmegaConf.merge(self.variables, update)  # type: ignore[assignment]
-
-    def _parent(self, key: str) -> tuple[Any, str]:
-        parent_key, _, leaf = key.rpartition(".")
-        parent = OmegaConf.select(self.tree, parent_key) if parent_key else self.tree
-        return parent, leaf
+            _raise(error, f"{key}={_hydra_value(value)}")
 
     def _check_addable(self, key: str, text: str) -> None:
-        parent, leaf = self._parent(key)
-        typed = isinstance(parent, DictConfig) and dataclasses.is_dataclass(
-            OmegaConf.get_type(parent)
-        )
-        if typed and leaf not in parent:
-            section = OmegaConf.get_type(parent)
-            name = section.__name__ if isinstance(section, type) else "the schema"
-            close = difflib.get_close_matches(leaf, [str(k) for k in parent], n=1)
+        """``+key`` / ``++key`` add keys only inside free mappings: Hydra would add a
+        misspelt key to a section of the schema, where it would be silently ignored."""
+        section, _ = _schema_field(self.cls, key)
+        fields = _field_names(section)
+        leaf = key.rpartition(".")[2]
+        if section is not None and leaf not in fields:
+            close = difflib.get_close_matches(leaf, fields, n=1)
             prefix = key.rpartition(".")[0]
             hint = f" (did you mean {prefix + '.' if prefix else ''}{close[0]}?)" if close else ""
             raise ConfigurationError(
-                f"override {text!r}: {key} is not a key of {name}{hint}, and +key adds keys "
-                "only inside free mappings "
+                f"override {text!r}: {key} is not a key of {section.__name__}{hint}, and +key "
+                "adds keys only inside free mappings "
                 "(rollout.engine_kwargs, model.hf_config, vars); `hybridflow <command> --help` "
                 "lists the sections, docs/configuration.md every key"
             )
-        if typed or (isinstance(parent, DictConfig) and leaf in parent):
-            raise ConfigurationError(
-                f"override {text!r}: +key adds a key that is not there yet inside a free "
-                f"mapping (rollout.engine_kwargs, model.hf_config, vars); {key} is "
-                f"{'a key of the schema' if typed else 'already set'}: use {key}=... "
-                f"(or ++{key}=...) instead"
-            )
 
-    def _drop(self, key: str, text: str) -> None:
-        parent, leaf = self._parent(key)
-        if not isinstance(parent, DictConfig) or leaf not in parent:
-            raise ConfigurationError(f"override {text!r}: there is no key {key} to drop")
-        kind = OmegaConf.get_type(parent)
-        if dataclasses.is_dataclass(kind) and isinstance(kind, type):
-            default = OmegaConf.structured(kind)._get_node(leaf)
-            OmegaConf.update(self.tree, key, default, merge=False)
-        else:
-            del parent[leaf]
+    def _drop_step(self, key: str, override: Override) -> str | typing.Callable[[], None]:
+        """``~key``: a key of the schema goes back to its default (ours: OmegaConf cannot
+        delete a dataclass field); anything else is Hydra's to delete."""
+        section, _ = _schema_field(self.cls, key)
+        leaf = key.rpartition(".")[2]
+        if section is not None and leaf in _field_names(section):
+            return functools.partial(self._reset, key, section, leaf)
+        value = override.get_value_element_as_str() if override.value_type is not None else ""
+        return f"~{key}={value}" if value else f"~{key}"
+
+    def _reset(self, key: str, kind: type, leaf: str) -> None:
+        default = OmegaConf.structured(kind)._get_node(leaf)
+        OmegaConf.update(self.tree, key, default, merge=False)
         _unfreeze(self.tree)
 
     def finish(self) -> DictConfig:
         """The merged tree with verl aliases that depend on several keys settled."""
         for key, value in self.aliases.derived(self.tree).items():
             self._merge(OmegaConf.from_dotlist([f"{key}={value}"]), "verl aliases")
-        with open_dict(self.tree):
-            self.tree[VARS_KEY] = self.variables
         return self.tree
 
 
@@ -342,8 +463,9 @@ def compose_config(
         tree = OmegaConf.to_container(_read_yaml(path), resolve=False)
         assert isinstance(tree, dict)
         composer.merge_mapping({str(k): v for k, v in tree.items()}, str(path))
-    for text in overrides:
-        composer.apply_override(str(text))
+    with open_dict(composer.tree):
+        composer.tree[VARS_KEY] = composer.variables
+    composer.apply_overrides(overrides)
     return composer.finish()
 
 
@@ -422,9 +544,7 @@ def _build(cls: type, node: DictConfig, where: str) -> Any:
 
 
 def _is_tuple(hint: Any) -> bool:
-    origin = typing.get_origin(hint)
-    options = typing.get_args(hint) if origin in (typing.Union, types.UnionType) else (hint,)
-    return any(o is tuple or typing.get_origin(o) is tuple for o in options)
+    return _is_hint(hint, tuple)
 
 
 def load_config(
