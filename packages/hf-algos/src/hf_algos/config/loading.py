@@ -351,7 +351,8 @@ class _Composer:
             if isinstance(value, dict) and not prefix and _is_hint(hint, dict):
                 steps.append(functools.partial(self._replace, ours, value))
                 continue
-            if _is_hint(hint, list, tuple) and _is_scalar(value):
+            one_string = isinstance(value, str) and _is_hint(hint, str)  # `str | tuple[str]`
+            if _is_hint(hint, list, tuple) and _is_scalar(value) and not one_string:
                 text = f"[{text}]" if text else "[]"  # a bare value for a list: one item
             self._fill_sections(ours)
             steps.append(f"{prefix}{ours}={text}")
