@@ -94,6 +94,34 @@ def test_dropping_the_last_reference_frees_at_once(ray_session: Any) -> None:
     assert make_group(RayResourcePool([1], use_gpu=False)).ping() == [0]  # a temporary works
 
 
+class GatedWorker(Worker):
+    """A non-blocking method that returns only once a file appears: its call is in flight
+    for as long as the test wants, with no timing involved."""
+
+    @register(Dispatch.ONE_TO_ALL, blocking=False)
+    def after(self, gate: str) -> int:
+        while not os.path.exists(gate):
+            time.sleep(0.05)
+        return self.rank
+
+
+def test_a_future_outlives_its_dropped_group(ray_session: Any, tmp_path: Path) -> None:
+    """``make_group(...).method()``: nothing references the group once the call is issued,
+    yet its workers finish the call before they end (then they do end)."""
+    import gc
+
+    import ray
+
+    gate = tmp_path / "gate"
+    pool = RayResourcePool([2], use_gpu=False, name_prefix="lt_future")
+    futures = RayWorkerGroup(pool, RayClassWithInitArgs(GatedWorker)).after(str(gate))
+    gc.collect()  # the group is gone; its call cannot have finished (the gate is closed)
+    assert pool_state("lt_future") == {"CREATED"}  # the workers still hold the pool
+    gate.touch()
+    assert ray.get(futures, timeout=60) == [0, 1]
+    assert wait_until(lambda: pool_state("lt_future") == {"REMOVED"}, timeout_s=60)
+
+
 class EngineWorker(Worker):
     """Registers its own ``shutdown``, as hf-rollout's RolloutWorker does."""
 

@@ -152,6 +152,10 @@ class WorkerGroup:
         and :class:`WorkerTimeoutError` when ``timeout_s`` passes first."""
         raise NotImplementedError
 
+    def _keep_workers_for(self, handles: list[Any]) -> None:
+        """Keep the workers alive until the non-blocking call behind ``handles`` is done,
+        even when the group itself is dropped first (backend hook; a no-op by default)."""
+
     def _workers_alive(self) -> bool:
         """Whether :meth:`_end_workers` has not run yet."""
         raise NotImplementedError
@@ -365,6 +369,8 @@ def _group_call(name: str, remote_name: str, spec: MethodSpec) -> Callable[..., 
             outputs = self._execute(remote_name, calls, ranks)
             if spec.blocking:
                 outputs = self._wait(name, outputs, ranks, _deadline(self, spec))
+            else:  # the future may outlive the group: its workers must not
+                self._keep_workers_for(outputs)
         if rank_zero:
             return outputs[0]
         with self.timer.phase(name, "collect"):

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import uuid
 import weakref
 from typing import Any
@@ -131,8 +132,14 @@ class RayWorkerGroup(WorkerGroup):
         # the workers live while the group or any view is referenced. It holds the actor
         # handles and the pool, never the group, so it does not keep the group alive.
         self._lifetime = _Lifetime()
+        self._in_flight = _InFlight()
         self._finalizer = weakref.finalize(
-            self._lifetime, _end_group, list(self._workers), pool, detached or pool is None
+            self._lifetime,
+            _end_group,
+            list(self._workers),
+            pool,
+            detached or pool is None,
+            self._in_flight,
         )
         self._finalizer.atexit = False  # at exit Ray ends the job's actors and groups itself
         super().__init__(name, len(self._workers), call_timeout_s)
@@ -296,6 +303,9 @@ class RayWorkerGroup(WorkerGroup):
         info = self._readiness.info or {}
         return wait_for_results(self.name, method, handles, ranks, info, timeout_s)
 
+    def _keep_workers_for(self, handles: list[Any]) -> None:
+        self._in_flight.add(handles)
+
     def _workers_alive(self) -> bool:
         return bool(self._finalizer.alive)
 
@@ -304,7 +314,7 @@ class RayWorkerGroup(WorkerGroup):
         is released when no other group uses it (see :class:`RayResourcePool`)."""
         state = self._finalizer.detach()  # None once ended
         if state is not None:
-            workers, pool, _ = state[2]
+            workers, pool, *_ = state[2]
             _end_group(workers, pool, detached=False)
 
 
@@ -321,14 +331,83 @@ class _Lifetime:
     """Token whose death (no group or view refers to it any more) ends the workers."""
 
 
-def _end_group(workers: list[Any], pool: RayResourcePool | None, detached: bool) -> None:
+IN_FLIGHT_GRACE_S = 3600.0
+"""Longest wait, once a group is dropped, for its non-blocking calls still running before its
+workers are killed anyway (a call stuck for good must not hold them forever)."""
+
+
+class _InFlight:
+    """The object refs of a group's non-blocking calls not known to be done: what a dropped
+    group's workers finish before they end, so that a future outlives its group.
+
+    Refs already done are dropped whenever more are added (a zero-timeout ``ray.wait`` that
+    fetches nothing), so a long-lived group pins at most its latest calls' results.
+    """
+
+    def __init__(self) -> None:
+        self.refs: list[Any] = []
+        self._lock = threading.Lock()
+
+    def add(self, refs: list[Any]) -> None:
+        """Track ``refs`` (object refs of one call), forgetting the ones already done."""
+        import ray
+
+        with self._lock:
+            held = [*self.pending(), *(r for r in refs if isinstance(r, ray.ObjectRef))]
+            self.refs = held
+
+    def pending(self) -> list[Any]:
+        """The tracked refs not done yet."""
+        import ray
+
+        if not self.refs:
+            return []
+        _, pending = ray.wait(self.refs, num_returns=len(self.refs), timeout=0, fetch_local=False)
+        return list(pending)
+
+
+def _end_group(
+    workers: list[Any],
+    pool: RayResourcePool | None,
+    detached: bool,
+    in_flight: _InFlight | None = None,
+) -> None:
     """Kill ``workers`` and tell ``pool`` one group fewer uses it; quiet and best effort,
     since it also runs from a finalizer (possibly after ``ray.shutdown()``). Does nothing
-    for ``detached`` groups, which only an explicit ``shutdown()`` ends."""
+    for ``detached`` groups, which only an explicit ``shutdown()`` ends.
+
+    A dropped group's calls still ``in_flight`` finish first: a background thread waits for
+    them (at most :data:`IN_FLIGHT_GRACE_S`), then ends the workers.
+    """
     import ray
 
     if detached or not ray.is_initialized():
         return
+    pending: list[Any] = []
+    if in_flight is not None:
+        with contextlib.suppress(Exception):  # refs of a Ray session that ended: none pending
+            pending = in_flight.pending()
+    if pending:
+        end_later = functools.partial(_end_after, pending, workers, pool)
+        threading.Thread(target=end_later, name="hf-group-end", daemon=True).start()
+        return
+    _kill(workers, pool)
+
+
+def _end_after(pending: list[Any], workers: list[Any], pool: RayResourcePool | None) -> None:
+    """Wait for ``pending`` refs (at most :data:`IN_FLIGHT_GRACE_S`), then end the group."""
+    import ray
+
+    with contextlib.suppress(Exception):  # Ray shut down meanwhile: nothing left to end
+        ray.wait(pending, num_returns=len(pending), timeout=IN_FLIGHT_GRACE_S, fetch_local=False)
+    if ray.is_initialized():
+        _kill(workers, pool)
+
+
+def _kill(workers: list[Any], pool: RayResourcePool | None) -> None:
+    """Kill ``workers`` (already dead is fine) and tell ``pool`` one group fewer uses it."""
+    import ray
+
     for worker in workers:
         with contextlib.suppress(Exception):  # already dead is fine
             ray.kill(worker, no_restart=True)
