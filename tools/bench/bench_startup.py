@@ -235,11 +235,25 @@ def cli_args(workdir: Path, overrides: list[str]) -> list[str]:
     ]
 
 
+_MAKE_ASSETS = """
+import importlib, sys
+from hf_algos.config.loading import resolve_config
+from hf_algos.examples import register_resolvers
+cli = importlib.import_module("hf_algos.cli.main")
+args = cli.parse_arguments(cli.build_parser(), sys.argv[1:])
+register_resolvers()
+resolve_config(cli.compose_command_config(cli.COMMANDS[args.command], args))
+"""
+"""Resolve a ``hybridflow`` command's config outside ``requested_assets``: its packaged
+example's files are made as they resolve."""
+
+
 def prepare_cli_workdir(workdir: Path) -> None:
-    """Let the packaged config's resolvers make the task model and data in ``workdir``
-    (``--cfg``: resolve and check only), so that no measured start-up pays for them."""
-    command = [sys.executable, "-m", "hf_algos", *cli_args(workdir, [])[:3], "--cfg"]
-    command += [f"vars.workdir={workdir}"]
+    """Make the packaged config's task model, data and warmed-up model in ``workdir`` (the
+    resolvers, outside the command's ``requested_assets`` scope, make their files as they
+    resolve), so that no measured start-up pays for them. ``--cfg`` would not: it only
+    names them (a one-time supervised warm-up of ~10-20 s here)."""
+    command = [sys.executable, "-c", _MAKE_ASSETS, *cli_args(workdir, [])[:4]]
     subprocess.run(command, capture_output=True, check=True, cwd=workdir, timeout=300)
 
 
