@@ -18,6 +18,7 @@ import torch
 
 from hf_algos.config.sections import RewardSection
 from hf_algos.data.collate import COLUMNS
+from hf_algos.data.loader import CollatingDataset, first_row
 from hf_algos.rewards.outcome import ScoringOutcome
 from hf_algos.rewards.pool import RewardError, ScoringPool, gather_outcomes
 from hf_algos.rewards.registry import (
@@ -37,8 +38,6 @@ from hf_protocol import DataProto, fields
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
-
-    from hf_algos.data.loader import CollatingDataset
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +126,7 @@ class RewardManager:
         manager = cls(tokenizer, config, default_function=default)
         if check_on is not None and len(check_on) > 0:
             try:
-                manager.check(check_on.collate([check_on[0]]))
+                manager.check(first_row(check_on))
             except BaseException:
                 manager.close()
                 raise
