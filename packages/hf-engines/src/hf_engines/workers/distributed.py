@@ -13,6 +13,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from hf_protocol.rendezvous import pin_transports_to_loopback, store_on
+
 TIMEOUT_ENV = "HF_DIST_TIMEOUT_S"
 """Environment variable overriding :data:`DEFAULT_TIMEOUT_S` for every worker's group."""
 DEFAULT_TIMEOUT_S = 600.0
@@ -71,7 +73,9 @@ def init_distributed(
 
     Several roles fused into one process (``create_colocated_worker_cls_fused``) share
     that process's group: the first role to start creates it, the others reuse it.
-    ``timeout_s`` bounds every collective (see :func:`collective_timeout`).
+    ``timeout_s`` bounds every collective (see :func:`collective_timeout`). Rank 0 hosts
+    the rendezvous store on ``MASTER_ADDR`` only (never on every interface), and a local
+    run's gloo / NCCL sockets stay on the loopback (:mod:`hf_protocol.rendezvous`).
     """
     if dist.is_initialized():
         if dist.get_world_size() != world_size:
@@ -86,8 +90,11 @@ def init_distributed(
     if backend == "nccl":
         torch.cuda.set_device(local_rank % max(torch.cuda.device_count(), 1))
     if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
+        host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+        pin_transports_to_loopback(host)
+        store = store_on(host, port, world_size, is_master=rank == 0, timeout=timeout)
         dist.init_process_group(
-            backend, init_method="env://", rank=rank, world_size=world_size, timeout=timeout
+            backend, store=store, rank=rank, world_size=world_size, timeout=timeout
         )
         return
     if world_size != 1:

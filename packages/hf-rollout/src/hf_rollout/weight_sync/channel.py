@@ -45,6 +45,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from hf_protocol.rendezvous import gloo_device_toward, store_on
+
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "DIRECT_BYTES",
@@ -170,7 +172,7 @@ class WeightChannel:
     def _connect(self) -> None:
         timeout = datetime.timedelta(seconds=self.timeout_s)
         try:
-            self._store = dist.TCPStore(
+            self._store = store_on(
                 self.host, self.port, self.world_size, is_master=self.rank == 0, timeout=timeout
             )
             store = dist.PrefixStore(_PREFIX, self._store)
@@ -182,7 +184,11 @@ class WeightChannel:
                 options._timeout = timeout
                 self._pg = nccl(store, self.rank, self.world_size, options)
             else:
-                self._pg = dist.ProcessGroupGloo(store, self.rank, self.world_size, timeout)
+                gloo: Any = dist.ProcessGroupGloo  # its options type is missing in torch's stubs
+                options = gloo._Options()
+                options._devices = [gloo_device_toward(self.host)]
+                options._timeout = timeout
+                self._pg = gloo(store, self.rank, self.world_size, options)
         except Exception as error:  # c10d raises several types; say which channel failed
             raise WeightChannelError(
                 f"{self._describe()}: joining failed within {self.timeout_s:.0f} s: {error}. "
