@@ -149,8 +149,14 @@ class RolloutSection:
     """``partial=true``: new tokens per generation chunk."""
     multi_turn: MultiTurnSection = field(default_factory=MultiTurnSection)
     """Multi-turn tool use: episodes against an environment (off by default)."""
+    max_replacements: int = 2
+    """``trainer.placement=separate``: how many times in a run a rollout group whose worker
+    died or missed its call deadline is replaced by a new one (given the actor's current
+    weights; the prompts it held are generated again). Past it, the worker's error ends
+    the run as before; 0 never replaces."""
 
     def __post_init__(self) -> None:
+        require_positive("rollout.max_replacements", self.max_replacements, allow_zero=True)
         require_positive("rollout.partial_chunk_tokens", self.partial_chunk_tokens)
         require_positive("rollout.n", self.n)
         require_positive("rollout.temperature", self.temperature)

@@ -13,5 +13,6 @@ from .groups import RolloutGroup as RolloutGroup
 from .ppo import PPOTrainer as PPOTrainer
 from .roles import RoleGroups as RoleGroups
 from .roles import build_role_groups as build_role_groups
+from .rollout_replacement import RolloutReplacement as RolloutReplacement
 from .sft import SFTTrainer as SFTTrainer
 from .sync_actor import SyncActorWorker as SyncActorWorker

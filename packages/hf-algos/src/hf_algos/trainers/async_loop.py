@@ -20,6 +20,11 @@ generation is a chain of chunk calls continued with whatever weights the rollout
 (:class:`~hf_algos.trainers.async_partial.PartialGeneration`). Every sample carries the
 version of each token (``rollout_policy_version``).
 
+A rollout worker that dies or misses its deadline is replaced when a
+:class:`~hf_algos.trainers.rollout_replacement.RolloutReplacement` is given: the new group
+holds the actor's current weights, samples already finished are kept, and every unfinished
+generation (a partial one from its first chunk) is generated again on it.
+
 :meth:`AsyncRollout.state_dict` holds what is in flight (finished samples, the prompts of
 unfinished generations, counters): saved with the trainer's checkpoint and the loader
 position, a resumed run neither skips nor repeats a prompt.
@@ -32,7 +37,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -48,14 +53,16 @@ from hf_algos.trainers.async_batches import (
 )
 from hf_algos.trainers.async_partial import PartialGeneration
 from hf_algos.trainers.roles import RoleGroups
+from hf_algos.trainers.rollout_replacement import RolloutReplacement
 from hf_algos.trainers.worker_io import PROMPT_FIELDS, tensors
-from hf_controller import wait_any
+from hf_controller import WorkerGroupError, wait_any
 from hf_protocol import DataProto, fields
 from hf_rollout import SamplingConfig
 from hf_rollout.base import stop_ids_for
 from hf_rollout.weight_sync import WeightPush
 
 Metrics = dict[str, float]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -99,7 +106,8 @@ class AsyncRollout:
 
     ``roles`` returns the run's current groups (a restart builds new ones); ``draw`` the
     next loader batch; ``sampling(index, draw)`` the sampling of a step's generation (its
-    ``draw``-th, for regenerated groups); ``total_steps`` the run's last step.
+    ``draw``-th, for regenerated groups); ``total_steps`` the run's last step;
+    ``replacement`` replaces a failed rollout group (``None``: a failure ends the run).
     """
 
     def __init__(
@@ -109,8 +117,11 @@ class AsyncRollout:
         draw: Callable[[], DataProto],
         sampling: Callable[[int, int], SamplingConfig],
         total_steps: Callable[[], int],
+        replacement: RolloutReplacement | None = None,
     ) -> None:
         self.spec = spec
+        self.replacement = replacement
+        self.policy_version = 0  # the trainer's, as of the last next_batch / sync
         self._roles, self._draw, self._sampling, self._total = roles, draw, sampling, total_steps
         self.queue: deque[GenerationJob] = deque()
         self.issued = 0  # loader batches drawn into jobs
@@ -124,15 +135,16 @@ class AsyncRollout:
         """The oldest generation's samples for the trainer at policy ``version``, stale
         groups generated again, and the ``async/*`` metrics; keeps ``depth`` queued."""
         start = time.perf_counter()
-        self._fill()
+        self.policy_version = version
+        self._guarded(self._fill)
         job = self.queue.popleft()
-        batch = self._finish(job)
+        batch = self._guarded(lambda: self._finish(job), job)
         metrics: Metrics = {}
-        self._wait_push()
+        self._guarded(self._wait_push)
         if version - self.rollout_version >= self.spec.push_every:
-            self._start_push(version)
+            self._guarded(lambda: self._start_push(version))
         batch = self._replace_stale(job, batch, version, metrics)
-        self._fill()
+        self._guarded(self._fill)
         metrics["async/wait_s"] = time.perf_counter() - start  # the trainer's time without data
         data = tensors(batch)
         lags = sample_lags(data[fields.ROLLOUT_POLICY_VERSION], data[fields.RESPONSE_MASK], version)
@@ -148,10 +160,30 @@ class AsyncRollout:
 
     def sync(self, version: int) -> None:
         """Bring the rollout to policy ``version`` now (before validation), waiting for it."""
-        self._wait_push()
+        self.policy_version = version
+        self._guarded(self._wait_push)
         if self.rollout_version < version:
-            self._start_push(version)
-        self._wait_push()
+            self._guarded(lambda: self._start_push(version))
+        self._guarded(self._wait_push)
+
+    # ------------------------------------------------------------------ failures
+
+    def _guarded(self, call: Callable[[], T], *current: GenerationJob) -> T:
+        """``call()``; after a rollout failure, the rollout replaced (:attr:`replacement`),
+        every unfinished generation (``current`` and the queue's) reset, and ``call()``
+        again. Anything else, or a failure past the bound, is raised."""
+        while True:
+            try:
+                return call()
+            except WorkerGroupError as error:
+                if self.replacement is None:
+                    raise
+                self.replacement.replace(error)  # raises unless the rollout was replaced
+                self._push = None  # abandoned with the old group
+                self.rollout_version = self.policy_version  # the actor's current weights
+                for job in (*current, *self.queue):
+                    if job.output is None:  # its samples died with the old group
+                        job.handles, job.partial = None, None
 
     # ------------------------------------------------------------------ generation
 
@@ -164,8 +196,8 @@ class AsyncRollout:
         while len(self.queue) < self.spec.depth and self.issued < self._total():
             self.issued += 1
             job = GenerationJob(self.issued, self._draw())
+            self.queue.append(job)  # first: a failed issue leaves it queued, issued again
             self._issue(job)
-            self.queue.append(job)
 
     def _issue(self, job: GenerationJob) -> None:
         sampling, spec = self._sampling(job.index, 0), self.spec
@@ -241,17 +273,21 @@ class AsyncRollout:
             return batch
         self.stale_dropped_total += int(drop.sum())
         if self.rollout_version < version:  # regenerate with the trainer's weights
-            self._wait_push()
-            self._start_push(version)
+            self._guarded(self._wait_push)
+            self._guarded(lambda: self._start_push(version))
         stale_uids = set(batch.non_tensor_batch[fields.UID][drop].tolist())
         prompt_uids = job.prompts.non_tensor_batch[fields.UID]
         prompts = job.prompts.select_idxs(np.array([u in stale_uids for u in prompt_uids]))
         again = GenerationJob(job.index, prompts)
-        self._submit(again, prompts, self._sampling(job.index, 1))
-        fresh = self._collect(again)
+        fresh = self._guarded(lambda: self._generate_now(again))
         stamp_versions(fresh, again.version)
         job.metrics.extend(again.metrics)
         return DataProto.concat([batch.select_idxs(~drop), fresh])
+
+    def _generate_now(self, job: GenerationJob) -> DataProto:
+        """``job``'s samples from one call, waited for (stale groups generated again)."""
+        self._submit(job, job.prompts, self._sampling(job.index, 1))
+        return self._collect(job)
 
     # ------------------------------------------------------------------ weights
 

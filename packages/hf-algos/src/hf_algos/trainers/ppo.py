@@ -71,6 +71,7 @@ from hf_algos.trainers.role_workers import (
     reward_model_class,
     rollout_class,
 )
+from hf_algos.trainers.rollout_replacement import RolloutReplacement
 from hf_algos.trainers.sampling import sampling_config, step_seed
 from hf_algos.trainers.validation import (
     generation_rows,
@@ -130,6 +131,8 @@ class PPOTrainer(Trainer):
         self.reward: RewardScorer
         self.pipeline: AsyncRollout | None = None
         self._async_metrics: Metrics = {}
+        self.replacement = RolloutReplacement(lambda: self.roles, config.rollout.max_replacements)
+        """Replaces a separate placement's rollout group whose worker died or hangs."""
 
     def start_up(self) -> None:
         """Start the run, the slow parts overlapped, in this order:
@@ -301,7 +304,9 @@ class PPOTrainer(Trainer):
         self.update(batch, metrics, timing)
         if self.pipeline is None:  # async: the pipeline pushes when its schedule says
             with timed("sync_weights", timing):
-                roles.sync_weights()
+                self.replacement.run(roles.sync_weights)
+        if not roles.fused:
+            metrics.update(self.replacement.metrics())
 
         timing["step"] = time.perf_counter() - start
         metrics.update(self.batch_metrics(batch, timing))
@@ -342,7 +347,9 @@ class PPOTrainer(Trainer):
         run repeats); ReMax adds the greedy answer's score as each sample's baseline."""
         seed = step_seed(self.config.trainer.seed, self.global_step, draw)
         sampling = sampling_config(self.config.rollout, self.tokenizer, seed=seed)
-        batch = generate(self.roles.rollout, prompts, sampling, metrics)
+        batch = self.replacement.run(
+            lambda: generate(self.roles.rollout, prompts, sampling, metrics)
+        )
         if self.estimator.needs_greedy_baseline:
             tensors(batch)[fields.REWARD_BASELINES] = self.greedy_baseline(prompts, metrics)
         return batch
@@ -350,7 +357,7 @@ class PPOTrainer(Trainer):
     def greedy_baseline(self, prompts: DataProto, metrics: Metrics) -> torch.Tensor:
         """ReMax: the score of each prompt's greedy answer, repeated for its ``n`` samples."""
         sampling = sampling_config(self.config.rollout, self.tokenizer, greedy=True)
-        greedy = generate(self.roles.rollout, prompts, sampling, {})
+        greedy = self.replacement.run(lambda: generate(self.roles.rollout, prompts, sampling, {}))
         scores = self.reward.score(greedy)
         baseline = tensors(scores)[fields.TOKEN_LEVEL_SCORES].sum(-1)
         metrics["critic/reward_baseline/mean"] = float(baseline.mean())
@@ -492,6 +499,7 @@ def async_rollout(trainer: PPOTrainer) -> AsyncRollout:
         trainer.loader.next_batch,
         sampling,
         lambda: trainer.total_steps,
+        trainer.replacement,
     )
 
 

@@ -20,6 +20,7 @@ actor's workers are :class:`~hf_algos.trainers.sync_actor.SyncActorWorker`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import uuid
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
@@ -75,6 +76,8 @@ class RoleGroups:
         owned: list[object] | None = None,
         weight_bucket_bytes: int = 64 << 20,
         weight_device: str = "cpu",
+        new_rollout: Callable[[], tuple[RolloutGroup, list[object]]] | None = None,
+        rollout_owned: list[object] | None = None,
     ) -> None:
         self.actor = actor
         """Group with ``compute_log_prob``, ``update_actor``, checkpoints, ``send_weights``."""
@@ -91,6 +94,10 @@ class RoleGroups:
             if rollout is None
             else WeightLink(actor, rollout, fused, weight_bucket_bytes, weight_device)
         )  # separate placement: bucket size of the channel and where its buffers live
+        self._new_rollout = new_rollout
+        """Separate placement: starts a rollout group (and what it owns) in a new pool."""
+        self._rollout_owned: list[object] = rollout_owned or []
+        """The items of :attr:`owned` that belong to the rollout group (group, pool)."""
 
     @property
     def rollout(self) -> RolloutGroup:
@@ -154,6 +161,35 @@ class RoleGroups:
             )
         self._weights.push()
 
+    def replace_rollout(self) -> None:
+        """End the rollout group and start a new one in its place (separate placement).
+
+        For a rollout worker that died or hangs: the actor leaves the old weight channel
+        (a send in flight to it is abandoned), the old group's processes end and its pool is
+        given back, and the new group builds its model, opens a new channel with the actor
+        and is loaded with the actor's current weights before this returns.
+        """
+        if self._new_rollout is None or self._rollout is None or self._weights is None:
+            raise RuntimeError(
+                "RoleGroups.replace_rollout: only a separate placement's rollout group can be "
+                "replaced (the hybrid placement's rollout shares the actor's processes)"
+            )
+        with contextlib.suppress(Exception):  # its peers may be dead: best effort
+            self.actor.close_weight_channel()
+        for item in self._rollout_owned:
+            self.owned.remove(item)
+            _end(item)
+        rollout, self._rollout_owned = self._new_rollout()
+        self.owned += self._rollout_owned
+        self._rollout = rollout
+        old_link = self._weights
+        self._weights = WeightLink(
+            self.actor, rollout, False, old_link.bucket_bytes, old_link.device
+        )
+        rollout.init_model()
+        self._weights.open()
+        self._weights.push()
+
     def timings(self) -> list[CallTiming]:
         """Dispatch / execute / collect timings of every call on the run's groups (each role
         view and top-level group once), for ``hf_controller.export_chrome_trace``."""
@@ -181,11 +217,17 @@ class RoleGroups:
         if self._weights is not None:
             self._weights.close()
         for item in self.owned:
-            kill = getattr(item, "shutdown", None) or getattr(item, "release", None)
-            if kill is not None:
-                with contextlib.suppress(Exception):  # best effort at teardown
-                    kill()
+            _end(item)
         self.owned.clear()
+
+
+def _end(item: object) -> None:
+    """Shut down a group or release a pool, best effort (a dead or stuck worker ends
+    regardless)."""
+    kill = getattr(item, "shutdown", None) or getattr(item, "release", None)
+    if kill is not None:
+        with contextlib.suppress(Exception):
+            kill()
 
 
 GroupT = TypeVar("GroupT")
@@ -253,6 +295,8 @@ def build_role_groups(
     views = group.spawn(fused_roles)
     owned: list[Any] = [group, pool]
     rollout_group = views.get("rollout")
+    new_rollout = None
+    rollout_owned: list[object] = []
     if rollout is not None and not hybrid:
         rollout_group = make_worker_group(
             rollout_pool,
@@ -262,7 +306,9 @@ def build_role_groups(
             call_timeout_s=trainer.call_timeout_s,
             block_until_ready=block_until_ready,
         )
-        owned += [rollout_group, rollout_pool]
+        rollout_owned = [rollout_group, rollout_pool]
+        owned += rollout_owned
+        new_rollout = functools.partial(_replacement_rollout, trainer, rollout, prefix)
     return RoleGroups(
         weight_bucket_bytes=trainer.weight_bucket_mb << 20,
         weight_device="cuda" if trainer.use_gpu else "cpu",
@@ -273,7 +319,28 @@ def build_role_groups(
         critic=_optional_group(views.get("critic"), CriticGroup),
         reward_model=_optional_group(views.get("reward_model"), RewardModelGroup),
         owned=owned,
+        new_rollout=new_rollout,
+        rollout_owned=rollout_owned,
     )
+
+
+def _replacement_rollout(
+    trainer: TrainerSection, rollout: RayClassWithInitArgs, prefix: str
+) -> tuple[RolloutGroup, list[object]]:
+    """A new rollout group in a new pool, for :meth:`RoleGroups.replace_rollout`; returns
+    the group and what it owns (group, pool)."""
+    gpus = trainer.rollout_gpus_per_worker or trainer.gpus_per_worker
+    total = trainer.rollout_workers or trainer.n_workers
+    name = f"{prefix}_rollout_{uuid.uuid4().hex[:4]}"
+    pool = _pool(trainer, total, name, gpus)
+    group = make_worker_group(
+        pool,
+        rollout,
+        name_prefix=name,
+        backend=trainer.backend,
+        call_timeout_s=trainer.call_timeout_s,
+    )
+    return as_group(group, RolloutGroup), [group, pool]
 
 
 def _optional_group(group: object | None, protocol: Callable[..., GroupT]) -> GroupT | None:

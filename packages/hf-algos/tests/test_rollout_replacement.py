@@ -1,0 +1,108 @@
+"""An elastic rollout pool: a SIGKILLed rollout worker is replaced and the run goes on.
+
+Real runs on Ray, separate placement: the driver SIGKILLs the rollout group's worker at a
+chosen step. The group is replaced (new process, model, weight channel, current weights),
+the prompts it held are generated again, and every prompt of the epoch (16 rows, 4 steps
+of 4) is trained on exactly once. Past ``rollout.max_replacements`` the worker's own
+error ends the run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+import torch
+
+from hf_algos.config import RLConfig, load_config
+from hf_algos.trainers import PPOTrainer
+from hf_controller import WorkerDiedError
+from hf_protocol import DataProto, fields
+
+from .trainer_helpers import common_overrides, task_files
+
+ROWS = 16
+SAMPLES = 2
+
+
+class KillingTrainer(PPOTrainer):
+    """Records the prompts of every step; SIGKILLs the rollout worker at ``kill_at`` steps
+    (before the step: in an async mode, while the next batch is generated)."""
+
+    kill_at: tuple[int, ...] = ()
+    prompts: list[str]
+
+    def train_step(self, batch: DataProto) -> dict[str, float]:
+        if self.global_step in self.kill_at:
+            worker = self.roles.rollout.workers[0]  # type: ignore[attr-defined]
+            pid = ray.get(worker._hf_process_info.remote())["pid"]
+            os.kill(int(pid), signal.SIGKILL)
+        return super().train_step(batch)
+
+    def update(self, batch: DataProto, metrics: Any, timing: Any) -> None:
+        self.prompts += [str(p) for p in batch.non_tensor_batch[fields.RAW_PROMPT]]
+        super().update(batch, metrics, timing)
+
+
+def _run(overrides: list[str], kill_at: tuple[int, ...]) -> tuple[KillingTrainer, list[Any]]:
+    torch.set_num_threads(1)
+    trainer = KillingTrainer(load_config(RLConfig, overrides=overrides))
+    trainer.kill_at, trainer.prompts = kill_at, []
+    with trainer:
+        history = trainer.fit()
+    return trainer, history
+
+
+def _overrides(model: Path, root: Path, *extra: str) -> list[str]:
+    train, _ = task_files(root)
+    return [
+        *common_overrides(model, root, train, steps=ROWS // 4),
+        "trainer.placement=separate",
+        "trainer.resume_mode=disable",
+        *extra,
+    ]
+
+
+def _assert_exactly_once(prompts: list[str], root: Path) -> None:
+    rows = [line for line in (root / "train.jsonl").read_text().splitlines() if line]
+    counts = Counter(prompts)
+    assert len(counts) == ROWS == len(rows), counts
+    assert set(counts.values()) == {SAMPLES}, counts  # every prompt once, n samples each
+
+
+def test_one_step_off_replaces_a_killed_rollout_and_trains_every_prompt_once(
+    ray_session: Any, toy_task_scored: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    overrides = _overrides(
+        tiny_model_dir,
+        tmp_path,
+        "trainer.async_mode=one_step_off",
+        "algorithm.rollout_correction.mode=tis",
+    )
+    trainer, history = _run(overrides, kill_at=(2,))
+    assert len(history) == ROWS // 4
+    assert trainer.replacement.total == 1
+    assert [m["rollout/replaced"] for m in history].count(1.0) == 1
+    assert history[-1]["rollout/replaced_total"] == 1.0
+    _assert_exactly_once(trainer.prompts, tmp_path)
+
+
+def test_sync_separate_replaces_then_stops_at_the_bound(
+    ray_session: Any, toy_task_scored: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    overrides = _overrides(tiny_model_dir, tmp_path / "a", "rollout.max_replacements=1")
+    trainer, history = _run(overrides, kill_at=(2,))
+    assert trainer.replacement.total == 1
+    assert [m["rollout/replaced"] for m in history] == [0.0, 1.0, 0.0, 0.0]
+    _assert_exactly_once(trainer.prompts, tmp_path / "a")
+
+    # a second death with the bound used up: the worker's own error, with a note
+    overrides = _overrides(tiny_model_dir, tmp_path / "b", "rollout.max_replacements=1")
+    with pytest.raises(WorkerDiedError, match="rollout") as caught:
+        _run(overrides, kill_at=(2, 3))
+    assert "rollout.max_replacements=1" in "".join(getattr(caught.value, "__notes__", []))

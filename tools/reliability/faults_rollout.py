@@ -1,0 +1,144 @@
+"""Fault cases of the elastic rollout pool: a rollout worker SIGKILLed in a real run.
+
+The real PPO trainer (GRPO, separate placement, one_step_off) trains a tiny random Llama
+on the hf-algos tests' toy task: 16 prompts, 4 steps of 4 prompts x 2 samples, one epoch.
+Before step 2 trains, the driver SIGKILLs the rollout worker (step 3's batch was just
+queued on it; it fails there, or at the next call or weight push when already finished).
+
+* With replacements left (the default ``rollout.max_replacements=2``) the rollout group is
+  replaced and the run finishes; every prompt of the epoch must be trained on exactly once.
+  The time is from the kill to the end of the first step after the replacement (the
+  replacement and the batches generated again included).
+* With ``rollout.max_replacements=0`` the worker's own named error ends the run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from faults import FaultCase, FaultResult
+from faults_checkpoints import ALGOS_TESTS, _tiny_model
+
+STEPS = 4
+KILL_STEP = 2
+
+
+def _killing_trainer(config: Any) -> Any:
+    """A real PPO trainer that SIGKILLs its rollout worker before step :data:`KILL_STEP`
+    and records the prompts it trains on and the time to the next finished step."""
+    import ray
+
+    from hf_algos.trainers import PPOTrainer
+    from hf_protocol import fields
+
+    class RolloutKillingTrainer(PPOTrainer):
+        killed_at: float | None = None
+        recovered_s: float | None = None
+        prompts: list[str]
+
+        def train_step(self, batch: Any) -> Any:
+            if self.global_step == KILL_STEP and self.killed_at is None:
+                worker = self.roles.rollout.workers[0]  # type: ignore[attr-defined]
+                pid = ray.get(worker._hf_process_info.remote())["pid"]
+                os.kill(int(pid), signal.SIGKILL)
+                self.killed_at = time.monotonic()
+            metrics = super().train_step(batch)
+            replaced = self.replacement.total > 0  # the step after the replacement is done
+            if replaced and self.recovered_s is None and self.killed_at is not None:
+                self.recovered_s = time.monotonic() - self.killed_at
+            return metrics
+
+        def update(self, batch: Any, metrics: Any, timing: Any) -> None:
+            self.prompts += [str(p) for p in batch.non_tensor_batch[fields.RAW_PROMPT]]
+            super().update(batch, metrics, timing)
+
+    return RolloutKillingTrainer(config)
+
+
+def _run(scratch: Path, max_replacements: int) -> tuple[Any, list[Any] | BaseException]:
+    """Train with the kill; the trainer and its history, or the error that ended it."""
+    import ray
+    import torch
+
+    from hf_algos.config import RLConfig, load_config
+    from hf_algos.data import write_rows
+    from hf_algos.rewards import SCORING_FUNCTIONS, register_scoring_function
+
+    sys.path.insert(0, str(ALGOS_TESTS))
+    from crash_driver import overrides as crash_driver_overrides
+    from toy_task import SORT_DIGITS_SOURCE, make_sort_digits_rows, score_sorted_digits
+
+    torch.set_num_threads(1)
+    model = _tiny_model(scratch)
+    write_rows(make_sort_digits_rows(16, length=3, seed=0), scratch / "train.jsonl")
+    overrides = [
+        *crash_driver_overrides(model, scratch, STEPS),
+        "trainer.backend=ray",
+        "trainer.save_freq=0",
+        "trainer.resume_mode=disable",
+        "trainer.placement=separate",
+        "trainer.async_mode=one_step_off",
+        "actor.use_rollout_log_probs=false",
+        "algorithm.rollout_correction.mode=tis",
+        f"rollout.max_replacements={max_replacements}",
+    ]
+    register_scoring_function(SORT_DIGITS_SOURCE, score_sorted_digits)
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    trainer = None
+    try:
+        trainer = _killing_trainer(load_config(RLConfig, overrides=overrides))
+        trainer.prompts = []
+        with trainer:
+            return trainer, trainer.fit()
+    except Exception as error:  # the bounded case ends here, as the user would see
+        return trainer, error
+    finally:
+        SCORING_FUNCTIONS.pop(SORT_DIGITS_SOURCE, None)
+        ray.shutdown()
+        while str(ALGOS_TESTS) in sys.path:
+            sys.path.remove(str(ALGOS_TESTS))
+
+
+def rollout_killed_replaced(scratch: Path) -> FaultResult:
+    """The killed rollout is replaced; all steps done, every prompt trained once."""
+    trainer, history = _run(scratch, max_replacements=2)
+    if isinstance(history, BaseException):
+        raise history
+    assert [m["training/global_step"] for m in history] == [1.0, 2.0, 3.0, 4.0]
+    assert history[-1]["rollout/replaced_total"] == 1.0
+    counts = Counter(trainer.prompts)
+    assert len(counts) == 16 and set(counts.values()) == {2}, counts
+    return FaultResult(
+        "recovered",
+        trainer.recovered_s,
+        "nothing (the prompts it held generated again)",
+        f"rollout group replaced in {trainer.replacement.seconds:.1f} s "
+        f"(rollout/replaced=1); 4 steps done, 16 prompts trained once each",
+    )
+
+
+def rollout_killed_no_replacements(scratch: Path) -> FaultResult:
+    """``rollout.max_replacements=0``: the rollout worker's named error ends the run."""
+    from hf_controller import WorkerDiedError
+
+    trainer, error = _run(scratch, max_replacements=0)
+    assert isinstance(error, WorkerDiedError), f"expected WorkerDiedError, got {error!r}"
+    assert trainer is not None and trainer.killed_at is not None
+    return FaultResult(
+        "named error",
+        time.monotonic() - trainer.killed_at,
+        "nothing (before the step's update)",
+        str(error).splitlines()[0],
+    )
+
+
+FAULTS = [
+    FaultCase("rollout worker SIGKILL (one_step_off), replaced", rollout_killed_replaced),
+    FaultCase("rollout worker SIGKILL, rollout.max_replacements=0", rollout_killed_no_replacements),
+]
