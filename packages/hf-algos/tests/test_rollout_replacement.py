@@ -3,8 +3,8 @@
 Real runs on Ray, separate placement: the driver SIGKILLs the rollout group's worker at a
 chosen step. The group is replaced (new process, model, weight channel, current weights),
 the prompts it held are generated again, and every prompt of the epoch (16 rows, 4 steps
-of 4) is trained on exactly once. Past ``rollout.max_replacements`` the worker's own
-error ends the run.
+of 4) is trained on exactly once. A stopped worker (SIGSTOP) is replaced once its call's
+deadline passes. Past ``rollout.max_replacements`` the worker's own error ends the run.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from .trainer_helpers import common_overrides, task_files
 
 ROWS = 16
 SAMPLES = 2
+STUCK_DEADLINE_S = 10.0
 
 
 class KillingTrainer(PPOTrainer):
@@ -35,13 +36,16 @@ class KillingTrainer(PPOTrainer):
     (before the step: in an async mode, while the next batch is generated)."""
 
     kill_at: tuple[int, ...] = ()
+    signal_number: int = signal.SIGKILL
     prompts: list[str]
 
     def train_step(self, batch: DataProto) -> dict[str, float]:
         if self.global_step in self.kill_at:
-            worker = self.roles.rollout.workers[0]  # type: ignore[attr-defined]
-            pid = ray.get(worker._hf_process_info.remote())["pid"]
-            os.kill(int(pid), signal.SIGKILL)
+            rollout: Any = self.roles.rollout
+            pid = ray.get(rollout.workers[0]._hf_process_info.remote())["pid"]
+            if self.signal_number == signal.SIGSTOP:  # a deadline on this group's calls only
+                rollout.call_timeout_s = STUCK_DEADLINE_S
+            os.kill(int(pid), self.signal_number)
         return super().train_step(batch)
 
     def update(self, batch: DataProto, metrics: Any, timing: Any) -> None:
@@ -49,10 +53,13 @@ class KillingTrainer(PPOTrainer):
         super().update(batch, metrics, timing)
 
 
-def _run(overrides: list[str], kill_at: tuple[int, ...]) -> tuple[KillingTrainer, list[Any]]:
+def _run(
+    overrides: list[str], kill_at: tuple[int, ...], signal_number: int = signal.SIGKILL
+) -> tuple[KillingTrainer, list[Any]]:
     torch.set_num_threads(1)
     trainer = KillingTrainer(load_config(RLConfig, overrides=overrides))
     trainer.kill_at, trainer.prompts = kill_at, []
+    trainer.signal_number = signal_number
     with trainer:
         history = trainer.fit()
     return trainer, history
@@ -106,3 +113,15 @@ def test_sync_separate_replaces_then_stops_at_the_bound(
     with pytest.raises(WorkerDiedError, match="rollout") as caught:
         _run(overrides, kill_at=(2, 3))
     assert "rollout.max_replacements=1" in "".join(getattr(caught.value, "__notes__", []))
+
+
+def test_a_stuck_rollout_is_replaced_after_its_deadline(
+    ray_session: Any, toy_task_scored: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """SIGSTOP: the worker lives but never answers; its call's deadline names it, and the
+    replacement ends it."""
+    overrides = _overrides(tiny_model_dir, tmp_path)
+    trainer, history = _run(overrides, kill_at=(2,), signal_number=signal.SIGSTOP)
+    assert trainer.replacement.total == 1
+    assert [m["rollout/replaced"] for m in history] == [0.0, 1.0, 0.0, 0.0]
+    _assert_exactly_once(trainer.prompts, tmp_path)
