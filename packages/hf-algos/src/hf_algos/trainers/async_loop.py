@@ -261,8 +261,9 @@ class AsyncRollout:
 
         The send is buffered: the actor snapshots its weights and goes on to the next
         training call while the rollout still generates the calls queued before the push;
-        the snapshot is taken before that call, so the rollout gets exactly ``version``."""
-        self._push = self._roles().weights.start_push(buffered=True)
+        the snapshot is taken before that call, so the rollout gets exactly ``version``: the
+        push carries it, and the rollout reports it with each sample it generates."""
+        self._push = self._roles().weights.start_push(buffered=True, version=version)
         self.rollout_version = version
 
     def _wait_push(self) -> None:

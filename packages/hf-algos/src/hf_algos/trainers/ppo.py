@@ -184,7 +184,7 @@ class PPOTrainer(Trainer):
         state.keep("kl_ctrl", self.kl_ctrl)
         if self.pipeline is not None:
             state.keep("async", self.pipeline.at_step(lambda: self.global_step))
-        state.after_load.append(lambda: self.roles.sync_weights())
+        state.after_load.append(lambda: self.roles.sync_weights(self.global_step))
 
     def worker_classes(self) -> WorkerClasses:
         """Actor (+ reference, critic, reward model as needed) and the rollout."""
@@ -193,7 +193,7 @@ class PPOTrainer(Trainer):
     def workers_ready(self) -> None:
         """Push the actor's weights to the rollout, put it to sleep (hybrid) and score
         with the new reward-model group (when there is one)."""
-        self.roles.sync_weights()
+        self.roles.sync_weights(self.global_step)
         if self.roles.fused:  # steady state between steps: the rollout sleeps
             self.roles.rollout.sleep()
         turns = self.config.rollout.multi_turn
@@ -301,7 +301,7 @@ class PPOTrainer(Trainer):
         self.update(batch, metrics, timing)
         if self.pipeline is None:  # async: the pipeline pushes when its schedule says
             with timed("sync_weights", timing):
-                roles.sync_weights()
+                roles.sync_weights(self.global_step)
 
         timing["step"] = time.perf_counter() - start
         metrics.update(self.batch_metrics(batch, timing))

@@ -141,8 +141,9 @@ class RoleGroups:
         if self._weights is not None:
             self._weights.open()  # the separate placement's channel (nothing when fused)
 
-    def sync_weights(self) -> None:
-        """Load the actor's current weights into the rollout engine(s).
+    def sync_weights(self, version: int | None = None) -> None:
+        """Load the actor's current weights into the rollout engine(s) as policy ``version``
+        (default: one more than the last push); the rollout reports it with its samples.
 
         ``hybrid``: in process. ``separate``: the actor streams them over the weight channel
         while the rollout loads them; the driver only waits for both (it receives ``None``s).
@@ -152,7 +153,7 @@ class RoleGroups:
                 "RoleGroups.sync_weights: the weight channel is not open; call init_models() "
                 "first (it opens the channel in the separate placement)"
             )
-        self._weights.push()
+        self._weights.push(version)
 
     def timings(self) -> list[CallTiming]:
         """Dispatch / execute / collect timings of every call on the run's groups (each role
