@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import pickle
-import time
 from typing import Any
 
 __all__ = [
@@ -46,20 +45,18 @@ def mark_ready(store: Any, push: int, rank: int) -> None:
 
 def await_all(store: Any, kind: str, push: int, ranks: list[int], timeout_s: float) -> list[int]:
     """Wait until every ``<kind>/<push>/<rank>`` of ``ranks`` is set, at most ``timeout_s``;
-    return the ranks still missing then (empty: all there)."""
+    return the ranks still missing then (empty: all there).
+
+    One ``wait`` on all the keys: it returns as soon as the last one is set (one round trip
+    when all are there already); only when it times out are the keys checked one by one to
+    name the missing ranks.
+    """
     keys = [_key(kind, push, rank) for rank in ranks]
-    deadline = time.monotonic() + max(timeout_s, 0.0)
-    # Waiting on all keys at once, then naming the missing ones, costs one round trip when
-    # every rank is there; poll in short slices so a late rank is noticed quickly.
-    while True:
-        missing = [r for r, k in zip(ranks, keys, strict=True) if not store.check([k])]
-        left = deadline - time.monotonic()
-        if not missing or left <= 0:
-            return missing
-        try:
-            store.wait([_key(kind, push, missing[0])], _delta(min(left, 0.5)))
-        except Exception:  # the store's timeout: look again, until the deadline
-            continue
+    try:
+        store.wait(keys, _delta(timeout_s))
+        return []
+    except Exception:  # the store's timeout: name who is missing
+        return [r for r, k in zip(ranks, keys, strict=True) if not store.check([k])]
 
 
 def announce_start(store: Any, push: int, abort: str | None = None) -> None:
