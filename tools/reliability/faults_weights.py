@@ -17,7 +17,7 @@ from faults import FaultCase, FaultResult, first_line
 
 from hf_controller.worker import master_address
 from hf_rollout.weight_sync import WeightChannel, WeightChannelError, WeightFaults
-from hf_rollout.weight_sync.drill import DEADLINE_S, expected, run
+from hf_rollout.weight_sync.drill import DEADLINE_S, Plans, expected, run
 
 KEPT = "nothing: the receivers keep version 1 whole"
 
@@ -55,17 +55,17 @@ def _integrity_case(push: int) -> FaultResult:
     return FaultResult("named error", seconds, KEPT, first_line(_said(message)))
 
 
-def corrupted_bucket(_: Path) -> FaultResult:
+def corrupted_bucket(scratch: Path) -> FaultResult:
     """A byte of one bucket flipped after the sender's checksum."""
     return _integrity_case(1)
 
 
-def dropped_bucket(_: Path) -> FaultResult:
+def dropped_bucket(scratch: Path) -> FaultResult:
     """One bucket never broadcast."""
     return _integrity_case(2)
 
 
-def sender_killed(_: Path) -> FaultResult:
+def sender_killed(scratch: Path) -> FaultResult:
     """The sender's process exits after two buckets of five."""
     plan = [None, WeightFaults(push=2, exit_after_buckets=2)]
     out = run(3, {0: (plan, False), 1: ([None] * 2, False), 2: ([None] * 2, False)}, killed=0)
@@ -76,10 +76,10 @@ def sender_killed(_: Path) -> FaultResult:
     return FaultResult("named error", seconds, KEPT, first_line(_said(message)))
 
 
-def receiver_killed(_: Path) -> FaultResult:
+def receiver_killed(scratch: Path) -> FaultResult:
     """Rollout rank 2's process exits after one bucket of five."""
     dying = [None, WeightFaults(push=2, exit_after_buckets=1)]
-    plans = {0: ([None, None], False), 1: ([None, None], False), 2: (dying, False)}
+    plans: Plans = {0: ([None, None], False), 1: ([None, None], False), 2: (dying, False)}
     out = run(3, plans, killed=2)
     _check_kept(out[1], 1)
     kind, message, seconds = out[0][1]
@@ -87,7 +87,7 @@ def receiver_killed(_: Path) -> FaultResult:
     return FaultResult("named error", seconds, KEPT, first_line(_said(message)))
 
 
-def never_ready(_: Path) -> FaultResult:
+def never_ready(scratch: Path) -> FaultResult:
     """Rollout rank 2 joined the channel but never calls receive_weights."""
     out = run(3, {0: ([None], False), 1: ([None], False), 2: ([None], True)})
     kind, message, seconds = out[0][0]
@@ -98,7 +98,7 @@ def never_ready(_: Path) -> FaultResult:
     )
 
 
-def never_joins(_: Path) -> FaultResult:
+def never_joins(scratch: Path) -> FaultResult:
     """The only receiver never joins; the sender's join gives up after 3 s."""
     _, port = master_address()
     start = time.monotonic()

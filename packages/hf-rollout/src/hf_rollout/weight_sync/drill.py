@@ -10,10 +10,11 @@ worker does, so what it holds after a failed push can be compared with :func:`ex
 
 from __future__ import annotations
 
+import functools
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.multiprocessing as mp
@@ -23,6 +24,9 @@ from hf_rollout.weight_sync.channel import WeightChannel
 from hf_rollout.weight_sync.errors import WeightChannelError
 from hf_rollout.weight_sync.faults import WeightFaults
 from hf_rollout.weight_sync.receiver import WeightReceiver
+
+if TYPE_CHECKING:
+    from hf_rollout.base import RolloutEngine
 
 __all__ = ["DEADLINE_S", "DictEngine", "Outcome", "Plans", "expected", "run", "weights"]
 
@@ -103,8 +107,12 @@ def _sender(port: int, world: int, plan: list[WeightFaults | None]) -> list[Any]
     got = []
     for version, faults in enumerate(plan, start=1):
         channel.faults = faults or WeightFaults(push=-1)
-        got.append(_outcome(lambda v=version: channel.send(iter(weights(v)), BUCKET, v)))
+        got.append(_outcome(functools.partial(_push, channel, version)))
     return got
+
+
+def _push(channel: WeightChannel, version: int) -> None:
+    channel.send(iter(weights(version)), BUCKET, version)
 
 
 def _receiver(
@@ -115,13 +123,14 @@ def _receiver(
     assert receiver.channel is not None
     receiver.channel.timeout_s = DEADLINE_S
     engine = DictEngine()
+    as_engine = cast("RolloutEngine", engine)  # what update_weights needs of one
     got = []
     for faults in plan:
         if idle:  # joined, but never comes to receive
             time.sleep(2 * DEADLINE_S)
             break
         receiver.channel.faults = faults or WeightFaults(push=-1)
-        outcome = _outcome(lambda: receiver.receive_into(lambda: engine))
+        outcome = _outcome(lambda: receiver.receive_into(lambda: as_engine))
         got.append((*outcome, receiver.version, engine.snapshot()))
     return got
 
