@@ -685,8 +685,11 @@ class WeightChannel:
         """Handshake, stage and verify one push; its ``(name, tensor)`` views."""
         self.pushes += 1
         push = self.pushes
-        handshake.mark_ready(self._control, push, self.rank)
-        refused = handshake.await_start(self._control, push, self.timeout_s)
+        try:
+            handshake.mark_ready(self._control, push, self.rank)
+            refused = handshake.await_start(self._control, push, self.rank, self.timeout_s)
+        except Exception as error:  # the store lives in the sender's process
+            refused = f"the sender's store is unreachable, the sender is gone: {error}"
         if refused is not None:
             raise WeightPushError(
                 f"{self._describe()}: push {push} did not start ({refused}); this rank keeps "

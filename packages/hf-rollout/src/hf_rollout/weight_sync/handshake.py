@@ -64,14 +64,21 @@ def announce_start(store: Any, push: int, abort: str | None = None) -> None:
     store.set(_key("start", push), GO if abort is None else f"abort: {abort}".encode())
 
 
-def await_start(store: Any, push: int, timeout_s: float) -> str | None:
-    """Receiver: wait for the sender's word on push ``push``; ``None`` when it starts, else
-    why not (its abort message, or that it did not come within ``timeout_s``)."""
+def await_start(store: Any, push: int, rank: int, timeout_s: float) -> str | None:
+    """Receiver ``rank``: wait for the sender's word on push ``push``; ``None`` when it
+    starts, else why not (its abort message, or that it did not come within ``timeout_s``:
+    then the rank takes back its ``ready``, so a sender that comes later names it instead of
+    broadcasting to a rank that left)."""
     key = _key("start", push)
     try:
         store.wait([key], _delta(timeout_s))
     except Exception:
-        return f"the sender did not start it within {timeout_s:.1f} s"
+        started = False
+        with contextlib.suppress(Exception):
+            store.delete_key(_key("ready", push, rank))
+            started = store.check([key])
+        if not started:
+            return f"the sender did not start it within {timeout_s:.1f} s"
     value = bytes(store.get(key))
     return None if value == GO else value.decode(errors="replace")
 
