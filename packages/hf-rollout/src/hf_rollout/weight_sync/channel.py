@@ -255,7 +255,7 @@ class WeightChannel:
         ``timeout_s``. ``device="cuda"`` uses NCCL (tensors on the GPU), otherwise gloo.
         ``direct_bytes`` (sender) is the size from which a tensor travels unpacked.
         ``deadline_s`` (default ``timeout_s``) bounds each push's transfer, and each
-        collective. ``faults`` is for tests only (:mod:`~hf_rollout.weight_sync.faults`).
+        broadcast. ``faults`` is for tests only (:mod:`~hf_rollout.weight_sync.faults`).
         """
         if world_size < 2 or not 0 <= rank < world_size:
             raise ValueError(
@@ -315,16 +315,18 @@ class WeightChannel:
             ) from error
 
     def _process_group(self, store: Any) -> Any:
-        """The group's collectives time out after the push deadline (a hung peer cannot
-        hold a push, or a failed push's clean-up, for longer)."""
-        timeout = datetime.timedelta(seconds=self.deadline_s)
+        """The group: gloo connects within the join's ``timeout_s``; NCCL (which connects
+        at its first collective) times out after the push deadline. Every broadcast also
+        carries the deadline as its own timeout (:meth:`_start`), so a hung peer cannot
+        hold a push, or a failed push's clean-up, for longer."""
         if self.device.type == "cuda":
             nccl = getattr(dist, "ProcessGroupNCCL", None)
             if nccl is None:
                 raise RuntimeError("this torch build has no NCCL; use device='cpu'")
             options = nccl.Options()
-            options._timeout = timeout
+            options._timeout = datetime.timedelta(seconds=self.deadline_s)
             return nccl(store, self.rank, self.world_size, options)
+        timeout = datetime.timedelta(seconds=self.timeout_s)
         return dist.ProcessGroupGloo(store, self.rank, self.world_size, timeout)
 
     # ------------------------------------------------------------------ collectives
@@ -344,6 +346,7 @@ class WeightChannel:
         self._check_usable()
         options = dist.BroadcastOptions()
         options.rootRank = 0
+        options.timeout = datetime.timedelta(seconds=self.deadline_s)
         try:
             return _Pending(self._pg.broadcast([tensor], options), tensor, what)
         except Exception as error:
