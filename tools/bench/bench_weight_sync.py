@@ -10,9 +10,9 @@ time is the driver's wall time from issuing to both results. Three ways:
 
 * ``channel``: ``hf_rollout.WeightChannel`` (gloo on CPU), ``send`` on the sender streaming
   ``state_dict().items()`` in buckets of ``--bucket-mb`` (tensors of at least
-  ``hf_rollout.weight_sync.channel.DIRECT_BYTES`` unpacked), ``receive`` on the receiver into the
-  model's own tensors (``weight_destinations``), the small ones copied out of their bucket;
-  the driver gets ``None``s.
+  ``hf_rollout.weight_sync.channel.DIRECT_BYTES`` unpacked), each bucket checksummed; the
+  receiver stages the whole push (verified) and then copies it into the model (an atomic
+  commit); the driver gets ``None``s.
 * ``bare broadcast``: one ``torch.distributed.broadcast`` of all the bytes as one flat
   uint8 tensor, already packed on the sender, nothing unpacked on the receiver: the floor
   the channel is held against (target: channel <= 1.5x).
@@ -106,12 +106,11 @@ class SyncPeer:
         self.channel.send(iter(self.model.state_dict().items()), bucket_bytes)
 
     def channel_receive(self) -> None:
-        """Load one sync from the channel into the model, as ``RolloutWorker`` does for the
-        native engine: tensors sent unpacked land in the model's own tensors."""
-        from hf_rollout.backends.native import copy_named_tensors, weight_destinations
+        """Load one push from the channel into the model, as ``RolloutWorker`` does for the
+        native engine: staged whole and verified, then copied into the model."""
+        from hf_rollout.backends.native import copy_named_tensors
 
-        stream = self.channel.receive(weight_destinations(self.model))
-        copy_named_tensors(self.model, stream)
+        copy_named_tensors(self.model, self.channel.receive())
 
     def bare_broadcast(self) -> None:
         """One broadcast of all the bytes as one flat tensor."""

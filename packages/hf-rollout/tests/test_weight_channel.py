@@ -42,12 +42,13 @@ def _member(rank: int, world: int, port: int, results: Any, case: str) -> None:
     try:
         channel = WeightChannel.join("127.0.0.1", port, rank, world, timeout_s=30)
         got: list[list[Any]] = []
-        for _ in range(2):  # two syncs over one channel
+        for version in (5, 6):  # two pushes over one channel
             if rank == 0:
-                channel.send(iter(named_tensors(case)), bucket_bytes=4 * KIB)
+                channel.send(iter(named_tensors(case)), bucket_bytes=4 * KIB, version=version)
             else:
                 # byte offset in the bucket buffer: 0 starts a new bucket
                 got.append([(n, _portable(t), _byte_offset(t)) for n, t in channel.receive()])
+                assert channel.version == version  # the push's version, delivered
         channel.close()
         results.put((rank, got, None))
     except BaseException:
@@ -101,6 +102,7 @@ def test_a_receiver_that_never_joins_is_an_error_naming_the_channel() -> None:
     message, elapsed = results.get(timeout=60)
     proc.join(timeout=30)
     assert f"127.0.0.1:{port}" in message and "rank 0" in message, message
+    assert "rank(s) [1] did not join" in message, message
     assert elapsed < 30
 
 

@@ -75,12 +75,17 @@ def test_link_opens_pushes_and_closes(ray_session: Any, tiny_models: dict[str, P
         prompts = make_prompts(random_prompt_ids(3, seed=2), PAD)
         prompts.meta_info["sampling"] = GREEDY
         expected = generate(tiny_models["qwen2_other"], prompts).batch["responses"]
-        before = rollout.generate_sequences(prompts).batch["responses"]
-        assert not torch.equal(before, expected)  # the two models answer differently
+        before = rollout.generate_sequences(prompts).batch
+        assert not torch.equal(before["responses"], expected)  # the models answer differently
+        assert (before["rollout_policy_version"] == 0).all()  # the initial weights
         link.push()
-        assert torch.equal(rollout.generate_sequences(prompts).batch["responses"], expected)
-        link.start_push(buffered=True).wait()  # a buffered push of the same weights
-        assert torch.equal(rollout.generate_sequences(prompts).batch["responses"], expected)
+        after = rollout.generate_sequences(prompts).batch
+        assert torch.equal(after["responses"], expected)
+        assert (after["rollout_policy_version"] == 1).all()  # as the channel delivered it
+        link.start_push(buffered=True, version=7).wait()  # a buffered push, same weights
+        after = rollout.generate_sequences(prompts).batch
+        assert torch.equal(after["responses"], expected)
+        assert (after["rollout_policy_version"] == 7).all()
         link.close()
         link.close()  # idempotent
         assert not link.ready

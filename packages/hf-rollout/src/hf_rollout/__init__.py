@@ -22,7 +22,9 @@ from hf_rollout.registry import (
 from hf_rollout.weight_sync import (
     WeightChannel,
     WeightChannelError,
+    WeightIntegrityError,
     WeightLink,
+    WeightPushError,
     WeightReceiver,
     WeightSender,
 )
@@ -40,7 +42,9 @@ __all__ = [
     "SamplingConfig",
     "WeightChannel",
     "WeightChannelError",
+    "WeightIntegrityError",
     "WeightLink",
+    "WeightPushError",
     "WeightReceiver",
     "WeightSender",
     "build_output_from_samples",

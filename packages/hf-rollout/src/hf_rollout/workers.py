@@ -6,6 +6,8 @@ import dataclasses
 import time
 from collections.abc import Mapping
 
+import torch
+
 from hf_controller import Dispatch, Worker, register
 from hf_protocol import DataProto, fields, left_pad
 from hf_rollout.base import RolloutEngine, pad_responses_to
@@ -88,7 +90,9 @@ class RolloutWorker(Worker):
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Sampled responses for this rank's prompts (fields of ``build_rollout_output``),
         with ``meta_info["metrics"]`` ``rollout/generate_s`` and ``rollout/response_length``
-        (model tokens: ``response_mask`` 1).
+        (model tokens: ``response_mask`` 1), and ``rollout_policy_version`` ``(B, R)``: the
+        policy version of the weights that generated them (the one the last complete push
+        delivered, :attr:`~hf_rollout.weight_sync.WeightReceiver.version`).
 
         With ``config.multi_turn`` each sample is an episode of the agent loop
         (:class:`~hf_rollout.multiturn.agent.AgentRollout`): ``sampling.max_new_tokens`` bounds its
@@ -106,6 +110,10 @@ class RolloutWorker(Worker):
         elapsed = time.perf_counter() - start
         output = pad_responses_to(output, sampling.max_new_tokens, pad)
         assert output.batch is not None
+        responses = output.batch[fields.RESPONSES]
+        output.batch[fields.ROLLOUT_POLICY_VERSION] = torch.full_like(
+            responses, self._weights.version, dtype=torch.long
+        )
         lengths = output.batch[fields.RESPONSE_MASK].sum(dim=-1).float()
         output.meta_info[fields.METRICS] = {
             "rollout/generate_s": elapsed,
@@ -114,8 +122,11 @@ class RolloutWorker(Worker):
         return output
 
     @register(Dispatch.ONE_TO_ALL)
-    def update_weights(self, named_tensors: NamedTensors | None = None) -> None:
-        """Load ``(name, full tensor)`` pairs (or a name -> tensor mapping).
+    def update_weights(
+        self, named_tensors: NamedTensors | None = None, version: int | None = None
+    ) -> None:
+        """Load ``(name, full tensor)`` pairs (or a name -> tensor mapping) as policy
+        ``version`` (``None``: one more than the version held).
 
         With no argument, the weights come from the fused ``actor`` role in this process
         (``create_colocated_worker_cls_fused``): its ``iter_full_params()`` is collective,
@@ -126,6 +137,7 @@ class RolloutWorker(Worker):
         elif isinstance(named_tensors, Mapping):
             named_tensors = named_tensors.items()
         self.engine.update_weights(named_tensors)
+        self._weights.loaded(version)
 
     @register(Dispatch.ONE_TO_ALL, blocking=False)
     def join_weight_channel(
@@ -135,18 +147,20 @@ class RolloutWorker(Worker):
         world_size: int,
         device: str = "cpu",
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        deadline_s: float | None = None,
     ) -> None:
         """Join the actor's weight channel at ``host:port`` as channel rank ``1 + rank``.
 
         A rendezvous: the driver issues it together with the actor's join and waits for
         both (non-blocking, so the driver gets object refs that resolve to ``None``).
         """
-        self._weights.join(host, port, self.rank, world_size, device, timeout_s)
+        self._weights.join(host, port, self.rank, world_size, device, timeout_s, deadline_s)
 
     @register(Dispatch.ONE_TO_ALL, blocking=False)
     def receive_weights(self) -> None:
-        """Load one sync from the weight channel, streaming it bucket by bucket into the
-        engine's ``update_weights``; issued together with the actor's ``send_weights``."""
+        """Load one push from the weight channel into the engine's ``update_weights``, once
+        it arrived whole and verified (a failed push leaves the weights and the version as
+        they were); issued together with the actor's ``send_weights``."""
         self._weights.receive_into(lambda: self.engine)
 
     @register(Dispatch.ONE_TO_ALL)

@@ -24,8 +24,11 @@ Metrics = dict[str, float]
 
 def stamp_versions(batch: DataProto, version: int) -> None:
     """Write ``rollout_policy_version`` ``(B, R)`` int64 = ``version`` into a generated batch
-    (``responses`` ``(B, R)``)."""
+    (``responses`` ``(B, R)``), unless the rollout reported it: a ``RolloutWorker`` stamps
+    the version its weight channel delivered (the ground truth), and that is kept."""
     assert batch.batch is not None
+    if fields.ROLLOUT_POLICY_VERSION in batch.batch:
+        return
     responses = batch.batch[fields.RESPONSES]
     batch.batch[fields.ROLLOUT_POLICY_VERSION] = torch.full_like(
         responses, version, dtype=torch.long

@@ -178,7 +178,8 @@ class AsyncRollout:
             except WorkerGroupError as error:
                 if self.replacement is None:
                     raise
-                self.replacement.replace(error)  # raises unless the rollout was replaced
+                # raises unless the rollout was replaced (with the actor's current weights)
+                self.replacement.replace(error, self.policy_version)
                 self._push = None  # abandoned with the old group
                 self.rollout_version = self.policy_version  # the actor's current weights
                 for job in (*current, *self.queue):
@@ -297,8 +298,9 @@ class AsyncRollout:
 
         The send is buffered: the actor snapshots its weights and goes on to the next
         training call while the rollout still generates the calls queued before the push;
-        the snapshot is taken before that call, so the rollout gets exactly ``version``."""
-        self._push = self._roles().weights.start_push(buffered=True)
+        the snapshot is taken before that call, so the rollout gets exactly ``version``: the
+        push carries it, and the rollout reports it with each sample it generates."""
+        self._push = self._roles().weights.start_push(buffered=True, version=version)
         self.rollout_version = version
 
     def _wait_push(self) -> None:

@@ -49,7 +49,8 @@ class PartialGeneration:
 
     def add(self, chunk: DataProto, version: int) -> None:
         """Take a finished call's output: the first chunk (``B * n`` rows) or a continuation
-        (one row per row of :meth:`next_request`), sampled by policy ``version``."""
+        (one row per row of :meth:`next_request`), sampled by policy ``version`` (or by the
+        version the rollout reported per row, ``rollout_policy_version``, when it did)."""
         assert chunk.batch is not None
         data = chunk.batch
         self.chunks += 1
@@ -59,7 +60,11 @@ class PartialGeneration:
             self.open = torch.ones(len(chunk), dtype=torch.bool)
             self.asked = torch.arange(len(chunk))
         mask = data[fields.RESPONSE_MASK].bool()
+        # the version the rollout reports it sampled with (the ground truth), if it does
+        reported = data.get(fields.ROLLOUT_POLICY_VERSION, None)
         for out_row, row in enumerate(self.asked.tolist()):
+            if reported is not None:
+                version = int(reported[out_row, 0])
             keep = mask[out_row]
             ids = data[fields.RESPONSES][out_row][keep]
             log_probs = data[fields.ROLLOUT_LOG_PROBS][out_row][keep]

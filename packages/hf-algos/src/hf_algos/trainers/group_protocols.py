@@ -201,7 +201,9 @@ class RolloutGroup(WeightReceiverGroup, AsyncCalls, Protocol):
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Sampled responses for this rank's prompts (fields of ``build_rollout_output``),
         with ``meta_info["metrics"]`` ``rollout/generate_s`` and ``rollout/response_length``
-        (model tokens: ``response_mask`` 1).
+        (model tokens: ``response_mask`` 1), and ``rollout_policy_version`` ``(B, R)``: the
+        policy version of the weights that generated them (the one the last complete push
+        delivered, :attr:`~hf_rollout.weight_sync.WeightReceiver.version`).
 
         With ``config.multi_turn`` each sample is an episode of the agent loop
         (:class:`~hf_rollout.multiturn.agent.AgentRollout`): ``sampling.max_new_tokens`` bounds its

@@ -187,7 +187,7 @@ class PPOTrainer(Trainer):
         state.keep("kl_ctrl", self.kl_ctrl)
         if self.pipeline is not None:
             state.keep("async", self.pipeline.at_step(lambda: self.global_step))
-        state.after_load.append(lambda: self.roles.sync_weights())
+        state.after_load.append(lambda: self.roles.sync_weights(self.global_step))
 
     def worker_classes(self) -> WorkerClasses:
         """Actor (+ reference, critic, reward model as needed) and the rollout."""
@@ -196,7 +196,7 @@ class PPOTrainer(Trainer):
     def workers_ready(self) -> None:
         """Push the actor's weights to the rollout, put it to sleep (hybrid) and score
         with the new reward-model group (when there is one)."""
-        self.roles.sync_weights()
+        self.roles.sync_weights(self.global_step)
         if self.roles.fused:  # steady state between steps: the rollout sleeps
             self.roles.rollout.sleep()
         turns = self.config.rollout.multi_turn
@@ -304,7 +304,7 @@ class PPOTrainer(Trainer):
         self.update(batch, metrics, timing)
         if self.pipeline is None:  # async: the pipeline pushes when its schedule says
             with timed("sync_weights", timing):
-                self.replacement.run(roles.sync_weights)
+                self.replacement.run(lambda: roles.sync_weights(self.global_step), self.global_step)
         if not roles.fused:
             metrics.update(self.replacement.metrics())
 
@@ -347,8 +347,8 @@ class PPOTrainer(Trainer):
         run repeats); ReMax adds the greedy answer's score as each sample's baseline."""
         seed = step_seed(self.config.trainer.seed, self.global_step, draw)
         sampling = sampling_config(self.config.rollout, self.tokenizer, seed=seed)
-        batch = self.replacement.run(
-            lambda: generate(self.roles.rollout, prompts, sampling, metrics)
+        batch = self.replacement.run(  # the weights of the last step's update
+            lambda: generate(self.roles.rollout, prompts, sampling, metrics), self.global_step - 1
         )
         if self.estimator.needs_greedy_baseline:
             tensors(batch)[fields.REWARD_BASELINES] = self.greedy_baseline(prompts, metrics)
@@ -357,7 +357,9 @@ class PPOTrainer(Trainer):
     def greedy_baseline(self, prompts: DataProto, metrics: Metrics) -> torch.Tensor:
         """ReMax: the score of each prompt's greedy answer, repeated for its ``n`` samples."""
         sampling = sampling_config(self.config.rollout, self.tokenizer, greedy=True)
-        greedy = self.replacement.run(lambda: generate(self.roles.rollout, prompts, sampling, {}))
+        greedy = self.replacement.run(
+            lambda: generate(self.roles.rollout, prompts, sampling, {}), self.global_step - 1
+        )
         scores = self.reward.score(greedy)
         baseline = tensors(scores)[fields.TOKEN_LEVEL_SCORES].sum(-1)
         metrics["critic/reward_baseline/mean"] = float(baseline.mean())

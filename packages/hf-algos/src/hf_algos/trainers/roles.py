@@ -148,8 +148,9 @@ class RoleGroups:
         if self._weights is not None:
             self._weights.open()  # the separate placement's channel (nothing when fused)
 
-    def sync_weights(self) -> None:
-        """Load the actor's current weights into the rollout engine(s).
+    def sync_weights(self, version: int | None = None) -> None:
+        """Load the actor's current weights into the rollout engine(s) as policy ``version``
+        (default: one more than the last push); the rollout reports it with its samples.
 
         ``hybrid``: in process. ``separate``: the actor streams them over the weight channel
         while the rollout loads them; the driver only waits for both (it receives ``None``s).
@@ -159,15 +160,16 @@ class RoleGroups:
                 "RoleGroups.sync_weights: the weight channel is not open; call init_models() "
                 "first (it opens the channel in the separate placement)"
             )
-        self._weights.push()
+        self._weights.push(version)
 
-    def replace_rollout(self) -> None:
+    def replace_rollout(self, version: int | None = None) -> None:
         """End the rollout group and start a new one in its place (separate placement).
 
         For a rollout worker that died or hangs: the actor leaves the old weight channel
         (a send in flight to it is abandoned), the old group's processes end and its pool is
         given back, and the new group builds its model, opens a new channel with the actor
-        and is loaded with the actor's current weights before this returns.
+        and is loaded with the actor's current weights, as policy ``version``, before this
+        returns.
         """
         if self._new_rollout is None or self._rollout is None or self._weights is None:
             raise RuntimeError(
@@ -184,11 +186,16 @@ class RoleGroups:
         self._rollout = rollout
         old_link = self._weights
         self._weights = WeightLink(
-            self.actor, rollout, False, old_link.bucket_bytes, old_link.device
+            self.actor,
+            rollout,
+            False,
+            old_link.bucket_bytes,
+            old_link.device,
+            deadline_s=old_link.deadline_s,
         )
         rollout.init_model()
         self._weights.open()
-        self._weights.push()
+        self._weights.push(version)
 
     def timings(self) -> list[CallTiming]:
         """Dispatch / execute / collect timings of every call on the run's groups (each role

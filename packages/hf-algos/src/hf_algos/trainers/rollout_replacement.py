@@ -65,9 +65,10 @@ class RolloutReplacement:
         dead = roles.dead_workers(timeout_s=DEAD_CHECK_S)
         return any(worker.startswith(f"{name} rank ") for worker in dead)
 
-    def replace(self, error: WorkerGroupError) -> None:
-        """Replace the rollout group after ``error``; re-raises ``error`` when the bound
-        is reached or the error is not one a replacement cures."""
+    def replace(self, error: WorkerGroupError, version: int | None = None) -> None:
+        """Replace the rollout group after ``error``, its weights the actor's current ones
+        as policy ``version``; re-raises ``error`` when the bound is reached or the error is
+        not one a replacement cures."""
         if not self.applies_to(error):
             raise error
         if self.total >= self.max_replacements:
@@ -83,19 +84,20 @@ class RolloutReplacement:
             self.max_replacements,
         )
         start = time.perf_counter()
-        self._roles().replace_rollout()
+        self._roles().replace_rollout(version)
         self.seconds += time.perf_counter() - start
         self.total += 1
         self._since_metrics += 1
 
-    def run(self, call: Callable[[], T]) -> T:
+    def run(self, call: Callable[[], T], version: int | None = None) -> T:
         """``call()``, after a replacement again, until it succeeds or :meth:`replace` raises
-        (``call`` must read the rollout group anew each time, e.g. ``roles.rollout``)."""
+        (``call`` must read the rollout group anew each time, e.g. ``roles.rollout``);
+        ``version`` is the policy version of the actor's current weights."""
         while True:
             try:
                 return call()
             except WorkerGroupError as error:
-                self.replace(error)
+                self.replace(error, version)
 
     def metrics(self) -> dict[str, float]:
         """``rollout/replaced`` since the last call and ``rollout/replaced_total``."""

@@ -349,17 +349,17 @@ class NativeRollout:
         """Load full tensors named as in the Hugging Face ``state_dict()`` (allowed asleep).
 
         Drops the kept prefix cache: its keys and values belong to the old weights. A pair
-        whose tensor is already the model's own (a weight channel received it in place, see
-        :meth:`weight_destinations`) costs no copy.
+        whose tensor is already the model's own (see :meth:`weight_destinations`) costs no
+        copy.
         """
         if self.prefix_cache is not None:
             self.prefix_cache.clear()
         copy_named_tensors(self.model, named_tensors)
 
     def weight_destinations(self) -> dict[str, torch.Tensor]:
-        """The model's tensors by ``state_dict()`` name, for a weight channel to receive
-        straight into (``RolloutWorker.receive_weights``); then ``update_weights`` skips
-        them. Asleep on an accelerator they live on the host, and the channel copies."""
+        """The model's tensors by ``state_dict()`` name, for a caller that loads straight
+        into them; then ``update_weights`` skips them. (The weight channel no longer does:
+        it stages a push whole before loading it, so a failed push changes nothing.)"""
         return weight_destinations(self.model)
 
     def sleep(self) -> None:

@@ -7,7 +7,11 @@
 * :mod:`~hf_rollout.weight_sync.receiver`: :class:`WeightReceiver`, the rollout worker's
   side, and :func:`fused_actor_weights` (the hybrid placement's in-process path);
 * :mod:`~hf_rollout.weight_sync.link`: :class:`WeightLink`, the driver's side, which opens
-  the channel, pushes and closes.
+  the channel, pushes and closes;
+* :mod:`~hf_rollout.weight_sync.handshake` (a push's ready / start / done keys in the
+  channel's store), :mod:`~hf_rollout.weight_sync.checksum` (per-tensor checksums),
+  :mod:`~hf_rollout.weight_sync.errors` and :mod:`~hf_rollout.weight_sync.faults` (fault
+  injection for tests).
 
 The rollout worker keeps thin methods (``join_weight_channel``, ``receive_weights``,
 ``close_weight_channel``) that delegate to its receiver; an actor worker mixes in
@@ -18,8 +22,13 @@ from hf_rollout.weight_sync.channel import (
     DEFAULT_TIMEOUT_S,
     DIRECT_BYTES,
     WeightChannel,
-    WeightChannelError,
 )
+from hf_rollout.weight_sync.errors import (
+    WeightChannelError,
+    WeightIntegrityError,
+    WeightPushError,
+)
+from hf_rollout.weight_sync.faults import WeightFaults
 from hf_rollout.weight_sync.link import (
     WeightLink,
     WeightPush,
@@ -35,8 +44,11 @@ __all__ = [
     "NamedTensors",
     "WeightChannel",
     "WeightChannelError",
+    "WeightFaults",
+    "WeightIntegrityError",
     "WeightLink",
     "WeightPush",
+    "WeightPushError",
     "WeightReceiver",
     "WeightReceiverGroup",
     "WeightSender",

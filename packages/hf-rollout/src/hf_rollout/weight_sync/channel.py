@@ -7,45 +7,79 @@ receive. The group is built from the public constructors (``TCPStore`` +
 ``ProcessGroupGloo`` / ``ProcessGroupNCCL``) and used through its own collectives, so the
 workers' default process groups are never touched.
 
-One sync is the weight-sync stream of DESIGN.md, ``(name, full tensor)`` in the actor's
-order, cut into buckets of at most ``bucket_bytes``. Per bucket the sender broadcasts
+A *push* is one sync of the weight-sync stream of DESIGN.md, ``(name, full tensor)`` in the
+actor's order, cut into buckets of at most ``bucket_bytes``, and it carries a *version*
+(the policy version of these weights; the receivers report it with every sample).
 
-1. ``head``: :data:`HEAD_BYTES` bytes: int64 ``[header_len, packed_len, last]`` and the
-   header, the pickled ``(name, dtype, shape, offset, nbytes, direct)`` of each tensor
-   (a header too long for the head follows in a broadcast of its own); ``last`` says no
-   bucket follows, and a head with ``header_len == 0`` is an empty sync;
+**Handshake** (:mod:`~hf_rollout.weight_sync.handshake`, through the channel's store, no
+collective): each receiver sets ``ready/<push>/<rank>`` when it enters :meth:`receive`; the
+sender waits for all of them (at most ``timeout_s``) before its first broadcast, and names
+the ranks that did not come; after the buckets each receiver sets ``done/<push>/<rank>``
+(``ok`` or what was wrong), and the sender waits for those within the push's deadline. A
+push that does not finish within ``deadline_s`` (counted from the start) ends on every rank
+with a :class:`WeightPushError` naming the version and the ranks that did not finish.
+
+Per bucket the sender broadcasts
+
+1. ``head``: :data:`HEAD_BYTES` bytes: int64 ``[header_len, packed_len, last, version,
+   bucket index, index of its first tensor]`` and the header, the pickled ``(name, dtype,
+   shape, offset, nbytes, direct, checksum)`` of each tensor (a header too long for the head
+   follows in a broadcast of its own); ``last`` says no bucket follows, and a head with
+   ``header_len == 0`` is an empty push;
 2. ``packed``: the bytes of the bucket's small tensors, each at an offset aligned to
    :data:`ALIGN` (left out when the bucket has none);
 3. each *direct* tensor (at least ``direct_bytes``, or alone in its bucket) on its own,
-   from its own memory: no packing copy on the sender, and a receiver that names a
-   destination (``receive(dest)``, e.g. the rollout model's parameters) gets it broadcast
-   straight into that tensor: no unpacking copy either.
+   from its own memory: no packing copy on the sender.
+
+**Checksums** (:mod:`~hf_rollout.weight_sync.checksum`): the sender takes one per tensor
+(``zlib.crc32`` of its bytes on the CPU, a reduction on the device under NCCL), the receiver
+verifies each on receipt. A mismatch, or a bucket index that skips one, is a
+:class:`WeightIntegrityError` naming the tensors and the version; the receiver drains the
+push to its end, so the channel stays usable.
+
+**Atomic commit**: a receiver stages the whole push in its own buffers (reused from push to
+push) and yields nothing before the last bucket arrived and every checksum matched. A push
+that fails or is cut off leaves its consumer on the last complete version: never half a
+push. This costs a copy of the weights on each receiver and the overlap of the consumer's
+copying with the transfer (the consumer copies after the last bucket, from memory).
 
 Each collective has a fixed cost (about 0.2-0.5 ms over gloo on a loaded 2-core machine),
 which is why small tensors are packed and the head carries sizes, header and end marker in
-one broadcast. The sender packs the next
-bucket while the last one is on the wire (two reused buffers); the receiver yields the tensors
-of one bucket while the next bucket arrives, so a consumer that copies them (a rollout
-engine's ``update_weights``) overlaps the transfer and the channel holds two buckets per side.
+one broadcast. The sender packs the next bucket while the last one is on the wire (two
+reused buffers); the receiver posts the next bucket's broadcasts before it verifies the
+last one.
 
 :meth:`WeightChannel.send_buffered` takes a snapshot instead: every tensor is copied into
-reused buffers and the broadcasts run in the background (gloo's and NCCL's collectives are
-asynchronous), so the sender is free as soon as the copy is done and later changes of its
-tensors cannot reach the receivers (no torn update).
+reused buffers and the push (handshake and broadcasts) runs in a background thread, so the
+sender is free as soon as the copy is done and later changes of its tensors cannot reach the
+receivers (no torn update).
+
+Faults for tests are injected through :class:`~hf_rollout.weight_sync.faults.WeightFaults`
+(a constructor argument that production code never passes).
 """
 
 from __future__ import annotations
 
 import datetime
 import pickle
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from hf_protocol.rendezvous import gloo_device_toward, store_on
+from hf_rollout.weight_sync import handshake
+from hf_rollout.weight_sync.checksum import checksum
+from hf_rollout.weight_sync.errors import (
+    WeightChannelError,
+    WeightIntegrityError,
+    WeightPushError,
+)
+from hf_rollout.weight_sync.faults import WeightFaults, exit_now
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -53,10 +87,13 @@ __all__ = [
     "ChannelMember",
     "WeightChannel",
     "WeightChannelError",
+    "WeightIntegrityError",
+    "WeightPushError",
 ]
 
 DEFAULT_TIMEOUT_S = 300.0
-"""How long a join or a collective waits for a peer before the channel gives up."""
+"""How long a join, or a push's handshake, waits for a peer before the channel gives up;
+also the default deadline of a push's transfer."""
 
 DIRECT_BYTES = 2 << 20
 """Tensors of at least this many bytes travel unpacked: below it, one more collective costs
@@ -68,15 +105,13 @@ ALIGN = 16
 HEAD_BYTES = 16 << 10
 """Size of a bucket's head broadcast (sizes, end flag and, when it fits, the header)."""
 
-_SIZES_BYTES = 24  # int64 [header_len, packed_len, last] at the start of a head
+_SIZES = 6  # int64 [header_len, packed_len, last, version, bucket, first tensor]
+_SIZES_BYTES = _SIZES * 8
 
 _PREFIX = "hf_weight_channel"
+_CONTROL = "hf_weight_push/"
 
 NamedTensors = Iterable[tuple[str, torch.Tensor]]
-
-
-class WeightChannelError(RuntimeError):
-    """A peer did not join, died, or broke the protocol; the message names the channel."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +124,8 @@ class _Entry:
     nbytes: int
     direct: bool
     """Broadcast on its own, after the packed bytes."""
+    crc: int = 0
+    """Checksum of the tensor's bytes (:func:`~hf_rollout.weight_sync.checksum.checksum`)."""
 
 
 @dataclass
@@ -98,6 +135,64 @@ class _Bucket:
     entries: list[_Entry]
     packed: torch.Tensor | None
     direct: list[torch.Tensor]
+
+
+@dataclass(frozen=True)
+class _Head:
+    """What a bucket's head says."""
+
+    packed_len: int
+    last: bool
+    version: int
+    index: int
+    first: int
+    """Position of the bucket's first tensor in the push."""
+    entries: list[_Entry]
+
+
+@dataclass
+class _Staging:
+    """A receiver's push so far: the staged tensors and what was wrong."""
+
+    version: int | None = None
+    buckets: int = 0
+    """Buckets received."""
+    next_index: int = 0
+    """Index of the bucket expected next."""
+    next_tensor: int = 0
+    views: list[tuple[str, torch.Tensor]] = field(default_factory=list)
+    corrupt: list[str] = field(default_factory=list)
+    missing: list[int] = field(default_factory=list)
+    """Indices of buckets that never came."""
+    missing_tensors: list[tuple[int, int]] = field(default_factory=list)
+    """``[first, end)`` positions of the tensors of each gap."""
+
+    def problem(self) -> dict[str, Any] | None:
+        """What to report in ``done`` (``None``: all verified)."""
+        if not self.corrupt and not self.missing:
+            return None
+        parts = []
+        if self.corrupt:
+            parts.append(f"checksum mismatch of {', '.join(self.corrupt)}")
+        if self.missing:
+            gaps = ", ".join(f"tensors {a}..{b - 1}" for a, b in self.missing_tensors)
+            parts.append(f"bucket(s) {self.missing} never arrived ({gaps})")
+        return {"message": "; ".join(parts), "names": self.corrupt, "buckets": self.missing}
+
+    def note(self, head: _Head) -> None:
+        """Take a bucket's head: its version, and any buckets skipped before it."""
+        if self.version is None:
+            self.version = head.version
+        if head.version != self.version or head.index < self.next_index:
+            raise WeightChannelError(
+                f"bucket {head.index} of version {head.version} in a push of version "
+                f"{self.version} after bucket {self.next_index - 1}: the protocol is broken"
+            )
+        if head.index > self.next_index:
+            self.missing += range(self.next_index, head.index)
+            self.missing_tensors.append((self.next_tensor, head.first))
+        self.next_index = head.index + 1
+        self.next_tensor = head.first + len(head.entries)
 
 
 class WeightChannel:
@@ -115,18 +210,31 @@ class WeightChannel:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         device: str | torch.device = "cpu",
         direct_bytes: int = DIRECT_BYTES,
+        deadline_s: float | None = None,
+        faults: WeightFaults | None = None,
     ) -> None:
         self.host, self.port = host, int(port)
         self.rank, self.world_size = rank, world_size
         self.timeout_s = timeout_s
+        self.deadline_s = timeout_s if deadline_s is None else deadline_s
+        """A push's transfer must finish within this many seconds of its start."""
         self.device = torch.device(device)
         self.direct_bytes = direct_bytes
+        self.faults = faults or WeightFaults(push=-1)
         self._pg: Any = None
         self._store: Any = None
+        self._control: Any = None  # the store's keys of the handshake
+        self._broken: str | None = None  # why the collectives can no longer be trusted
         self._buffers: dict[Any, torch.Tensor] = {}
-        self._in_flight: list[_Pending] = []  # a buffered send's broadcasts
+        self._background: _Background | None = None  # a buffered send's push
+        self._abandoned: list[_Pending] = []  # broadcasts of a failed push, kept alive
+        self.pushes = 0
+        """Pushes sent or received since joining (the handshake's push numbers)."""
+        self.version: int | None = None
+        """Receiver: the version of the last push received whole and verified (``None``
+        before the first); sender: the version of the last push sent."""
         self.last_buckets: list[list[str]] = []
-        """Names per bucket of the last sync sent or received (for tests and debugging)."""
+        """Names per bucket of the last push sent or received (for tests and debugging)."""
 
     @classmethod
     def join(
@@ -138,13 +246,17 @@ class WeightChannel:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         device: str | torch.device = "cpu",
         direct_bytes: int = DIRECT_BYTES,
+        deadline_s: float | None = None,
+        faults: WeightFaults | None = None,
     ) -> WeightChannel:
         """Join the channel at ``host:port`` as ``rank`` of ``world_size``.
 
         Rank 0 hosts the rendezvous store. Blocks until every member joined; raises
-        :class:`WeightChannelError` naming the address and ranks after ``timeout_s``.
-        ``device="cuda"`` uses NCCL (tensors on the GPU), otherwise gloo. ``direct_bytes``
-        (sender) is the size from which a tensor travels unpacked.
+        :class:`WeightChannelError` naming the address and the ranks missing after
+        ``timeout_s``. ``device="cuda"`` uses NCCL (tensors on the GPU), otherwise gloo.
+        ``direct_bytes`` (sender) is the size from which a tensor travels unpacked.
+        ``deadline_s`` (default ``timeout_s``) bounds each push's transfer, and each
+        broadcast. ``faults`` is for tests only (:mod:`~hf_rollout.weight_sync.faults`).
         """
         if world_size < 2 or not 0 <= rank < world_size:
             raise ValueError(
@@ -153,7 +265,9 @@ class WeightChannel:
             )
         if direct_bytes < 1:
             raise ValueError(f"direct_bytes must be positive, got {direct_bytes}")
-        channel = cls(host, port, rank, world_size, timeout_s, device, direct_bytes)
+        channel = cls(
+            host, port, rank, world_size, timeout_s, device, direct_bytes, deadline_s, faults
+        )
         channel._connect()
         return channel
 
@@ -162,6 +276,11 @@ class WeightChannel:
             f"WeightChannel({self.host}:{self.port}, rank {self.rank} of {self.world_size}, "
             f"{self.device.type})"
         )
+
+    @property
+    def receivers(self) -> list[int]:
+        """The receivers' channel ranks."""
+        return list(range(1, self.world_size))
 
     def _describe(self) -> str:
         return (
@@ -175,20 +294,15 @@ class WeightChannel:
             self._store = store_on(
                 self.host, self.port, self.world_size, is_master=self.rank == 0, timeout=timeout
             )
-            store = dist.PrefixStore(_PREFIX, self._store)
-            if self.device.type == "cuda":
-                nccl = getattr(dist, "ProcessGroupNCCL", None)
-                if nccl is None:
-                    raise RuntimeError("this torch build has no NCCL; use device='cpu'")
-                options = nccl.Options()
-                options._timeout = timeout
-                self._pg = nccl(store, self.rank, self.world_size, options)
-            else:
-                gloo: Any = dist.ProcessGroupGloo  # its options type is missing in torch's stubs
-                options = gloo._Options()
-                options._devices = [gloo_device_toward(self.host)]
-                options._timeout = timeout
-                self._pg = gloo(store, self.rank, self.world_size, options)
+            self._control = dist.PrefixStore(_CONTROL, self._store)
+            self._control.set(f"joined/0/{self.rank}", b"1")
+            if self.rank == 0:
+                missing = handshake.await_all(
+                    self._control, "joined", 0, self.receivers, self.timeout_s
+                )
+                if missing:
+                    raise RuntimeError(f"rank(s) {missing} did not join")
+            self._pg = self._process_group(dist.PrefixStore(_PREFIX, self._store))
         except Exception as error:  # c10d raises several types; say which channel failed
             raise WeightChannelError(
                 f"{self._describe()}: joining failed within {self.timeout_s:.0f} s: {error}. "
@@ -196,36 +310,69 @@ class WeightChannel:
                 f"ranks are alive and that {self.host}:{self.port} is reachable"
             ) from error
 
+    def _process_group(self, store: Any) -> Any:
+        """The group: gloo connects within the join's ``timeout_s``; NCCL (which connects
+        at its first collective) times out after the push deadline. Every broadcast also
+        carries the deadline as its own timeout (:meth:`_start`), so a hung peer cannot
+        hold a push, or a failed push's clean-up, for longer."""
+        if self.device.type == "cuda":
+            nccl = getattr(dist, "ProcessGroupNCCL", None)
+            if nccl is None:
+                raise RuntimeError("this torch build has no NCCL; use device='cpu'")
+            options = nccl.Options()
+            options._timeout = datetime.timedelta(seconds=self.deadline_s)
+            return nccl(store, self.rank, self.world_size, options)
+        gloo: Any = dist.ProcessGroupGloo  # its options type is missing in torch's stubs
+        options = gloo._Options()
+        options._devices = [gloo_device_toward(self.host)]  # listens toward the host only
+        options._timeout = datetime.timedelta(seconds=self.timeout_s)
+        return gloo(store, self.rank, self.world_size, options)
+
     # ------------------------------------------------------------------ collectives
+
+    def _check_usable(self) -> None:
+        if self._pg is None:
+            raise WeightChannelError(f"{self._describe()}: the channel is closed")
+        if self._broken is not None:
+            raise WeightChannelError(
+                f"{self._describe()}: the channel is broken ({self._broken}); join a new "
+                "channel (WeightLink.open) before the next push"
+            )
 
     def _start(self, tensor: torch.Tensor, what: str) -> _Pending:
         """Issue a broadcast from rank 0 without waiting (gloo runs it in the background,
         in issue order)."""
-        if self._pg is None:
-            raise WeightChannelError(f"{self._describe()}: the channel is closed")
+        self._check_usable()
         options = dist.BroadcastOptions()
         options.rootRank = 0
+        options.timeout = datetime.timedelta(seconds=self.deadline_s)
         try:
             return _Pending(self._pg.broadcast([tensor], options), tensor, what)
         except Exception as error:
             raise self._failed(what, error) from error
 
-    def _finish(self, pending: list[_Pending]) -> None:
+    def _finish(self, pending: list[_Pending], deadline: float | None = None) -> None:
+        """Wait for ``pending`` broadcasts, each at most until ``deadline`` (monotonic)."""
         for item in pending:
             try:
-                item.work.wait()
+                if deadline is None:
+                    item.work.wait()
+                else:
+                    left = max(deadline - time.monotonic(), 0.001)
+                    item.work.wait(datetime.timedelta(seconds=left))
             except Exception as error:
                 raise self._failed(item.what, error) from error
         pending.clear()
 
     def _failed(self, what: str, error: Exception) -> WeightChannelError:
+        self._broken = self._broken or f"a broadcast of the {what} failed"
         return WeightChannelError(
             f"{self._describe()}: broadcast of the {what} failed (a peer died, left or took "
-            f"longer than {self.timeout_s:.0f} s): {error}"
+            f"longer than the deadline of {self.deadline_s:.1f} s): {error}"
         )
 
     def _bucket_buffer(self, slot: Any, nbytes: int) -> torch.Tensor:
-        """Buffer ``slot`` with room for ``nbytes``, reused across buckets and syncs (fresh
+        """Buffer ``slot`` with room for ``nbytes``, reused across buckets and pushes (fresh
         memory would pay its page faults on every bucket)."""
         buffer = self._buffers.get(slot)
         if buffer is None or buffer.numel() < nbytes:
@@ -236,71 +383,209 @@ class WeightChannel:
 
     # ------------------------------------------------------------------ sending
 
-    def send(self, named_tensors: NamedTensors, bucket_bytes: int) -> int:
-        """Stream ``named_tensors`` to every receiver, then the end marker; rank 0 only.
+    def send(self, named_tensors: NamedTensors, bucket_bytes: int, version: int = 0) -> int:
+        """Push ``named_tensors`` as ``version`` to every receiver; rank 0 only.
 
-        Consecutive tensors are cut into buckets of at most ``bucket_bytes``; the iterator
-        is consumed lazily. Small tensors are packed into one of two alternating bucket
-        buffers (packing the next bucket overlaps sending this one), direct ones go from
-        their own memory; the sender holds about two buckets. Returns when every byte is
-        sent (waiting first for a buffered send); returns the number of tensor bytes.
+        Waits for every receiver to be ready (at most ``timeout_s``), then streams the
+        tensors in buckets of at most ``bucket_bytes``; the iterator is consumed lazily.
+        Small tensors are packed into one of two alternating bucket buffers (packing the
+        next bucket overlaps sending this one), direct ones go from their own memory; the
+        sender holds about two buckets. Returns when every receiver reported the push
+        verified (waiting first for a buffered send), with the number of tensor bytes.
+        Raises :class:`WeightPushError` (ranks not ready, dead or late) or
+        :class:`WeightIntegrityError` (a receiver found a bucket corrupted or missing).
         """
         self._check_sender(bucket_bytes)
         self.wait_sent()
-        total, slot = 0, 0
-        in_flight: list[list[_Pending]] = [[], []]
+        self._check_usable()
         self.last_buckets = []
-        try:
-            for bucket, last in self._cut(named_tensors, bucket_bytes):
-                self._finish(in_flight[slot])  # this slot's buffer is free again
-                prepared = self._prepare(bucket, slot)
-                in_flight[slot] = self._transmit(prepared, last)
-                total += sum(e.nbytes for e in prepared.entries)
-                slot = 1 - slot
-            if not self.last_buckets:  # nothing to send: an empty sync
-                in_flight[slot] = self._transmit(_Bucket([], None, []), last=True)
-        finally:
-            for items in in_flight:
-                self._finish(items)
-        return total
+        cut = self._cut(named_tensors, bucket_bytes)
+        return self._publish(version, cut, lambda tensors, slot: self._prepare(tensors, slot))
 
-    def send_buffered(self, named_tensors: NamedTensors, bucket_bytes: int) -> int:
-        """Copy ``named_tensors`` into reused snapshot buffers, issue the broadcasts and
-        return without waiting for the receivers; rank 0 only.
+    def send_buffered(
+        self, named_tensors: NamedTensors, bucket_bytes: int, version: int = 0
+    ) -> int:
+        """Copy ``named_tensors`` into reused snapshot buffers, start pushing them as
+        ``version`` in a background thread and return without waiting for the receivers;
+        rank 0 only.
 
         The receivers get the tensors as they were during this call, whatever the caller
-        changes afterwards. The sender holds a copy of the whole sync (its buffers are kept
+        changes afterwards. The sender holds a copy of the whole push (its buffers are kept
         for the next one). The next ``send``, ``send_buffered`` or :meth:`wait_sent` waits
-        for these broadcasts (and raises if one failed). Returns the number of tensor bytes.
+        for this push (and raises its error). Returns the number of tensor bytes.
         """
         self._check_sender(bucket_bytes)
         self.wait_sent()
-        buckets, total = [], 0
+        self._check_usable()
         self.last_buckets = []
-        for index, (bucket, _) in enumerate(self._cut(named_tensors, bucket_bytes)):
-            buckets.append(self._prepare(bucket, ("snapshot", index), copy_direct=True))
-            total += sum(e.nbytes for e in buckets[-1].entries)
-        pending: list[_Pending] = []
-        try:
-            for index, prepared in enumerate(buckets or [_Bucket([], None, [])]):
-                pending += self._transmit(prepared, last=index >= len(buckets) - 1)
-        except BaseException:
-            self._finish(pending)
-            raise
-        self._in_flight = pending
+        cut = list(self._cut(named_tensors, bucket_bytes))
+        buckets = [
+            (self._prepare(tensors, ("snapshot", index), copy_direct=True), last)
+            for index, (tensors, last) in enumerate(cut)
+        ]
+        total = sum(e.nbytes for bucket, _ in buckets for e in bucket.entries)
+        self._background = _Background(
+            lambda: self._publish(version, iter(buckets), lambda bucket, _: bucket)
+        )
         return total
 
     def wait_sent(self) -> None:
-        """Wait until the broadcasts of the last :meth:`send_buffered` are done (no-op when
-        there are none); raises :class:`WeightChannelError` if one failed."""
-        pending, self._in_flight = self._in_flight, []
-        self._finish(pending)
+        """Wait until the push of the last :meth:`send_buffered` is done (no-op when there
+        is none); raises its error if it failed."""
+        background, self._background = self._background, None
+        if background is not None:
+            background.result()
 
     def _check_sender(self, bucket_bytes: int) -> None:
         if self.rank != 0:
             raise WeightChannelError(f"{self._describe()}: only rank 0 sends")
         if bucket_bytes < 1:
             raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
+
+    def _publish(
+        self,
+        version: int,
+        items: Iterator[tuple[Any, bool]],
+        prepare: Callable[[Any, Any], _Bucket],
+    ) -> int:
+        """One push of ``version``: the handshake, the buckets (``prepare(item, slot)`` lays
+        each item out in buffer ``slot``) and the receivers' reports."""
+        start = time.monotonic()
+        self.pushes += 1
+        push = self.pushes
+        self._open_push(push, version)
+        deadline = time.monotonic() + self.deadline_s
+        try:
+            total = self._stream(push, version, items, prepare, deadline)
+        except WeightChannelError as error:
+            raise self._push_failed(push, version, start, deadline, error) from error
+        self._close_push(push, version, start, deadline)
+        self.version = version
+        return total
+
+    def _open_push(self, push: int, version: int) -> None:
+        """Wait until every receiver is ready for push ``push``, then let them start; a
+        rank not ready within ``timeout_s`` aborts the push before any collective."""
+        missing = handshake.await_all(self._control, "ready", push, self.receivers, self.timeout_s)
+        if missing:
+            why = f"rank(s) {missing} not ready within {self.timeout_s:.1f} s"
+            handshake.announce_start(self._control, push, abort=why)
+            raise WeightPushError(
+                f"{self._describe()}: push of version {version} abandoned: {why} (a rollout "
+                "rank that never called receive_weights: dead, hung, or still busy with "
+                "earlier calls); no tensor was sent",
+                version,
+                missing,
+            )
+        handshake.announce_start(self._control, push)
+
+    def _stream(
+        self,
+        push: int,
+        version: int,
+        items: Iterator[tuple[Any, bool]],
+        prepare: Callable[[Any, Any], _Bucket],
+        deadline: float,
+    ) -> int:
+        """Broadcast every bucket of the push, two in flight at most; returns the bytes."""
+        in_flight: list[list[_Pending]] = [[], []]
+        try:
+            return self._stream_items(push, version, items, prepare, deadline, in_flight)
+        except BaseException:
+            # The receivers wait for the rest of the push: the group is out of step. Keep
+            # what gloo may still read or write alive.
+            self._broken = self._broken or f"a push of version {version} was cut off"
+            self._abandoned += [p for pending in in_flight for p in pending]
+            raise
+
+    def _stream_items(
+        self,
+        push: int,
+        version: int,
+        items: Iterator[tuple[Any, bool]],
+        prepare: Callable[[Any, Any], _Bucket],
+        deadline: float,
+        in_flight: list[list[_Pending]],
+    ) -> int:
+        """:meth:`_stream`'s loop (``in_flight``: the broadcasts of its two slots)."""
+        total, slot, first, index = 0, 0, 0, -1
+        faults = self.faults
+        for index, (item, last) in enumerate(items):
+            self._finish(in_flight[slot], deadline)  # this slot's buffer is free again
+            bucket = prepare(item, slot)
+            if faults.applies(push, index, faults.corrupt_bucket):
+                bucket = _corrupted(bucket)
+            head = _Head(_packed_len(bucket), last, version, index, first, bucket.entries)
+            if not faults.applies(push, index, faults.drop_bucket):
+                in_flight[slot] = self._transmit(bucket, head)
+            first += len(bucket.entries)
+            total += sum(e.nbytes for e in bucket.entries)
+            slot = 1 - slot
+            if faults.applies(push, index + 1, faults.exit_after_buckets):
+                self._finish(in_flight[0] + in_flight[1], deadline)
+                exit_now()
+        if index < 0:  # nothing to send: an empty push
+            in_flight[slot] = self._transmit(
+                _Bucket([], None, []), _Head(0, True, version, 0, 0, [])
+            )
+        for pending in in_flight:
+            self._finish(pending, deadline)
+        return total
+
+    def _push_failed(
+        self, push: int, version: int, start: float, deadline: float, error: Exception
+    ) -> WeightPushError:
+        """The error of a push whose broadcasts failed or timed out: the ranks that did
+        not report it done (given a second to do so) are named; the channel is broken."""
+        grace = min(max(deadline - time.monotonic(), 0.0), 1.0)
+        missing = handshake.await_all(self._control, "done", push, self.receivers, grace)
+        self._broken = self._broken or f"push of version {version} failed"
+        return WeightPushError(
+            f"{self._describe()}: push of version {version} failed after "
+            f"{time.monotonic() - start:.1f} s (deadline {self.deadline_s:.1f} s); rank(s) "
+            f"{missing} did not finish it; the receivers keep their last complete version: "
+            f"{error}",
+            version,
+            missing,
+        )
+
+    def _close_push(self, push: int, version: int, start: float, deadline: float) -> None:
+        """Wait for every receiver's report within the deadline; raise if one is missing
+        (the channel is then broken) or if one found the push corrupted."""
+        missing = handshake.await_all(
+            self._control, "done", push, self.receivers, deadline - time.monotonic()
+        )
+        if missing:
+            self._broken = f"push of version {version} not finished by rank(s) {missing}"
+            raise WeightPushError(
+                f"{self._describe()}: push of version {version} not finished within its "
+                f"deadline of {self.deadline_s:.1f} s ({time.monotonic() - start:.1f} s "
+                f"elapsed): rank(s) {missing} did not report it received; the receivers "
+                "keep their last complete version",
+                version,
+                missing,
+            )
+        reports = handshake.read_reports(self._control, push, self.receivers)
+        handshake.forget_push(self._control, push, self.receivers)
+        if reports:
+            raise self._rejected(version, reports)
+
+    def _rejected(self, version: int, reports: dict[int, dict[str, Any]]) -> WeightIntegrityError:
+        """The sender's error for a push that receivers found corrupted or incomplete; the
+        tensors of missing buckets are named from this push's buckets."""
+        names: list[str] = []
+        lines = []
+        for rank, problem in sorted(reports.items()):
+            lost = [n for b in problem["buckets"] for n in self.last_buckets[b]]
+            names += [n for n in [*problem["names"], *lost] if n not in names]
+            detail = f": tensors {', '.join(lost)} lost" if lost else ""
+            lines.append(f"rank {rank}: {problem['message']}{detail}")
+        return WeightIntegrityError(
+            f"{self._describe()}: push of version {version} rejected, nothing of it loaded "
+            f"(the receivers keep their last complete version): {'; '.join(lines)}",
+            version,
+            names,
+        )
 
     def _cut(
         self, named_tensors: NamedTensors, bucket_bytes: int
@@ -326,8 +611,9 @@ class WeightChannel:
         slot: Any,
         copy_direct: bool = False,
     ) -> _Bucket:
-        """Lay ``tensors`` out: small ones packed into bucket buffer ``slot``, direct ones as flat
-        views of their own memory (``copy_direct``: copied in after the packed bytes)."""
+        """Lay ``tensors`` out: small ones packed into bucket buffer ``slot``, direct ones as
+        flat views of their own memory (``copy_direct``: copied in after the packed bytes);
+        each entry carries the checksum of the bytes that go on the wire."""
         entries, offset = [], 0
         alone = len(tensors) == 1
         for name, tensor in tensors:
@@ -335,39 +621,41 @@ class WeightChannel:
             direct = nbytes > 0 and (alone or nbytes >= self.direct_bytes)
             entries.append(_Entry(name, tensor.dtype, tuple(tensor.shape), -1, nbytes, direct))
             if not direct:
-                entries[-1] = _with_offset(entries[-1], offset)
+                entries[-1] = replace(entries[-1], offset=offset)
                 offset += _aligned(nbytes)
         packed_len = offset
         if copy_direct:
             for i, entry in enumerate(entries):
                 if entry.direct:
-                    entries[i] = _with_offset(entry, offset)
+                    entries[i] = replace(entry, offset=offset)
                     offset += _aligned(entry.nbytes)
         buffer = self._bucket_buffer(slot, offset) if offset else None
         direct_views: list[torch.Tensor] = []
-        for entry, (_, tensor) in zip(entries, tensors, strict=True):
+        for i, (entry, (_, tensor)) in enumerate(zip(entries, tensors, strict=True)):
             raw = _as_bytes(tensor)
             if buffer is not None and (copy_direct or not entry.direct):
                 view = buffer[entry.offset : entry.offset + entry.nbytes]
                 view.copy_(raw)
                 raw = view
             if entry.direct:
-                direct_views.append(raw if raw.device == self.device else raw.to(self.device))
+                raw = raw if raw.device == self.device else raw.to(self.device)
+                direct_views.append(raw)
+            entries[i] = replace(entry, crc=checksum(raw))
         packed = buffer[:packed_len] if buffer is not None and packed_len else None
         self.last_buckets.append([e.name for e in entries])
         return _Bucket(entries, packed, direct_views)
 
-    def _transmit(self, bucket: _Bucket, last: bool) -> list[_Pending]:
+    def _transmit(self, bucket: _Bucket, head: _Head) -> list[_Pending]:
         """Issue a prepared bucket's broadcasts (its head first, then its bytes)."""
         header = b"" if not bucket.entries else pickle.dumps([_fields(e) for e in bucket.entries])
-        packed_len = 0 if bucket.packed is None else bucket.packed.numel()
-        sizes = torch.tensor([len(header), packed_len, int(last)], dtype=torch.int64)
-        head = torch.zeros(HEAD_BYTES, dtype=torch.uint8)
-        head[:_SIZES_BYTES] = sizes.view(torch.uint8)
+        sizes = [len(header), head.packed_len, int(head.last), head.version, head.index]
+        sizes.append(head.first)
+        data = torch.zeros(HEAD_BYTES, dtype=torch.uint8)
+        data[:_SIZES_BYTES] = torch.tensor(sizes, dtype=torch.int64).view(torch.uint8)
         inline = len(header) <= HEAD_BYTES - _SIZES_BYTES
         if inline and header:
-            head[_SIZES_BYTES : _SIZES_BYTES + len(header)] = _from_bytes(header)
-        pending = [self._start(head.to(self.device), "bucket head")]
+            data[_SIZES_BYTES : _SIZES_BYTES + len(header)] = _from_bytes(header)
+        pending = [self._start(data.to(self.device), "bucket head")]
         if not inline:
             pending.append(self._start(_from_bytes(header).to(self.device), "bucket header"))
         if bucket.packed is not None:
@@ -377,99 +665,153 @@ class WeightChannel:
 
     # ------------------------------------------------------------------ receiving
 
-    def receive(
-        self, dest: Mapping[str, torch.Tensor] | None = None
-    ) -> Iterator[tuple[str, torch.Tensor]]:
-        """``(name, tensor)`` pairs of one sync, in the sender's order; ranks ``>= 1``.
+    def receive(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """``(name, tensor)`` pairs of one push, in the sender's order; ranks ``>= 1``.
 
-        The tensors are views into a bucket buffer (on this channel's device) that a later
-        bucket overwrites: copy each one before asking for the next (as a rollout engine's
-        ``update_weights`` does). ``dest`` maps names to the tensors the sync is for (e.g.
-        the model's parameters): a direct tensor whose destination is contiguous, on this
-        channel's device and of its dtype and shape is broadcast straight into it, and the
-        pair yielded is ``(name, dest[name])`` itself, already loaded (so a consumer can
-        skip copying a tensor onto itself). Ends at the sender's end marker.
+        Nothing is yielded before the whole push arrived and every checksum matched (the
+        push is staged in this channel's buffers): a push that fails raises before the
+        first pair, so a consumer never loads half of one. The tensors are views into the
+        staging buffers (on this channel's device), valid until the next push: copy them
+        (as a rollout engine's ``update_weights`` does). Afterwards :attr:`version` is the
+        push's version. Raises :class:`WeightPushError` (the sender aborted, died or missed
+        the deadline; the channel is then broken unless no collective had started) or
+        :class:`WeightIntegrityError` (a bucket corrupted or missing; the channel stays
+        usable).
         """
         if self.rank == 0:
             raise WeightChannelError(f"{self._describe()}: rank 0 sends; receive on ranks >= 1")
-        self.last_buckets = []
-        slot = 0
-        current = self._receive_head(slot, dest or {})
-        while current is not None:
-            views, pending, last = current
-            self._finish(pending)
-            # Post the next bucket into the other buffer before handing this one out, so it
-            # arrives while the consumer copies this one.
-            slot = 1 - slot
-            current = None if last else self._receive_head(slot, dest or {})
-            yield from views
+        self._check_usable()
+        yield from self._receive_push()
 
-    def _receive_head(
-        self, slot: int, dest: Mapping[str, torch.Tensor]
-    ) -> tuple[list[tuple[str, torch.Tensor]], list[_Pending], bool] | None:
-        """The next bucket's ``(name, tensor)`` pairs, its broadcasts in flight (into buffer
-        ``slot`` and the destinations) and whether it is the last; ``None`` for an empty
-        sync."""
-        head = torch.empty(HEAD_BYTES, dtype=torch.uint8, device=self.device)
-        self._finish([self._start(head, "bucket head")])
-        head = head.cpu()
-        header_len, packed_len, last = head[:_SIZES_BYTES].view(torch.int64).tolist()
+    def _receive_push(self) -> list[tuple[str, torch.Tensor]]:
+        """Handshake, stage and verify one push; its ``(name, tensor)`` views."""
+        self.pushes += 1
+        push = self.pushes
+        try:
+            handshake.mark_ready(self._control, push, self.rank)
+            refused = handshake.await_start(self._control, push, self.rank, self.timeout_s)
+        except Exception as error:  # the store lives in the sender's process
+            refused = f"the sender's store is unreachable, the sender is gone: {error}"
+        if refused is not None:
+            raise WeightPushError(
+                f"{self._describe()}: push {push} did not start ({refused}); this rank keeps "
+                f"version {self.version}",
+                None,
+                [],
+            )
+        start = time.monotonic()
+        staging = _Staging()
+        self.last_buckets = []
+        try:
+            self._stage(push, staging, start + self.deadline_s)
+        except WeightChannelError as error:
+            self._broken = self._broken or f"push {push} cut off"
+            handshake.report_done(
+                self._control, push, self.rank, {"message": str(error), "names": [], "buckets": []}
+            )
+            raise WeightPushError(
+                f"{self._describe()}: push of version {staging.version} cut off after "
+                f"{time.monotonic() - start:.1f} s (deadline {self.deadline_s:.1f} s) with "
+                f"{staging.buckets} bucket(s) received; nothing of it loaded, this rank keeps "
+                f"version {self.version}: {error}",
+                staging.version,
+                [self.rank],
+            ) from error
+        problem = staging.problem()
+        handshake.report_done(self._control, push, self.rank, problem)
+        assert staging.version is not None
+        if problem is not None:
+            raise WeightIntegrityError(
+                f"{self._describe()}: push of version {staging.version} rejected, nothing of "
+                f"it loaded (this rank keeps version {self.version}): {problem['message']}",
+                staging.version,
+                problem["names"],
+            )
+        self.version = staging.version
+        return staging.views
+
+    def _stage(self, push: int, staging: _Staging, deadline: float) -> None:
+        """Receive every bucket of push ``push`` into staging buffers, verifying each one
+        while the next one arrives."""
+        previous: list[tuple[_Entry, torch.Tensor, list[_Pending]]] | None = None
+        while True:
+            head = self._receive_head(deadline)
+            staging.note(head)
+            self.last_buckets.append([e.name for e in head.entries])
+            current = self._post_bucket(head, staging.buckets)
+            staging.buckets += 1
+            if previous is not None:
+                self._settle(previous, staging, deadline)
+            previous = current
+            if self.faults.applies(push, staging.buckets, self.faults.exit_after_buckets):
+                exit_now()
+            if head.last:
+                break
+        self._settle(previous, staging, deadline)
+
+    def _receive_head(self, deadline: float) -> _Head:
+        """The next bucket's head (and its header, when it did not fit)."""
+        data = torch.empty(HEAD_BYTES, dtype=torch.uint8, device=self.device)
+        self._finish([self._start(data, "bucket head")], deadline)
+        data = data.cpu()
+        sizes = data[:_SIZES_BYTES].view(torch.int64).tolist()
+        header_len, packed_len, last, version, index, first = sizes
         if header_len == 0:
-            return None
+            return _Head(0, True, version, index, first, [])
         if header_len <= HEAD_BYTES - _SIZES_BYTES:
-            header = head[_SIZES_BYTES : _SIZES_BYTES + header_len]
+            header = data[_SIZES_BYTES : _SIZES_BYTES + header_len]
         else:
             header = torch.empty(header_len, dtype=torch.uint8, device=self.device)
-            self._finish([self._start(header, "bucket header")])
-        entries = [_Entry(*f) for f in pickle.loads(header.cpu().numpy().tobytes())]
-        self.last_buckets.append([e.name for e in entries])
-        targets = {e.name: self._destination(e, dest) for e in entries if e.direct}
-        scratch = packed_len + sum(
-            _aligned(e.nbytes) for e in entries if e.direct and targets[e.name] is None
-        )
-        buffer = self._bucket_buffer(slot, scratch)
-        pending = [self._start(buffer[:packed_len], "bucket")] if packed_len else []
-        views: list[tuple[str, torch.Tensor]] = []
-        offset = packed_len
-        for entry in entries:
-            if not entry.direct:
-                raw = buffer[entry.offset : entry.offset + entry.nbytes]
-                views.append((entry.name, _typed(raw, entry)))
-                continue
-            target = targets[entry.name]
-            if target is None:
+            self._finish([self._start(header, "bucket header")], deadline)
+        try:
+            fields = pickle.loads(header.cpu().numpy().tobytes())
+        except Exception as error:
+            self._broken = "a bucket header could not be read"
+            raise WeightChannelError(f"{self._describe()}: unreadable bucket header") from error
+        return _Head(packed_len, bool(last), version, index, first, [_Entry(*f) for f in fields])
+
+    def _post_bucket(
+        self, head: _Head, number: int
+    ) -> list[tuple[_Entry, torch.Tensor, list[_Pending]]]:
+        """Post the broadcasts of a bucket into staging buffer ``number``; each entry with
+        its bytes and the broadcasts that fill them."""
+        scratch = head.packed_len + sum(_aligned(e.nbytes) for e in head.entries if e.direct)
+        buffer = self._bucket_buffer(("stage", number), scratch)
+        packed = [self._start(buffer[: head.packed_len], "bucket")] if head.packed_len else []
+        received = []
+        offset = head.packed_len
+        for entry in head.entries:
+            if entry.direct:
                 raw = buffer[offset : offset + entry.nbytes]
                 offset += _aligned(entry.nbytes)
-                views.append((entry.name, _typed(raw, entry)))
+                received.append((entry, raw, [self._start(raw, "direct tensor")]))
             else:
-                raw = _as_bytes(target)
-                views.append((entry.name, target))
-            pending.append(self._start(raw, "direct tensor"))
-        return views, pending, bool(last)
+                received.append((entry, buffer[entry.offset : entry.offset + entry.nbytes], packed))
+        return received
 
-    def _destination(self, entry: _Entry, dest: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
-        """``dest[entry.name]`` when the entry can be broadcast straight into it."""
-        target = dest.get(entry.name)
-        if (
-            target is None
-            or target.dtype != entry.dtype
-            or tuple(target.shape) != entry.shape
-            or target.device != self.device
-            or not target.is_contiguous()
-        ):
-            return None
-        return target
+    def _settle(
+        self,
+        received: list[tuple[_Entry, torch.Tensor, list[_Pending]]],
+        staging: _Staging,
+        deadline: float,
+    ) -> None:
+        """Wait for a bucket's bytes, verify each tensor's checksum, stage its view."""
+        for entry, raw, pending in received:
+            self._finish(pending, deadline)
+            if checksum(raw) != entry.crc:
+                staging.corrupt.append(entry.name)
+            staging.views.append((entry.name, _typed(raw, entry)))
 
     def close(self) -> None:
-        """Leave the channel (idempotent); later sends and receives raise. A buffered send
+        """Leave the channel (idempotent); later sends and receives raise. A buffered push
         still in flight is abandoned."""
         pg, self._pg = self._pg, None
-        self._in_flight = []
+        self._background = None
         if pg is not None:
             shutdown = getattr(pg, "shutdown", None)
             if callable(shutdown):
                 shutdown()
-        self._store = None
+        self._store = self._control = None
         self._buffers.clear()
 
 
@@ -482,17 +824,61 @@ class _Pending:
     what: str
 
 
+class _Background:
+    """A buffered push running in a thread of its own; :meth:`result` joins it and raises
+    what it raised."""
+
+    def __init__(self, push: Callable[[], int]) -> None:
+        self._push = push
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="weight-push", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._push()
+        except BaseException as error:  # handed to the caller of result()
+            self._error = error
+
+    def result(self) -> None:
+        """Wait for the push; raise its error, if any."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
 def _aligned(nbytes: int) -> int:
     return (nbytes + ALIGN - 1) // ALIGN * ALIGN
 
 
-def _with_offset(entry: _Entry, offset: int) -> _Entry:
-    return _Entry(entry.name, entry.dtype, entry.shape, offset, entry.nbytes, entry.direct)
+def _packed_len(bucket: _Bucket) -> int:
+    return 0 if bucket.packed is None else bucket.packed.numel()
+
+
+def _corrupted(bucket: _Bucket) -> _Bucket:
+    """``bucket`` with one byte flipped on the wire (fault injection): in a copy, so the
+    sender's own tensors stay intact."""
+    if bucket.packed is not None and bucket.packed.numel():
+        packed = bucket.packed.clone()
+        packed[0] ^= 0xFF
+        return _Bucket(bucket.entries, packed, bucket.direct)
+    direct = [t.clone() for t in bucket.direct]
+    if direct:
+        direct[0][0] ^= 0xFF
+    return _Bucket(bucket.entries, None, direct)
 
 
 def _fields(entry: _Entry) -> tuple[Any, ...]:
     """The entry as a plain tuple (pickles in a third of the bytes of the dataclass)."""
-    return (entry.name, entry.dtype, entry.shape, entry.offset, entry.nbytes, entry.direct)
+    return (
+        entry.name,
+        entry.dtype,
+        entry.shape,
+        entry.offset,
+        entry.nbytes,
+        entry.direct,
+        entry.crc,
+    )
 
 
 def _from_bytes(data: bytes) -> torch.Tensor:
@@ -529,11 +915,14 @@ class ChannelMember:
         world_size: int,
         device: str,
         timeout_s: float,
+        deadline_s: float | None = None,
     ) -> None:
         """Leave any channel joined before, then join the one at ``host:port`` as
         ``channel_rank`` (a rendezvous with every other member)."""
         self.close()
-        self.channel = WeightChannel.join(host, port, channel_rank, world_size, timeout_s, device)
+        self.channel = WeightChannel.join(
+            host, port, channel_rank, world_size, timeout_s, device, deadline_s=deadline_s
+        )
 
     def close(self) -> None:
         """Leave the channel, if joined."""

@@ -9,6 +9,13 @@ rollout group, opens the channel between them, pushes weights and closes it.
   ``receive_weights`` together, non-blocking, and :meth:`WeightPush.wait` waits for both.
   The driver only issues calls: no tensor passes through it or Ray's object store.
 
+Every push carries a policy version (``start_push(version=...)``, by default one more than
+the last): the channel delivers it with the weights and the rollout reports it with every
+sample it generates (``rollout_policy_version``). A push that fails raises from
+:meth:`WeightPush.wait` and leaves the rollout on its last complete version (see
+:mod:`~hf_rollout.weight_sync.channel`); the channel is then broken, and :meth:`WeightLink.
+reopen` joins a new one.
+
 *When* to push is the algorithm's choice (every step, or on a schedule ahead of the trainer:
 ``hf_algos.trainers.async_loop``); this module only knows how.
 """
@@ -37,10 +44,12 @@ class _ChannelMember(ResultWaiter, Protocol):
         world_size: int,
         device: str = "cpu",
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        deadline_s: float | None = None,
     ) -> list[Any]:
         """Join the weight channel at ``host:port`` (waiting at most ``timeout_s`` for every
-        member): on the sender's side actor rank 0 as channel rank 0, on the receivers' every
-        rollout rank ``r`` as channel rank ``1 + r``; non-blocking: one handle per rank."""
+        member; each push then bounded by ``deadline_s``): on the sender's side actor rank 0
+        as channel rank 0, on the receivers' every rollout rank ``r`` as channel rank
+        ``1 + r``; non-blocking: one handle per rank."""
         ...
 
     def close_weight_channel(self) -> list[None]:
@@ -56,9 +65,12 @@ class WeightSenderGroup(_ChannelMember, Protocol):
         """``(host, port)`` on rank 0's node for the weight channel (rank 0 only)."""
         ...
 
-    def send_weights(self, bucket_bytes: int, buffered: bool = False) -> list[Any]:
-        """Stream the full weights into the channel; non-blocking: one handle per rank.
-        ``buffered``: rank 0 returns once it has copied them (the broadcasts go on)."""
+    def send_weights(
+        self, bucket_bytes: int, buffered: bool = False, version: int = 0
+    ) -> list[Any]:
+        """Push the full weights as policy ``version`` into the channel; non-blocking: one
+        handle per rank. ``buffered``: rank 0 returns once it has copied them (the
+        broadcasts go on)."""
         ...
 
 
@@ -70,8 +82,11 @@ class WeightReceiverGroup(_ChannelMember, Protocol):
         """Number of rollout ranks."""
         ...
 
-    def update_weights(self, named_tensors: NamedTensors | None = None) -> list[None]:
-        """Load full weights; with no argument, from the fused actor in the same process."""
+    def update_weights(
+        self, named_tensors: NamedTensors | None = None, version: int | None = None
+    ) -> list[None]:
+        """Load full weights as policy ``version``; with no tensors, from the fused actor
+        in the same process."""
         ...
 
     def receive_weights(self) -> list[Any]:
@@ -96,8 +111,9 @@ class WeightPush:
 class WeightLink:
     """Weight sync from ``actor`` to ``rollout`` (see the module docstring).
 
-    ``fused``: the rollout shares the actor's processes. ``bucket_bytes`` and ``device``
-    (``cuda`` uses NCCL) are the channel's, in the separate placement.
+    ``fused``: the rollout shares the actor's processes. ``bucket_bytes``, ``device``
+    (``cuda`` uses NCCL), ``timeout_s`` (join and handshake) and ``deadline_s`` (each push's
+    transfer; default ``timeout_s``) are the channel's, in the separate placement.
     """
 
     def __init__(
@@ -107,6 +123,8 @@ class WeightLink:
         fused: bool,
         bucket_bytes: int = 64 << 20,
         device: str = "cpu",
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        deadline_s: float | None = None,
     ) -> None:
         self.actor = actor
         self.rollout = rollout
@@ -115,8 +133,12 @@ class WeightLink:
         """Bucket size of the weight channel, in bytes."""
         self.device = device
         """Where the channel's buffers live."""
+        self.timeout_s = timeout_s
+        self.deadline_s = deadline_s
         self.is_open = False
         """The channel is open (separate placement): :meth:`open` ran, :meth:`close` not."""
+        self.version = 0
+        """The policy version of the last push started (0: none yet, initial weights)."""
 
     @property
     def ready(self) -> bool:
@@ -130,38 +152,42 @@ class WeightLink:
             return
         host, port = self.actor.weight_channel_address()
         world_size = 1 + self.rollout.world_size  # actor rank 0 + every rollout rank
+        args = (host, port, world_size, self.device, self.timeout_s, self.deadline_s)
         # A rendezvous: both joins must be in flight before either can finish.
         wait_together(
-            (
-                "join_weight_channel",
-                self.actor,
-                self.actor.join_weight_channel(host, port, world_size, self.device),
-            ),
-            (
-                "join_weight_channel",
-                self.rollout,
-                self.rollout.join_weight_channel(host, port, world_size, self.device),
-            ),
+            ("join_weight_channel", self.actor, self.actor.join_weight_channel(*args)),
+            ("join_weight_channel", self.rollout, self.rollout.join_weight_channel(*args)),
         )
         self.is_open = True
 
-    def start_push(self, buffered: bool = False) -> WeightPush:
-        """Start loading the actor's current weights into the rollout; wait on the result.
+    def reopen(self) -> None:
+        """Leave the channel and join a new one (after a push failed and broke it); the
+        rollout keeps the weights and the version it holds."""
+        self.close()
+        self.open()
+
+    def start_push(self, buffered: bool = False, version: int | None = None) -> WeightPush:
+        """Start loading the actor's current weights into the rollout as policy ``version``
+        (default: one more than the last push); wait on the result.
 
         Fused: done in process before this returns. Separate: the send and the receive are
         issued together, non-blocking; the rollout loads after the calls already queued on
         it. ``buffered``: the actor snapshots its weights and is free for its next call
         while the rollout still receives (see ``WeightSender.send``).
         """
+        version = self.version + 1 if version is None else version
         if self.fused:
-            self.rollout.update_weights()  # reads the fused actor in-process, every rank
+            # reads the fused actor in-process, every rank
+            self.rollout.update_weights(version=version)
+            self.version = version
             return WeightPush()
         if not self.is_open:
             raise RuntimeError(
                 "WeightLink.start_push: the weight channel is not open; call open() first "
                 "(after both groups' init_model)"
             )
-        send = self.actor.send_weights(self.bucket_bytes, buffered=buffered)
+        send = self.actor.send_weights(self.bucket_bytes, buffered=buffered, version=version)
+        self.version = version
         return WeightPush(
             [
                 ("send_weights", self.actor, send),
@@ -169,9 +195,10 @@ class WeightLink:
             ]
         )
 
-    def push(self) -> None:
-        """Load the actor's current weights into the rollout, waiting until it holds them."""
-        self.start_push().wait()
+    def push(self, version: int | None = None) -> None:
+        """Load the actor's current weights into the rollout as policy ``version`` (default:
+        one more than the last push), waiting until it holds them."""
+        self.start_push(version=version).wait()
 
     def close(self) -> None:
         """Leave the channel on both sides, best effort (for teardown); idempotent."""

@@ -5,7 +5,12 @@ Two paths, one per placement:
 * ``hybrid``: the actor is a fused role of the same process; :func:`fused_actor_weights`
   reads its ``iter_full_params()`` (collective, so every rank takes part);
 * ``separate``: a :class:`WeightReceiver` joins the actor's :class:`WeightChannel` as
-  channel rank ``1 + rank`` and streams each sync, bucket by bucket, into the engine.
+  channel rank ``1 + rank`` and loads each push into the engine once it arrived whole and
+  verified.
+
+Either way the receiver knows the policy *version* its engine holds (:attr:`WeightReceiver.
+version`): the one the channel delivered, or the one given with an in-process load. The
+rollout worker reports it with every sample it generates.
 
 ``hf_rollout.workers.RolloutWorker`` holds one :class:`WeightReceiver`; its worker methods
 (``join_weight_channel``, ``receive_weights``, ``close_weight_channel``, ``update_weights``)
@@ -35,6 +40,17 @@ class WeightReceiver(ChannelMember):
     ``worker`` names the worker class in errors (``"<worker>.receive_weights: ..."``).
     """
 
+    def __init__(self, worker: str) -> None:
+        super().__init__(worker)
+        self.version = 0
+        """Policy version of the weights the engine holds: 0 for the initial weights, then
+        the version of the last push loaded whole (a failed push leaves it, and the
+        engine's weights, as they were)."""
+
+    def loaded(self, version: int | None) -> None:
+        """Record an in-process load of policy ``version`` (``None``: the next version)."""
+        self.version = self.version + 1 if version is None else version
+
     def join(
         self,
         host: str,
@@ -43,30 +59,35 @@ class WeightReceiver(ChannelMember):
         world_size: int,
         device: str = "cpu",
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        deadline_s: float | None = None,
     ) -> None:
         """Join the channel at ``host:port`` as channel rank ``1 + rank`` (rollout ``rank``),
-        leaving any channel joined before. A rendezvous with the sender and the other ranks."""
-        self._join_as(host, port, 1 + rank, world_size, device, timeout_s)
+        leaving any channel joined before. A rendezvous with the sender and the other ranks;
+        ``deadline_s`` bounds each push (default ``timeout_s``)."""
+        self._join_as(host, port, 1 + rank, world_size, device, timeout_s, deadline_s)
 
     def receive_into(self, engine: Callable[[], RolloutEngine]) -> None:
-        """Load one sync from the channel, streaming it bucket by bucket into the
-        ``update_weights`` of ``engine()`` (asked for after the channel is checked, so a
-        worker with neither says first that it has no channel)."""
+        """Load one push from the channel into the ``update_weights`` of ``engine()``
+        (asked for after the channel is checked, so a worker with neither says first that
+        it has no channel), then take its version.
+
+        The channel yields nothing before the whole push arrived and verified, so a push
+        that fails raises before the engine sees a tensor: the engine keeps the weights of
+        :attr:`version`."""
         if self.channel is None:
             raise RuntimeError(
                 f"{self.worker}.receive_weights: no weight channel; call "
                 "join_weight_channel(host, port, world_size) first"
             )
         target = engine()
-        # An engine that names its tensors (the native one) gets them received in place;
-        # the others (vLLM's load_weights) get the stream of views as before.
-        destinations = getattr(target, "weight_destinations", None)
-        stream = self.channel.receive(destinations() if callable(destinations) else None)
+        stream = self.channel.receive()
         target.update_weights(stream)
-        # An engine that stopped early leaves buckets in flight: drain them so the next sync
-        # starts at a bucket boundary instead of reading this one's tail.
+        # An engine that stopped early has not pulled the push: pull it, so it is received
+        # and verified (and the next push starts at its first bucket).
         for _ in stream:
             pass
+        assert self.channel.version is not None
+        self.version = self.channel.version
 
 
 def fused_actor_weights(fused_workers: dict[str, Any] | None) -> Iterable[tuple[str, torch.Tensor]]:

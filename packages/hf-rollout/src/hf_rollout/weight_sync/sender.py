@@ -46,12 +46,14 @@ class WeightSender(ChannelMember):
         world_size: int,
         device: str = "cpu",
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        deadline_s: float | None = None,
     ) -> None:
         """Actor ``rank`` 0 joins the channel at ``host:port`` as its sender, leaving any
-        channel joined before; the other ranks have nothing to join."""
+        channel joined before; the other ranks have nothing to join. ``deadline_s`` bounds
+        each push (default ``timeout_s``)."""
         self.close()
         if rank == 0:
-            self._join_as(host, port, 0, world_size, device, timeout_s)
+            self._join_as(host, port, 0, world_size, device, timeout_s, deadline_s)
 
     def send(
         self,
@@ -59,9 +61,11 @@ class WeightSender(ChannelMember):
         named_tensors: Iterable[tuple[str, torch.Tensor]],
         bucket_bytes: int,
         buffered: bool = False,
+        version: int = 0,
     ) -> None:
-        """Stream ``named_tensors`` (``iter_full_params()``) into the channel in buckets of
-        ``bucket_bytes``; a rank other than 0 only iterates them (the gather is collective).
+        """Push ``named_tensors`` (``iter_full_params()``) as policy ``version`` into the
+        channel in buckets of ``bucket_bytes``; a rank other than 0 only iterates them (the
+        gather is collective). The receivers report ``version`` with what they generate.
 
         ``buffered``: rank 0 copies the weights into reused buffers and returns while the
         broadcasts run in the background (:meth:`WeightChannel.send_buffered`), so the actor's
@@ -78,9 +82,9 @@ class WeightSender(ChannelMember):
                 "join_weight_channel(host, port, world_size) first"
             )
         if buffered:
-            self.channel.send_buffered(named_tensors, bucket_bytes)
+            self.channel.send_buffered(named_tensors, bucket_bytes, version)
         else:
-            self.channel.send(named_tensors, bucket_bytes)
+            self.channel.send(named_tensors, bucket_bytes, version)
 
 
 class WeightSending:
@@ -123,20 +127,22 @@ class WeightSending:
         world_size: int,
         device: str = "cpu",
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        deadline_s: float | None = None,
     ) -> None:
         """Rank 0 joins the weight channel at ``host:port`` as its sender (channel rank 0);
         the other ranks have nothing to join. Issued together with the rollout's join."""
-        self._sender.join(host, port, self.rank, world_size, device, timeout_s)
+        self._sender.join(host, port, self.rank, world_size, device, timeout_s, deadline_s)
 
     @register(Dispatch.ONE_TO_ALL, blocking=False)
-    def send_weights(self, bucket_bytes: int, buffered: bool = False) -> None:
-        """Stream ``iter_full_params()`` into the channel in buckets of ``bucket_bytes``.
+    def send_weights(self, bucket_bytes: int, buffered: bool = False, version: int = 0) -> None:
+        """Push ``iter_full_params()`` as policy ``version`` into the channel in buckets of
+        ``bucket_bytes``.
 
         Every rank iterates (the gather is collective); rank 0 sends. Issued together with
         the rollout's ``receive_weights``. ``buffered``: rank 0 returns once it has copied
         the weights (see :meth:`WeightSender.send`).
         """
-        self._sender.send(self.rank, self.iter_full_params(), bucket_bytes, buffered)
+        self._sender.send(self.rank, self.iter_full_params(), bucket_bytes, buffered, version)
 
     @register(Dispatch.ONE_TO_ALL)
     def close_weight_channel(self) -> None:

@@ -1,0 +1,69 @@
+"""The pieces of a weight push that need no second process: the handshake's keys in a real
+``TCPStore`` (in this process) and the bucket checksums."""
+
+from __future__ import annotations
+
+import datetime
+import time
+import zlib
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from hf_controller.worker import master_address
+from hf_rollout.weight_sync import handshake
+from hf_rollout.weight_sync.checksum import _device_checksum, checksum
+
+
+@pytest.fixture
+def store() -> dist.Store:
+    _, port = master_address()
+    master = dist.TCPStore(
+        "127.0.0.1", port, 1, is_master=True, timeout=datetime.timedelta(seconds=10)
+    )
+    return dist.PrefixStore("test/", master)
+
+
+def test_the_sender_names_the_ranks_not_ready_and_their_reports(store: dist.Store) -> None:
+    handshake.mark_ready(store, 1, 1)
+    start = time.monotonic()
+    assert handshake.await_all(store, "ready", 1, [1, 2, 3], 0.3) == [2, 3]
+    assert 0.2 < time.monotonic() - start < 5
+    handshake.mark_ready(store, 1, 2)
+    handshake.mark_ready(store, 1, 3)
+    assert handshake.await_all(store, "ready", 1, [1, 2, 3], 5.0) == []
+    handshake.report_done(store, 1, 1, None)
+    handshake.report_done(store, 1, 2, {"message": "bad", "names": ["w"], "buckets": []})
+    assert handshake.await_all(store, "done", 1, [1, 2], 1.0) == []
+    assert handshake.read_reports(store, 1, [1, 2]) == {
+        2: {"message": "bad", "names": ["w"], "buckets": []}
+    }
+    handshake.forget_push(store, 1, [1, 2, 3])
+    assert not store.check(["ready/1/1"]) and not store.check(["done/1/2"])
+
+
+def test_a_receiver_sees_go_an_abort_or_takes_back_its_ready(store: dist.Store) -> None:
+    handshake.announce_start(store, 1)
+    assert handshake.await_start(store, 1, 1, 1.0) is None
+    handshake.announce_start(store, 2, abort="rank(s) [2] not ready")
+    assert handshake.await_start(store, 2, 1, 1.0) == "abort: rank(s) [2] not ready"
+    handshake.mark_ready(store, 3, 1)
+    why = handshake.await_start(store, 3, 1, 0.2)
+    assert why == "the sender did not start it within 0.2 s"
+    # a sender that comes later does not take the rank for ready
+    assert handshake.await_all(store, "ready", 3, [1], 0.1) == [1]
+
+
+def test_checksums_catch_a_flipped_byte_on_both_paths() -> None:
+    data = torch.randn(3000).view(torch.uint8)  # 12000 B: two whole blocks and a tail
+    assert checksum(data) == zlib.crc32(data.numpy().tobytes())
+    assert checksum(data[:0]) == 0
+    for fn in (checksum, _device_checksum):
+        for position in (0, 4096, 11999):
+            changed = data.clone()
+            changed[position] ^= 1
+            assert fn(changed) != fn(data), (fn.__name__, position)
+    swapped = torch.cat([data[4096:8192], data[:4096], data[8192:]])
+    assert _device_checksum(swapped) != _device_checksum(data)  # blocks that moved
+    assert _device_checksum(data) == _device_checksum(data.clone())
