@@ -46,6 +46,11 @@ from pathlib import Path
 from typing import Any
 
 ROLES = ("train", "rollout")
+SHORT = (  # CI: no accuracy is judged, so no warm-up and no validation
+    "vars.model='${reverse_letters.model:${vars.workdir}/model_init}'",
+    "trainer.val_before_train=false",
+    "trainer.test_freq=0",
+)
 SOAK_START = "<!-- chaos soak: start -->"
 SOAK_END = "<!-- chaos soak: end -->"
 
@@ -97,7 +102,9 @@ class _Warnings(logging.Handler):
         self.into.append(record.getMessage().splitlines()[0])
 
 
-def _config(workdir: Path, label: str, seed: int, steps: int, save_every: int) -> Any:
+def _config(
+    workdir: Path, label: str, seed: int, steps: int, save_every: int, extra: list[str]
+) -> Any:
     """The packaged fully-async quickstart, built as ``hybridflow grpo`` builds it; the
     example's files are made once under ``workdir``, each run logs under its ``label``."""
     from hf_algos.cli.main import (
@@ -123,6 +130,7 @@ def _config(workdir: Path, label: str, seed: int, steps: int, save_every: int) -
         f"trainer.log_dir={workdir / label / 'logs'}",
         "trainer.progress_bar=false",
         "rollout.max_replacements=1000",
+        *extra,
     ]
     args = parse_arguments(build_parser(), argv)
     command = COMMANDS["grpo"]
@@ -179,6 +187,7 @@ def soak_run(
     kills: int = 0,
     every_s: float = 0.0,
     cycle: bool = False,
+    extra: tuple[str, ...] = (),
 ) -> SoakRun:
     """One run of ``steps`` steps, with ``kills`` faults every ``every_s`` seconds."""
     from hf_algos.trainers import PPOTrainer
@@ -197,7 +206,7 @@ def soak_run(
     stop = threading.Event()
     start = time.monotonic()
     try:
-        with SoakTrainer(_config(workdir, label, seed, steps, save_every)) as trainer:
+        with SoakTrainer(_config(workdir, label, seed, steps, save_every, list(extra))) as trainer:
             killer = threading.Thread(
                 target=_killer, args=(trainer, run, every_s, kills, stop, cycle), daemon=True
             )
@@ -291,11 +300,23 @@ def main(argv: list[str] | None = None) -> int:
         kills = max(1, int(args.minutes * 60 // args.kill_every) - 1)
     steps = args.steps or int(args.minutes * 60 / 2.0)  # about 2 s per step on 2 cores
     workdir = Path(tempfile.mkdtemp(prefix="chaos-soak-"))
+    extra = SHORT if args.short else ()
     disturbed = soak_run(
-        workdir, "chaos", args.seed, steps, args.save_every, kills, args.kill_every, args.short
+        workdir,
+        "chaos",
+        args.seed,
+        steps,
+        args.save_every,
+        kills,
+        args.kill_every,
+        args.short,
+        extra,
     )
     seeds = [args.seed, *range(args.seed + 1, args.seed + args.seeds)]
-    undisturbed = [soak_run(workdir, f"calm{seed}", seed, steps, args.save_every) for seed in seeds]
+    undisturbed = [
+        soak_run(workdir, f"calm{seed}", seed, steps, args.save_every, extra=extra)
+        for seed in seeds
+    ]
     problems = check(disturbed, undisturbed, kills, args.tolerance)
     command = "python tools/reliability/chaos_soak.py " + " ".join(argv or sys.argv[1:])
     text = report(disturbed, undisturbed, problems, command)
