@@ -3,10 +3,18 @@
 A Ray worker group sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and
 ``MASTER_PORT`` for every worker; the local backend (one process, world size 1) sets none,
 so a single rank gets an in-memory store instead of a TCP rendezvous.
+
+A group started here is also ended here: :func:`shutdown_distributed` (registered with
+``atexit`` by :func:`init_distributed`) has every rank say goodbye through the rendezvous
+store and destroys the process group before the interpreter tears down, with rank 0 (the
+store's host) leaving last. A rank that exits with a live gloo group while a peer still
+holds its connections, or whose store host has already gone, can abort in C++ at exit
+("terminate called without an active exception", exit code -6).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 from datetime import timedelta
 
@@ -15,6 +23,10 @@ import torch.distributed as dist
 
 TIMEOUT_ENV = "HF_DIST_TIMEOUT_S"
 """Environment variable overriding :data:`DEFAULT_TIMEOUT_S` for every worker's group."""
+EXIT_TIMEOUT_S = 30.0
+"""How long :func:`shutdown_distributed` waits at exit for the other ranks to reach theirs
+(a peer that died or hangs costs this much once, never a hang)."""
+_EXIT_KEY = "hf_engines/exit"
 DEFAULT_TIMEOUT_S = 600.0
 """How long a collective waits for its peers before failing: a peer that died or hangs
 ends the others' collectives with an error (gloo: at once when the peer's connection
@@ -89,6 +101,7 @@ def init_distributed(
         dist.init_process_group(
             backend, init_method="env://", rank=rank, world_size=world_size, timeout=timeout
         )
+        _end_at_exit()
         return
     if world_size != 1:
         raise RuntimeError(
@@ -97,3 +110,51 @@ def init_distributed(
             "use a world size of 1"
         )
     dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+    _end_at_exit()
+
+
+_AT_EXIT: list[bool] = []
+
+
+def _end_at_exit() -> None:
+    """Register :func:`shutdown_distributed` with ``atexit`` (once per process)."""
+    if not _AT_EXIT:
+        atexit.register(shutdown_distributed)
+        _AT_EXIT.append(True)
+
+
+def _say_goodbye(store: dist.Store, rank: int, world_size: int, timeout_s: float) -> None:
+    """The exit handshake through the rendezvous store: every rank marks that it is
+    leaving and waits for the others; then ranks > 0 mark that they are done with the
+    store, which rank 0 (its host) waits for before it may take the store away."""
+    wait = timedelta(seconds=timeout_s)
+    store.set(f"{_EXIT_KEY}/leaving/{rank}", "1")
+    store.wait([f"{_EXIT_KEY}/leaving/{r}" for r in range(world_size)], wait)
+    if rank != 0:
+        store.set(f"{_EXIT_KEY}/done/{rank}", "1")  # this rank's last use of the store
+        return
+    store.wait([f"{_EXIT_KEY}/done/{r}" for r in range(1, world_size)], wait)
+
+
+def shutdown_distributed(timeout_s: float = EXIT_TIMEOUT_S) -> bool:
+    """End this process's default process group, if there is one; ``True`` when the
+    other ranks took part in the exit handshake (or there are none).
+
+    Called on every rank (collective, but bounded: a rank whose peers died or hang waits
+    ``timeout_s`` seconds at most, then destroys its group anyway). Rank 0, whose
+    rendezvous store the other ranks' clients talk to, returns last, so no rank's store
+    client or gloo connection outlives its peer in a half-torn-down state at exit.
+    :func:`init_distributed` registers it with ``atexit``; calling it earlier is fine.
+    """
+    if not dist.is_initialized():
+        return True
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    met = True
+    if world_size > 1:
+        try:
+            store = dist.distributed_c10d._get_default_store()
+            _say_goodbye(store, rank, world_size, timeout_s)
+        except Exception:  # a peer or the store host gone: still end our own group
+            met = False
+    dist.destroy_process_group()
+    return met
