@@ -15,11 +15,14 @@ holds its connections, or whose store host has already gone, can abort in C++ at
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+_LOG = logging.getLogger(__name__)
 
 TIMEOUT_ENV = "HF_DIST_TIMEOUT_S"
 """Environment variable overriding :data:`DEFAULT_TIMEOUT_S` for every worker's group."""
@@ -123,17 +126,22 @@ def _end_at_exit() -> None:
         _AT_EXIT.append(True)
 
 
-def _say_goodbye(store: dist.Store, rank: int, world_size: int, timeout_s: float) -> None:
-    """The exit handshake through the rendezvous store: every rank marks that it is
-    leaving and waits for the others; then ranks > 0 mark that they are done with the
-    store, which rank 0 (its host) waits for before it may take the store away."""
-    wait = timedelta(seconds=timeout_s)
-    store.set(f"{_EXIT_KEY}/leaving/{rank}", "1")
-    store.wait([f"{_EXIT_KEY}/leaving/{r}" for r in range(world_size)], wait)
-    if rank != 0:
-        store.set(f"{_EXIT_KEY}/done/{rank}", "1")  # this rank's last use of the store
-        return
-    store.wait([f"{_EXIT_KEY}/done/{r}" for r in range(1, world_size)], wait)
+def _exit_step(store: dist.Store, rank: int, world_size: int, step: str, wait_s: float) -> bool:
+    """Mark ``step`` done for this rank in the rendezvous store and wait (at most
+    ``wait_s`` seconds) until every rank that takes part has: all ranks for ``leaving``,
+    only rank 0 (for ranks > 0) for ``done``. ``False`` (logged) when that failed."""
+    key = f"{_EXIT_KEY}/{step}"
+    try:
+        if step == "leaving" or rank != 0:
+            store.set(f"{key}/{rank}", "1")
+        if step == "leaving" or rank == 0:
+            first = 0 if step == "leaving" else 1
+            keys = [f"{key}/{r}" for r in range(first, world_size)]
+            store.wait(keys, timedelta(seconds=wait_s))
+    except Exception as error:  # a peer or the store's host gone: end our own group anyway
+        _LOG.warning("rank %d of %d: no exit handshake at %s (%s)", rank, world_size, step, error)
+        return False
+    return True
 
 
 def shutdown_distributed(timeout_s: float = EXIT_TIMEOUT_S) -> bool:
@@ -141,20 +149,24 @@ def shutdown_distributed(timeout_s: float = EXIT_TIMEOUT_S) -> bool:
     other ranks took part in the exit handshake (or there are none).
 
     Called on every rank (collective, but bounded: a rank whose peers died or hang waits
-    ``timeout_s`` seconds at most, then destroys its group anyway). Rank 0, whose
-    rendezvous store the other ranks' clients talk to, returns last, so no rank's store
-    client or gloo connection outlives its peer in a half-torn-down state at exit.
-    :func:`init_distributed` registers it with ``atexit``; calling it earlier is fine.
+    ``timeout_s`` seconds at most, then ends its group anyway). Every rank marks that it
+    is leaving in the rendezvous store and waits for the others (no collective is still
+    running anywhere); ranks > 0 destroy their group and then mark ``done`` (their last use
+    of the store); rank 0, the store's host, waits for that before it destroys its own, so
+    it is the last to go. :func:`init_distributed` registers it with ``atexit``; calling
+    it earlier is fine.
     """
     if not dist.is_initialized():
         return True
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    met = True
-    if world_size > 1:
-        try:
-            store = dist.distributed_c10d._get_default_store()
-            _say_goodbye(store, rank, world_size, timeout_s)
-        except Exception:  # a peer or the store host gone: still end our own group
-            met = False
-    dist.destroy_process_group()
+    if world_size == 1:
+        dist.destroy_process_group()
+        return True
+    store = dist.distributed_c10d._get_default_store()  # kept alive past the group's end
+    met = _exit_step(store, rank, world_size, "leaving", timeout_s)
+    if rank != 0:
+        dist.destroy_process_group()
+    met = _exit_step(store, rank, world_size, "done", timeout_s) and met
+    if rank == 0:
+        dist.destroy_process_group()
     return met
