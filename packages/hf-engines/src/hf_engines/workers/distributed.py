@@ -149,7 +149,7 @@ def shutdown_distributed(timeout_s: float = EXIT_TIMEOUT_S) -> bool:
     other ranks took part in the exit handshake (or there are none).
 
     Called on every rank (collective, but bounded: a rank whose peers died or hang waits
-    ``timeout_s`` seconds at most, then ends its group anyway). Every rank marks that it
+    ``timeout_s`` seconds at most, once, then ends its group anyway). Every rank marks that it
     is leaving in the rendezvous store and waits for the others (no collective is still
     running anywhere); ranks > 0 destroy their group and then mark ``done`` (their last use
     of the store); rank 0, the store's host, waits for that before it destroys its own, so
@@ -166,7 +166,8 @@ def shutdown_distributed(timeout_s: float = EXIT_TIMEOUT_S) -> bool:
     met = _exit_step(store, rank, world_size, "leaving", timeout_s)
     if rank != 0:
         dist.destroy_process_group()
-    met = _exit_step(store, rank, world_size, "done", timeout_s) and met
+    if met:  # a peer that never reached its exit will not mark done either
+        met = _exit_step(store, rank, world_size, "done", timeout_s)
     if rank == 0:
         dist.destroy_process_group()
     return met
