@@ -8,6 +8,7 @@ keep happening on the machine next to the tests. Runs jobs until SECONDS have pa
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -27,19 +28,22 @@ def main() -> None:
     """Run 2-rank gloo jobs until the time given on the command line has passed."""
     from hf_engines.testing import launch_ranks
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # killed: still report
     deadline = time.monotonic() + float(sys.argv[1])
-    with tempfile.TemporaryDirectory() as tmp:
-        script = Path(tmp) / "rank.py"
-        script.write_text(RANK_SCRIPT)
-        jobs = failed = 0
-        while time.monotonic() < deadline:
-            try:
-                launch_ranks(script, 2, timeout=120)
-            except RuntimeError as error:
-                failed += 1
-                print(f"neighbour job failed: {str(error)[:200]}", file=sys.stderr)
-            jobs += 1
-    print(f"neighbour jobs: {jobs}, failed: {failed} (pid {os.getpid()})")
+    jobs = failed = 0
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            script = Path(tmp) / "rank.py"
+            script.write_text(RANK_SCRIPT)
+            while time.monotonic() < deadline:
+                try:
+                    launch_ranks(script, 2, timeout=120)
+                except RuntimeError as error:
+                    failed += 1
+                    print(f"neighbour job failed: {str(error)[:200]}", file=sys.stderr)
+                jobs += 1
+    finally:
+        print(f"neighbour jobs: {jobs} done, {failed} failed (pid {os.getpid()})", flush=True)
 
 
 if __name__ == "__main__":
