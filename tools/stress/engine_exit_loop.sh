@@ -23,7 +23,8 @@ cleanup() {
     for pid in "${helpers[@]}" $neighbour; do kill "$pid" 2>/dev/null; done
     wait 2>/dev/null
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 143' INT TERM  # stop the loop (the EXIT trap then kills the helpers)
 
 yes > /dev/null & helpers+=($!)
 yes > /dev/null & helpers+=($!)
@@ -34,6 +35,7 @@ for i in $(seq 1 "$N"); do
     "$PY" -m pytest "${TESTS[@]}" -x -q -p no:cacheprovider > "$log_dir/run$i.log" 2>&1
     rc=$?
     kill "$neighbour" 2>/dev/null; wait "$neighbour" 2>/dev/null
+    neighbour_jobs=$(tail -1 "$log_dir/neighbour$i.log")
     if [ "$rc" = 0 ]; then
         passes=$((passes + 1)); what=pass
     elif grep -qE "code -6|terminate called" "$log_dir/run$i.log"; then
@@ -41,7 +43,7 @@ for i in $(seq 1 "$N"); do
     else
         other=$((other + 1)); what="FAIL (rc $rc)"
     fi
-    echo "iteration $i/$N: $what in $(( $(date +%s) - start ))s ($(tail -1 "$log_dir/run$i.log"))"
+    echo "iteration $i/$N: $what in $(( $(date +%s) - start ))s ($(tail -1 "$log_dir/run$i.log"); $neighbour_jobs)"
 done
 echo "engine_exit_loop: $N iterations: $passes passed, $aborts aborted, $other other failures (logs: $log_dir)"
 [ "$passes" = "$N" ]
