@@ -18,7 +18,8 @@ from hf_engines import (
     FSDPEngine,
     config_from_dict,
 )
-from hf_engines.testing import make_toy_batch, toy_nll_loss, toy_value_loss
+from hf_engines.testing import join_launched_group, make_toy_batch, toy_nll_loss, toy_value_loss
+from hf_engines.workers.distributed import shutdown_distributed
 from hf_protocol import DataProto
 
 TRAIN_STEPS = 4
@@ -127,7 +128,7 @@ def main() -> None:
     scenario, model_dir, out_dir = sys.argv[1:4]
     resume_from = sys.argv[4] if len(sys.argv) > 4 else None
     torch.use_deterministic_algorithms(True)
-    dist.init_process_group("gloo")
+    join_launched_group()
     out = Path(out_dir)
     if scenario == "train":
         result = run_train(model_dir, out, resume_from)
@@ -138,8 +139,7 @@ def main() -> None:
     else:
         raise SystemExit(f"unknown scenario {scenario!r}")
     torch.save(result, out / f"rank{dist.get_rank()}.pt")
-    dist.barrier()
-    dist.destroy_process_group()
+    shutdown_distributed()
 
 
 if __name__ == "__main__":

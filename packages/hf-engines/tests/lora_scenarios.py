@@ -16,7 +16,8 @@ from torch.distributed.tensor import DTensor
 
 from hf_engines import EngineConfig, FSDPEngine, LoRAConfig, config_from_dict
 from hf_engines.lora import gather_adapter, lora_layers
-from hf_engines.testing import make_toy_batch, toy_nll_loss
+from hf_engines.testing import join_launched_group, make_toy_batch, toy_nll_loss
+from hf_engines.workers.distributed import shutdown_distributed
 from hf_protocol import DataProto
 
 LORA = LoRAConfig(rank=4, alpha=8.0)
@@ -111,12 +112,12 @@ def run(model_dir: str, out: Path) -> dict[str, Any]:
 def main() -> None:
     """Run the scenario on this rank and save its result."""
     model_dir, out = sys.argv[1], Path(sys.argv[2])
-    dist.init_process_group("gloo")
+    join_launched_group()
     try:
         result = run(model_dir, out)
         torch.save(result, out / f"rank{dist.get_rank()}.pt")
     finally:
-        dist.destroy_process_group()
+        shutdown_distributed()
 
 
 if __name__ == "__main__":

@@ -61,3 +61,12 @@ def test_launch_ranks_reports_the_failing_rank(tmp_path: Path) -> None:
     sleeper.write_text("import time\ntime.sleep(60)\n")
     with pytest.raises(RuntimeError, match=r"timed out"):
         launch_ranks(sleeper, 1, timeout=1)
+
+
+def test_free_port_is_below_the_ephemeral_range() -> None:
+    from hf_controller.worker import RENDEZVOUS_PORTS
+    from hf_engines.testing import free_port
+
+    low, high = RENDEZVOUS_PORTS
+    high = min(high, int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0]))
+    assert low <= free_port() < high

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -18,7 +17,9 @@ from pathlib import Path
 
 import torch
 
+from hf_controller.worker import free_port as _rendezvous_port
 from hf_engines.engine import LossOutput, ModelOutputs, mini_batch_total
+from hf_engines.workers.distributed import init_distributed
 from hf_protocol import DataProto, build_prompt_response_batch, fields
 from hf_protocol.testing import save_tiny_model, tiny_decoder_config
 
@@ -121,10 +122,20 @@ def toy_value_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nobody listens on, below the kernel's ephemeral range
+    when it can be (``hf_controller.worker.free_port``, what a Ray worker group uses): a
+    port from ``bind(0)`` can be taken by any outgoing connection on the machine (another
+    job's, a Ray run's) before rank 0 listens on it."""
+    return _rendezvous_port("127.0.0.1")
+
+
+def join_launched_group(device: str = "cpu") -> None:
+    """Start this rank's process group from the variables :func:`launch_ranks` sets, the
+    way a worker does (:func:`~hf_engines.workers.distributed.init_distributed`, which
+    also ends it at exit with
+    :func:`~hf_engines.workers.distributed.shutdown_distributed`)."""
+    env = os.environ
+    init_distributed(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env["LOCAL_RANK"]), device)
 
 
 def launch_ranks(

@@ -10,7 +10,7 @@ tensor / pipeline parallel ranks of a Megatron replica share its rows.
 from hf_engines.workers.actor import ActorConfig, ActorWorker
 from hf_engines.workers.base import EngineWorker, TrainableEngineWorker
 from hf_engines.workers.critic import CriticConfig, CriticWorker
-from hf_engines.workers.distributed import init_distributed, pick_backend
+from hf_engines.workers.distributed import init_distributed, pick_backend, shutdown_distributed
 from hf_engines.workers.mesh import ENGINE_MESH, DataParallelPlace, data_parallel_place
 from hf_engines.workers.reference import ReferenceWorker
 from hf_engines.workers.reward_model import RewardModelWorker
@@ -44,5 +44,6 @@ __all__ = [
     "mini_batch_ranges",
     "pick_backend",
     "shuffle_seed",
+    "shutdown_distributed",
     "split_mini_batches",
 ]

@@ -3,10 +3,19 @@
 A Ray worker group sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and
 ``MASTER_PORT`` for every worker; the local backend (one process, world size 1) sets none,
 so a single rank gets an in-memory store instead of a TCP rendezvous.
+
+A group started here is also ended here: :func:`shutdown_distributed` (registered with
+``atexit`` by :func:`init_distributed`) has every rank say goodbye through the rendezvous
+store and destroys the process group before the interpreter tears down, with rank 0 (the
+store's host) leaving last. A rank that exits with a live gloo group while a peer still
+holds its connections, or whose store host has already gone, can abort in C++ at exit
+("terminate called without an active exception", exit code -6).
 """
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
 from datetime import timedelta
 
@@ -15,8 +24,14 @@ import torch.distributed as dist
 
 from hf_protocol.rendezvous import pin_transports_to_loopback, store_on
 
+_LOG = logging.getLogger(__name__)
+
 TIMEOUT_ENV = "HF_DIST_TIMEOUT_S"
 """Environment variable overriding :data:`DEFAULT_TIMEOUT_S` for every worker's group."""
+EXIT_TIMEOUT_S = 30.0
+"""How long :func:`shutdown_distributed` waits at exit for the other ranks to reach theirs
+(a peer that died or hangs costs this much once, never a hang)."""
+_EXIT_KEY = "hf_engines/exit"
 DEFAULT_TIMEOUT_S = 600.0
 """How long a collective waits for its peers before failing: a peer that died or hangs
 ends the others' collectives with an error (gloo: at once when the peer's connection
@@ -96,6 +111,7 @@ def init_distributed(
         dist.init_process_group(
             backend, store=store, rank=rank, world_size=world_size, timeout=timeout
         )
+        _end_at_exit()
         return
     if world_size != 1:
         raise RuntimeError(
@@ -104,3 +120,61 @@ def init_distributed(
             "use a world size of 1"
         )
     dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+    _end_at_exit()
+
+
+_AT_EXIT: list[bool] = []
+
+
+def _end_at_exit() -> None:
+    """Register :func:`shutdown_distributed` with ``atexit`` (once per process)."""
+    if not _AT_EXIT:
+        atexit.register(shutdown_distributed)
+        _AT_EXIT.append(True)
+
+
+def _exit_step(store: dist.Store, rank: int, world_size: int, step: str, wait_s: float) -> bool:
+    """Mark ``step`` done for this rank in the rendezvous store and wait (at most
+    ``wait_s`` seconds) until every rank that takes part has: all ranks for ``leaving``,
+    only rank 0 (for ranks > 0) for ``done``. ``False`` (logged) when that failed."""
+    key = f"{_EXIT_KEY}/{step}"
+    try:
+        if step == "leaving" or rank != 0:
+            store.set(f"{key}/{rank}", "1")
+        if step == "leaving" or rank == 0:
+            first = 0 if step == "leaving" else 1
+            keys = [f"{key}/{r}" for r in range(first, world_size)]
+            store.wait(keys, timedelta(seconds=wait_s))
+    except Exception as error:  # a peer or the store's host gone: end our own group anyway
+        _LOG.warning("rank %d of %d: no exit handshake at %s (%s)", rank, world_size, step, error)
+        return False
+    return True
+
+
+def shutdown_distributed(timeout_s: float = EXIT_TIMEOUT_S) -> bool:
+    """End this process's default process group, if there is one; ``True`` when the
+    other ranks took part in the exit handshake (or there are none).
+
+    Called on every rank (collective, but bounded: a rank whose peers died or hang waits
+    ``timeout_s`` seconds at most, once, then ends its group anyway). Every rank marks that it
+    is leaving in the rendezvous store and waits for the others (no collective is still
+    running anywhere); ranks > 0 destroy their group and then mark ``done`` (their last use
+    of the store); rank 0, the store's host, waits for that before it destroys its own, so
+    it is the last to go. :func:`init_distributed` registers it with ``atexit``; calling
+    it earlier is fine.
+    """
+    if not dist.is_initialized():
+        return True
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    if world_size == 1:
+        dist.destroy_process_group()
+        return True
+    store = dist.distributed_c10d._get_default_store()  # kept alive past the group's end
+    met = _exit_step(store, rank, world_size, "leaving", timeout_s)
+    if rank != 0:
+        dist.destroy_process_group()
+    if met:  # a peer that never reached its exit will not mark done either
+        met = _exit_step(store, rank, world_size, "done", timeout_s)
+    if rank == 0:
+        dist.destroy_process_group()
+    return met
