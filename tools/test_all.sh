@@ -70,4 +70,7 @@ section "pytest tests (cross-package, recipes and tools)"
 section "fault-injection suite (the table of docs/reliability.md)"
 "$PY" tools/reliability/run_faults.py
 
+section "chaos soak, short: 2 workers killed (train, rollout) in a 60-step async run"
+"$PY" tools/reliability/chaos_soak.py --short
+
 section "all checks passed"
