@@ -293,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, help="record the report in this markdown file")
     args = parser.parse_args(argv)
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.short:
         args.steps, args.kill_every, args.seeds, args.tolerance = args.steps or 60, 8.0, 1, -1
         kills = 2
