@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import uuid
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
@@ -45,6 +46,8 @@ from hf_controller import (
     make_worker_group,
 )
 from hf_rollout import WeightLink
+
+logger = logging.getLogger(__name__)
 
 OptionalRole = Literal["rollout", "ref", "critic", "reward_model"]
 """A role that a run may go without."""
@@ -176,8 +179,10 @@ class RoleGroups:
                 "RoleGroups.replace_rollout: only a separate placement's rollout group can be "
                 "replaced (the hybrid placement's rollout shares the actor's processes)"
             )
-        with contextlib.suppress(Exception):  # its peers may be dead: best effort
+        try:  # its peers may be dead: best effort, the new channel is joined below
             self.actor.close_weight_channel()
+        except Exception as error:
+            logger.warning("leaving the old weight channel failed (%s); going on", error)
         for item in self._rollout_owned:
             self.owned.remove(item)
             _end(item)
