@@ -74,7 +74,10 @@ def test_a_receiver_killed_mid_push_is_named_by_the_sender_within_the_deadline()
 
 
 def test_a_rank_that_never_comes_to_receive_is_named_before_any_broadcast() -> None:
-    out = run(3, {0: ([None], False), 1: ([None], False), 2: ([None], True)})
+    # The sender comes late: rank 1 has waited half its timeout already, and must still not
+    # be taken for missing (it waits on once the sender opened the push).
+    late = WeightFaults(push=1, late_s=DEADLINE_S / 2)
+    out = run(3, {0: ([late], False), 1: ([None], False), 2: ([None], True)})
     kind, message, seconds = out[0][0]
     assert kind == WeightPushError.__name__, message
     assert "rank(s) [2] not ready" in message and "no tensor was sent" in message, message

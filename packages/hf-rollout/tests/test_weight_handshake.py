@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime
+import threading
 import time
 import zlib
 
@@ -23,6 +24,16 @@ def store() -> dist.Store:
         "127.0.0.1", port, 1, is_master=True, timeout=datetime.timedelta(seconds=10)
     )
     return dist.PrefixStore("test/", master)
+
+
+def second_client(store: dist.Store) -> dist.Store:
+    """Another connection to ``store``'s server, as a receiver in its own process has (one
+    client's calls run one at a time)."""
+    master = store.underlying_store
+    client = dist.TCPStore(
+        master.host, master.port, is_master=False, timeout=datetime.timedelta(seconds=10)
+    )
+    return dist.PrefixStore("test/", client)
 
 
 def test_the_sender_names_the_ranks_not_ready_and_their_reports(store: dist.Store) -> None:
@@ -52,7 +63,42 @@ def test_a_receiver_sees_go_an_abort_or_takes_back_its_ready(store: dist.Store) 
     why = handshake.await_start(store, 3, 1, 0.2)
     assert why == "the sender did not start it within 0.2 s"
     # a sender that comes later does not take the rank for ready
-    assert handshake.await_all(store, "ready", 3, [1], 0.1) == [1]
+    assert handshake.await_ready(store, 3, [1], 0.1) == [1]
+
+
+def test_a_rank_ready_before_the_sender_waits_is_never_named_not_ready(
+    store: dist.Store,
+) -> None:
+    """Rank 1 says ready, then the sender begins its wait for ranks 1 and 2: rank 1's own
+    timeout ends first, but the sender claims it and names rank 2 only; rank 1 stays for the
+    sender's word (the abort)."""
+    seen: list[str | None] = []
+    theirs = second_client(store)
+    handshake.mark_ready(theirs, 1, 1)
+
+    def wait() -> None:
+        seen.append(handshake.await_start(theirs, 1, 1, 0.4))
+
+    receiver = threading.Thread(target=wait)
+    receiver.start()
+    time.sleep(0.2)  # the sender comes late: its timeout ends after the receiver's
+    missing = handshake.await_ready(store, 1, [1, 2], 0.4)
+    assert missing == [2]
+    handshake.announce_start(store, 1, abort=f"rank(s) {missing} not ready")
+    receiver.join(timeout=10)
+    assert seen == ["abort: rank(s) [2] not ready"]
+
+
+def test_a_rank_that_withdrew_is_not_claimed_and_a_claimed_rank_cannot_withdraw(
+    store: dist.Store,
+) -> None:
+    handshake.mark_ready(store, 1, 1)
+    assert handshake.await_start(store, 1, 1, 0.1) is not None  # withdrew: no sender
+    assert handshake.await_ready(store, 1, [1], 0.1) == [1]
+    handshake.mark_ready(store, 2, 1)
+    assert handshake.await_ready(store, 2, [1], 1.0) == []
+    handshake.announce_start(store, 2)
+    assert handshake.await_start(store, 2, 1, 1.0) is None
 
 
 def test_checksums_catch_a_flipped_byte_on_both_paths() -> None:

@@ -450,9 +450,11 @@ class WeightChannel:
     ) -> int:
         """One push of ``version``: the handshake, the buckets (``prepare(item, slot)`` lays
         each item out in buffer ``slot``) and the receivers' reports."""
-        start = time.monotonic()
         self.pushes += 1
         push = self.pushes
+        if self.faults.push == push and self.faults.late_s is not None:
+            time.sleep(self.faults.late_s)
+        start = time.monotonic()
         self._open_push(push, version)
         deadline = time.monotonic() + self.deadline_s
         try:
@@ -466,7 +468,7 @@ class WeightChannel:
     def _open_push(self, push: int, version: int) -> None:
         """Wait until every receiver is ready for push ``push``, then let them start; a
         rank not ready within ``timeout_s`` aborts the push before any collective."""
-        missing = handshake.await_all(self._control, "ready", push, self.receivers, self.timeout_s)
+        missing = handshake.await_ready(self._control, push, self.receivers, self.timeout_s)
         if missing:
             why = f"rank(s) {missing} not ready within {self.timeout_s:.1f} s"
             handshake.announce_start(self._control, push, abort=why)

@@ -32,6 +32,9 @@ class WeightFaults:
     """Sender: one byte of this bucket is flipped after its checksum was taken."""
     drop_bucket: int | None = None
     """Sender: this bucket (head and bytes) is never broadcast."""
+    late_s: float | None = None
+    """Sender: it comes to the push this many seconds late (a trainer still busy with its
+    update while the receivers already wait)."""
 
     def applies(self, push: int, bucket: int, fault: int | None) -> bool:
         """Whether ``fault`` (one of the bucket fields) hits ``bucket`` of ``push``."""

@@ -3,8 +3,10 @@
 For push ``n`` (counted on every member since it joined) of a channel with receivers
 ``1..R``::
 
-    receiver r: set ready/<n>/<r>          it entered receive()
-    sender:     wait for every ready/<n>/*  (at most the channel's timeout), then
+    receiver r: set ready/<n>/<r> = ready  it entered receive()
+    sender:     set open/<n>                it is here, and decides within its timeout
+                wait for every ready/<n>/*  (at most the channel's timeout), then claim
+                each one: ready -> claimed  (an atomic compare-and-set), then
                 set start/<n> = "go"        or "abort: <why>", and no collective follows
     ...         the buckets' broadcasts     (at most the push's deadline)
     receiver r: set done/<n>/<r>            "ok", or what was wrong (before loading)
@@ -12,6 +14,14 @@ For push ``n`` (counted on every member since it joined) of a channel with recei
 
 so a missing rank is named, by the sender, within the timeout or the deadline instead of
 surfacing as a collective's timeout. Every function here is a few store round trips.
+
+A receiver waits ``timeout_s`` for the sender's word. If by then the sender has opened the
+push, its word is due within the sender's own timeout, and the receiver waits that long
+again: a receiver that said ready *before* the sender came must not give up first, or the
+sender would name a rank that was there all along. If the sender has not come, the
+receiver withdraws: it swaps its ``ready`` for ``withdrawn`` with the same
+compare-and-set the sender claims it with, so exactly one of the two wins, and a sender
+that comes later names it instead of broadcasting to a rank that left.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from typing import Any
 __all__ = [
     "announce_start",
     "await_all",
+    "await_ready",
     "await_start",
     "forget_push",
     "mark_ready",
@@ -32,6 +43,9 @@ __all__ = [
 ]
 
 GO = b"go"
+READY = b"ready"
+CLAIMED = b"claimed"
+WITHDRAWN = b"withdrawn"
 
 
 def _key(kind: str, push: int, rank: int | None = None) -> str:
@@ -40,7 +54,7 @@ def _key(kind: str, push: int, rank: int | None = None) -> str:
 
 def mark_ready(store: Any, push: int, rank: int) -> None:
     """Receiver ``rank`` says it waits for push ``push``."""
-    store.set(_key("ready", push, rank), b"1")
+    store.set(_key("ready", push, rank), READY)
 
 
 def await_all(store: Any, kind: str, push: int, ranks: list[int], timeout_s: float) -> list[int]:
@@ -59,6 +73,19 @@ def await_all(store: Any, kind: str, push: int, ranks: list[int], timeout_s: flo
         return [r for r, k in zip(ranks, keys, strict=True) if not store.check([k])]
 
 
+def await_ready(store: Any, push: int, ranks: list[int], timeout_s: float) -> list[int]:
+    """Sender: open push ``push``, wait until every receiver of ``ranks`` is ready for it (at
+    most ``timeout_s``), then claim each ready one; return the ranks not claimed (never
+    came, or withdrew before the sender came), empty when all are.
+
+    A claimed rank waits for :func:`announce_start`, which must follow."""
+    store.set(_key("open", push), b"1")
+    await_all(store, "ready", push, ranks, timeout_s)
+    # compare_set of a missing key returns the expected value: only a swap reads CLAIMED
+    claims = {r: store.compare_set(_key("ready", push, r), READY, CLAIMED) for r in ranks}
+    return [r for r, value in claims.items() if value != CLAIMED]
+
+
 def announce_start(store: Any, push: int, abort: str | None = None) -> None:
     """Sender: push ``push`` starts now (or is abandoned, saying why)."""
     store.set(_key("start", push), GO if abort is None else f"abort: {abort}".encode())
@@ -66,21 +93,31 @@ def announce_start(store: Any, push: int, abort: str | None = None) -> None:
 
 def await_start(store: Any, push: int, rank: int, timeout_s: float) -> str | None:
     """Receiver ``rank``: wait for the sender's word on push ``push``; ``None`` when it
-    starts, else why not (its abort message, or that it did not come within ``timeout_s``:
-    then the rank takes back its ``ready``, so a sender that comes later names it instead of
-    broadcasting to a rank that left)."""
+    starts, else why not: its abort message, or that it did not come.
+
+    The wait is ``timeout_s``, and ``timeout_s`` more once the sender has opened the push
+    (its word is due within its own timeout). A rank that still has no word withdraws its
+    ``ready`` (atomically against the sender's claim; see the module's docstring); a rank
+    the sender claimed first waits for the word that follows the claim."""
     key = _key("start", push)
-    try:
-        store.wait([key], _delta(timeout_s))
-    except Exception:
-        started = False
-        with contextlib.suppress(Exception):
-            store.delete_key(_key("ready", push, rank))
-            started = store.check([key])
-        if not started:
-            return f"the sender did not start it within {timeout_s:.1f} s"
+    if not _wait(store, key, timeout_s):
+        opened = store.check([_key("open", push)])
+        if not (opened and _wait(store, key, timeout_s)):
+            if store.compare_set(_key("ready", push, rank), READY, WITHDRAWN) != CLAIMED:
+                waited = 2 * timeout_s if opened else timeout_s
+                return f"the sender did not start it within {waited:.1f} s"
+            store.wait([key], _delta(timeout_s))  # claimed: the sender's word follows
     value = bytes(store.get(key))
     return None if value == GO else value.decode(errors="replace")
+
+
+def _wait(store: Any, key: str, timeout_s: float) -> bool:
+    """Whether ``key`` is set within ``timeout_s``."""
+    try:
+        store.wait([key], _delta(timeout_s))
+        return True
+    except Exception:  # the store's timeout (a lost store fails the next call, check)
+        return False
 
 
 def report_done(store: Any, push: int, rank: int, problem: dict[str, Any] | None) -> None:
@@ -103,7 +140,7 @@ def read_reports(store: Any, push: int, ranks: list[int]) -> dict[int, dict[str,
 
 def forget_push(store: Any, push: int, ranks: list[int]) -> None:
     """Delete push ``push``'s keys (every receiver has read them), best effort."""
-    keys = [_key("start", push)]
+    keys = [_key("start", push), _key("open", push)]
     keys += [_key(kind, push, rank) for kind in ("ready", "done") for rank in ranks]
     for key in keys:
         try:
