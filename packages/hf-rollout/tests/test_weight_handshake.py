@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import datetime
+import multiprocessing as mp
+import os
 import threading
 import time
 import zlib
+from typing import Any
 
 import pytest
 import torch
@@ -99,6 +102,46 @@ def test_a_rank_that_withdrew_is_not_claimed_and_a_claimed_rank_cannot_withdraw(
     assert handshake.await_ready(store, 2, [1], 1.0) == []
     handshake.announce_start(store, 2)
     assert handshake.await_start(store, 2, 1, 1.0) is None
+
+
+def _store_host(port: int, up: Any) -> None:
+    """A sender's process reduced to its store: it dies (as a kill would) once rank 1 said
+    ready."""
+    master = dist.TCPStore(
+        "127.0.0.1",
+        port,
+        2,
+        is_master=True,
+        timeout=datetime.timedelta(seconds=60),
+        wait_for_workers=False,
+    )
+    up.set()
+    dist.PrefixStore("test/", master).wait(["ready/1/1"], datetime.timedelta(seconds=60))
+    time.sleep(0.5)
+    os._exit(9)
+
+
+def test_a_receiver_whose_sender_died_hears_it_at_once_not_after_its_timeout() -> None:
+    """The store lives in the sender's process: when that process dies, a receiver waiting
+    for the start gets the store's connection error within seconds (which the channel words
+    as "the sender's store is unreachable"), not "did not start it within 60 s"."""
+    _, port = master_address()
+    ctx = mp.get_context("spawn")
+    up = ctx.Event()
+    host = ctx.Process(target=_store_host, args=(port, up))
+    host.start()
+    assert up.wait(120), "the store's process did not start"
+    client = dist.TCPStore(
+        "127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=60)
+    )
+    store = dist.PrefixStore("test/", client)
+    handshake.mark_ready(store, 1, 1)
+    start = time.monotonic()
+    with pytest.raises(dist.DistNetworkError):
+        handshake.await_start(store, 1, 1, 60.0)
+    assert time.monotonic() - start < 30
+    host.join(timeout=30)
+    assert host.exitcode == 9
 
 
 def test_checksums_catch_a_flipped_byte_on_both_paths() -> None:
