@@ -282,9 +282,7 @@ def build_role_groups(
     )
     rollout_pool = None
     if rollout is not None and not hybrid:
-        gpus = trainer.rollout_gpus_per_worker or trainer.gpus_per_worker
-        total = trainer.rollout_workers or trainer.n_workers
-        rollout_pool = _pool(trainer, total, f"{prefix}_rollout", gpus)
+        rollout_pool = _rollout_pool(trainer, f"{prefix}_rollout")
     # Reserve every pool before any worker starts: a layout the cluster cannot hold fails
     # here, naming the short node, instead of after the first group has loaded its model.
     try:
@@ -310,13 +308,8 @@ def build_role_groups(
     new_rollout = None
     rollout_owned: list[object] = []
     if rollout is not None and not hybrid:
-        rollout_group = make_worker_group(
-            rollout_pool,
-            rollout,
-            name_prefix=f"{prefix}_rollout",
-            backend=trainer.backend,
-            call_timeout_s=trainer.call_timeout_s,
-            block_until_ready=block_until_ready,
+        rollout_group = _rollout_group(
+            trainer, rollout, rollout_pool, f"{prefix}_rollout", block_until_ready
         )
         rollout_owned = [rollout_group, rollout_pool]
         owned += rollout_owned
@@ -341,18 +334,36 @@ def _replacement_rollout(
 ) -> tuple[RolloutGroup, list[object]]:
     """A new rollout group in a new pool, for :meth:`RoleGroups.replace_rollout`; returns
     the group and what it owns (group, pool)."""
-    gpus = trainer.rollout_gpus_per_worker or trainer.gpus_per_worker
-    total = trainer.rollout_workers or trainer.n_workers
     name = f"{prefix}_rollout_{uuid.uuid4().hex[:4]}"
-    pool = _pool(trainer, total, name, gpus)
-    group = make_worker_group(
+    pool = _rollout_pool(trainer, name)
+    group = _rollout_group(trainer, rollout, pool, name)
+    return as_group(group, RolloutGroup), [group, pool]
+
+
+def _rollout_pool(trainer: TrainerSection, name: str) -> RayResourcePool | None:
+    """The separate placement's rollout pool: ``rollout_workers`` workers (default
+    ``n_workers``) of ``rollout_gpus_per_worker`` GPUs each (default ``gpus_per_worker``)."""
+    gpus = trainer.rollout_gpus_per_worker or trainer.gpus_per_worker
+    return _pool(trainer, trainer.rollout_workers or trainer.n_workers, name, gpus)
+
+
+def _rollout_group(
+    trainer: TrainerSection,
+    rollout: RayClassWithInitArgs,
+    pool: RayResourcePool | None,
+    name: str,
+    block_until_ready: bool = True,
+) -> Any:
+    """The separate placement's rollout worker group on ``pool`` (the first one, or a
+    replacement)."""
+    return make_worker_group(
         pool,
         rollout,
         name_prefix=name,
         backend=trainer.backend,
         call_timeout_s=trainer.call_timeout_s,
+        block_until_ready=block_until_ready,
     )
-    return as_group(group, RolloutGroup), [group, pool]
 
 
 def _optional_group(group: object | None, protocol: Callable[..., GroupT]) -> GroupT | None:
