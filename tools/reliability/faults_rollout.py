@@ -14,8 +14,6 @@ queued on it; it fails there, or at the next call or weight push when already fi
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 import time
 from collections import Counter
@@ -29,38 +27,6 @@ STEPS = 4
 KILL_STEP = 2
 
 
-def _killing_trainer(config: Any) -> Any:
-    """A real PPO trainer that SIGKILLs its rollout worker before step :data:`KILL_STEP`
-    and records the prompts it trains on and the time to the next finished step."""
-    import ray
-
-    from hf_algos.trainers import PPOTrainer
-    from hf_protocol import fields
-
-    class RolloutKillingTrainer(PPOTrainer):
-        killed_at: float | None = None
-        recovered_s: float | None = None
-        prompts: list[str]
-
-        def train_step(self, batch: Any) -> Any:
-            if self.global_step == KILL_STEP and self.killed_at is None:
-                worker = self.roles.rollout.workers[0]  # type: ignore[attr-defined]
-                pid = ray.get(worker._hf_process_info.remote())["pid"]
-                os.kill(int(pid), signal.SIGKILL)
-                self.killed_at = time.monotonic()
-            metrics = super().train_step(batch)
-            replaced = self.replacement.total > 0  # the step after the replacement is done
-            if replaced and self.recovered_s is None and self.killed_at is not None:
-                self.recovered_s = time.monotonic() - self.killed_at
-            return metrics
-
-        def update(self, batch: Any, metrics: Any, timing: Any) -> None:
-            self.prompts += [str(p) for p in batch.non_tensor_batch[fields.RAW_PROMPT]]
-            super().update(batch, metrics, timing)
-
-    return RolloutKillingTrainer(config)
-
-
 def _run(scratch: Path, max_replacements: int) -> tuple[Any, list[Any] | BaseException]:
     """Train with the kill; the trainer and its history, or the error that ended it."""
     import ray
@@ -72,6 +38,7 @@ def _run(scratch: Path, max_replacements: int) -> tuple[Any, list[Any] | BaseExc
 
     sys.path.insert(0, str(ALGOS_TESTS))
     from crash_driver import overrides as crash_driver_overrides
+    from killing_trainer import KillingTrainer
     from toy_task import SORT_DIGITS_SOURCE, make_sort_digits_rows, score_sorted_digits
 
     torch.set_num_threads(1)
@@ -92,8 +59,8 @@ def _run(scratch: Path, max_replacements: int) -> tuple[Any, list[Any] | BaseExc
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     trainer = None
     try:
-        trainer = _killing_trainer(load_config(RLConfig, overrides=overrides))
-        trainer.prompts = []
+        trainer = KillingTrainer(load_config(RLConfig, overrides=overrides))
+        trainer.kill_at, trainer.prompts = (KILL_STEP,), []
         with trainer:
             return trainer, trainer.fit()
     except Exception as error:  # the bounded case ends here, as the user would see

@@ -9,48 +9,23 @@ deadline passes. Past ``rollout.max_replacements`` the worker's own error ends t
 
 from __future__ import annotations
 
-import os
 import signal
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-import ray
 import torch
 
 from hf_algos.config import RLConfig, load_config
-from hf_algos.trainers import PPOTrainer
 from hf_controller import WorkerDiedError
-from hf_protocol import DataProto, fields
 
+from .killing_trainer import KillingTrainer
 from .trainer_helpers import common_overrides, task_files
 
 ROWS = 16
 SAMPLES = 2
 STUCK_DEADLINE_S = 10.0
-
-
-class KillingTrainer(PPOTrainer):
-    """Records the prompts of every step; SIGKILLs the rollout worker at ``kill_at`` steps
-    (before the step: in an async mode, while the next batch is generated)."""
-
-    kill_at: tuple[int, ...] = ()
-    signal_number: int = signal.SIGKILL
-    prompts: list[str]
-
-    def train_step(self, batch: DataProto) -> dict[str, float]:
-        if self.global_step in self.kill_at:
-            rollout: Any = self.roles.rollout
-            pid = ray.get(rollout.workers[0]._hf_process_info.remote())["pid"]
-            if self.signal_number == signal.SIGSTOP:  # a deadline on this group's calls only
-                rollout.call_timeout_s = STUCK_DEADLINE_S
-            os.kill(int(pid), self.signal_number)
-        return super().train_step(batch)
-
-    def update(self, batch: DataProto, metrics: Any, timing: Any) -> None:
-        self.prompts += [str(p) for p in batch.non_tensor_batch[fields.RAW_PROMPT]]
-        super().update(batch, metrics, timing)
 
 
 def _run(
@@ -60,6 +35,7 @@ def _run(
     trainer = KillingTrainer(load_config(RLConfig, overrides=overrides))
     trainer.kill_at, trainer.prompts = kill_at, []
     trainer.signal_number = signal_number
+    trainer.stuck_deadline_s = STUCK_DEADLINE_S
     with trainer:
         history = trainer.fit()
     return trainer, history
