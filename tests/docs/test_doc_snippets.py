@@ -79,6 +79,7 @@ def test_blocks_that_are_not_run_still_parse() -> None:
 RUN_PAGES = [path for path in PAGES if any(block.runs for block in parse_page(path))]
 
 
+@pytest.mark.timeout(1800)  # several blocks, each bounded by doc_snippets.DEFAULT_TIMEOUT_S
 @pytest.mark.parametrize("path", RUN_PAGES, ids=page_id)
 def test_page_blocks_run(path: Path, tmp_path: Path) -> None:
     """The page's runnable blocks, in order, in one working directory; the first failure
