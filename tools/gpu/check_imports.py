@@ -1,6 +1,8 @@
 """Stage ``imports``: every module the GPU run needs imports; versions and the device, as JSON.
 
-Usage: ``python tools/gpu/check_imports.py cuda|cpu`` (our packages on ``PYTHONPATH``).
+Usage: ``python tools/gpu/check_imports.py cuda|cpu [--without-vllm]`` (our packages on
+``PYTHONPATH``). ``--without-vllm`` leaves vLLM and our vLLM backend out (the closed-set
+proof's venv, tools/gpu/prove_closed_set.sh, holds no vLLM).
 """
 
 from __future__ import annotations
@@ -35,11 +37,17 @@ MODULES = (
 )
 
 
-def main(device: str) -> int:
+VLLM_MODULES = ("vllm", "hf_rollout.backends.vllm")
+"""What ``--without-vllm`` leaves out."""
+
+
+def main(device: str, without_vllm: bool = False) -> int:
     """Import each module; print one JSON object; 1 if any import failed."""
     found: dict[str, str] = {}
     failed: dict[str, str] = {}
     for name in MODULES:
+        if without_vllm and name in VLLM_MODULES:
+            continue
         try:
             module = importlib.import_module(name)
         except Exception as error:
@@ -63,4 +71,4 @@ def main(device: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1], "--without-vllm" in sys.argv[2:]))

@@ -1,9 +1,10 @@
 """Stage ``grpo_real``: the SmolLM2-135M-Instruct GRPO recipe (``smollm2_chain_sum``) in the
 hybrid placement on one device: vLLM rollout, FSDP2 actor, the local backend (no Ray).
 
-Usage: ``python tools/gpu/grpo_real.py cuda|cpu MODEL STEPS OUT_DIR``. On ``cuda``: the
-recipe's sizes, bf16 vLLM, FSDP2 bf16 mixed precision over fp32 master weights. On ``cpu``
-(the dry run): vLLM's CPU build, fp32, 2 prompts x 2 samples. Writes ``OUT_DIR/summary.json``:
+Usage: ``python tools/gpu/grpo_real.py cuda|cpu MODEL STEPS OUT_DIR [vllm|native]``. On
+``cuda``: the recipe's sizes, bf16 vLLM, FSDP2 bf16 mixed precision over fp32 master weights.
+On ``cpu`` (the dry run): vLLM's CPU build, fp32, 2 prompts x 2 samples; ``native`` generates
+with the native engine instead (the closed-set proof). Writes ``OUT_DIR/summary.json``:
 per-phase seconds (median over the steps after the first), per-phase memory, validation.
 """
 
@@ -19,8 +20,9 @@ from hf_algos.cli import main as hybridflow
 from hf_algos.tracking.metrics import MEMORY_DEVICE, MEMORY_PEAK
 
 
-def overrides(device: str, model: str, steps: int, out: Path) -> list[str]:
-    """The recipe's config, moved onto ``device`` and into ``out``."""
+def overrides(device: str, model: str, steps: int, out: Path, rollout: str = "vllm") -> list[str]:
+    """The recipe's config, moved onto ``device`` and into ``out``, generating with the
+    ``rollout`` backend (``native``: where there is no vLLM)."""
     common = [
         f"vars.workdir={out}",
         f"actor.engine.model.path={model}",
@@ -29,7 +31,7 @@ def overrides(device: str, model: str, steps: int, out: Path) -> list[str]:
         f"trainer.test_freq={steps}",
         "trainer.progress_bar=false",
         "trainer.export_dir=null",
-        "rollout.backend=vllm",
+        f"rollout.backend={rollout}",
     ]
     if device == "cuda":
         return [
@@ -84,12 +86,11 @@ def summarize(metrics_file: Path) -> dict[str, Any]:
     }
 
 
-def main(device: str, model: str, steps: int, out_dir: str) -> int:
+def main(device: str, model: str, steps: int, out_dir: str, rollout: str = "vllm") -> int:
     """Train; summarize the run's metrics; the command's exit code."""
     out = Path(out_dir)
-    code = hybridflow(
-        ["grpo", "--config-name", "smollm2_chain_sum", *overrides(device, model, steps, out)]
-    )
+    config = overrides(device, model, steps, out, rollout)
+    code = hybridflow(["grpo", "--config-name", "smollm2_chain_sum", *config])
     found = sorted(out.glob("logs/**/metrics.jsonl"))
     if found:
         summary = {"exit": code, **summarize(found[-1])}
@@ -99,4 +100,4 @@ def main(device: str, model: str, steps: int, out_dir: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]))
+    sys.exit(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], *sys.argv[5:6]))

@@ -48,8 +48,12 @@ class Stage:
     cwd: Path = ROOT
 
 
-def stage_table(device: str, work: Path, model: str, steps: int) -> dict[str, Stage]:
-    """Every stage, sized for ``device`` (``cpu``: the dry run's tiny sizes)."""
+def stage_table(
+    device: str, work: Path, model: str, steps: int, rollout: str = "vllm"
+) -> dict[str, Stage]:
+    """Every stage, sized for ``device`` (``cpu``: the dry run's tiny sizes); ``rollout``
+    ``native`` is for an environment without vLLM (the import check leaves it out, the GRPO
+    stage generates with the native engine)."""
     py = sys.executable
     gpu = device == "cuda"
     pytest = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
@@ -84,7 +88,11 @@ def stage_table(device: str, work: Path, model: str, steps: int) -> dict[str, St
             "2",
         ]
     return {
-        "imports": Stage([py, str(ROOT / "tools/gpu/check_imports.py"), device], 120),
+        "imports": Stage(
+            [py, str(ROOT / "tools/gpu/check_imports.py"), device]
+            + (["--without-vllm"] if rollout == "native" else []),
+            120,
+        ),
         "fsdp_tests": Stage(
             [*pytest, "tests/test_fsdp_engine_gpu.py"], 240, cwd=ROOT / "packages/hf-engines"
         ),
@@ -111,6 +119,7 @@ def stage_table(device: str, work: Path, model: str, steps: int) -> dict[str, St
                 model,
                 str(steps),
                 str(work / "grpo_real"),
+                rollout,
             ],
             600 if gpu else 900,
             outputs=("summary.json",),
@@ -203,6 +212,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--model", help="GRPO model (default: the SmolLM2 GGUF)")
     parser.add_argument("--steps", type=int, help="GRPO steps (default 8 on cuda, 1 on cpu)")
     parser.add_argument("--store", default="/tmp/hybridflow-gpu", help="tools/gpu/unpack.sh's")
+    parser.add_argument(
+        "--rollout",
+        choices=("vllm", "native"),
+        default="vllm",
+        help="native: no vLLM here (tools/gpu/prove_closed_set.sh); the import check leaves "
+        "it out and the GRPO stage generates with the native engine",
+    )
     return parser.parse_args(argv)
 
 
@@ -214,12 +230,17 @@ def main(argv: Sequence[str]) -> int:
     work = Path(os.environ.get("HYBRIDFLOW_GPU_WORK", "/tmp/hybridflow-gpu-work"))
     model = args.model or default_model(Path(args.store))
     steps = args.steps or (8 if args.device == "cuda" else 1)
-    table = stage_table(args.device, work, model, steps)
+    table = stage_table(args.device, work, model, steps, args.rollout)
     unknown = sorted(set(args.stages or ()) - set(table))
     if unknown:
         raise SystemExit(f"unknown stages {unknown}; choose from {list(table)}")
     chosen = [name for name in table if not args.stages or name in args.stages]
-    results: dict[str, Any] = {"device": args.device, "model": model, "steps": steps}
+    results: dict[str, Any] = {
+        "device": args.device,
+        "model": model,
+        "steps": steps,
+        "rollout": args.rollout,
+    }
     for name in chosen:
         results[name] = run_stage(name, table[name], work, out / "log.txt")
         (out / "results.json").write_text(json.dumps(results, indent=1))
