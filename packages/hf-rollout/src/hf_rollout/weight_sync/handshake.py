@@ -31,6 +31,8 @@ import datetime
 import pickle
 from typing import Any
 
+import torch.distributed as dist
+
 __all__ = [
     "announce_start",
     "await_all",
@@ -112,11 +114,12 @@ def await_start(store: Any, push: int, rank: int, timeout_s: float) -> str | Non
 
 
 def _wait(store: Any, key: str, timeout_s: float) -> bool:
-    """Whether ``key`` is set within ``timeout_s``."""
+    """Whether ``key`` is set within ``timeout_s``; a store that is gone (its host died)
+    raises its ``DistNetworkError`` here instead of counting as a timeout."""
     try:
         store.wait([key], _delta(timeout_s))
         return True
-    except Exception:  # the store's timeout (a lost store fails the next call, check)
+    except dist.DistStoreError:  # the store's wait timed out
         return False
 
 
