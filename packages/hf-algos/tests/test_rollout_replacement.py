@@ -25,7 +25,6 @@ from .trainer_helpers import common_overrides, task_files
 
 ROWS = 16
 SAMPLES = 2
-STUCK_DEADLINE_S = 10.0
 
 
 def _run(
@@ -35,7 +34,6 @@ def _run(
     trainer = KillingTrainer(load_config(RLConfig, overrides=overrides))
     trainer.kill_at, trainer.prompts = kill_at, []
     trainer.signal_number = signal_number
-    trainer.stuck_deadline_s = STUCK_DEADLINE_S
     with trainer:
         history = trainer.fit()
     return trainer, history
