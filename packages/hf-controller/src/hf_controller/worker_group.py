@@ -152,6 +152,21 @@ class WorkerGroup:
         and :class:`WorkerTimeoutError` when ``timeout_s`` passes first."""
         raise NotImplementedError
 
+    def _call(
+        self,
+        method: str,
+        remote_name: str,
+        calls: list[tuple[tuple[Any, ...], dict[str, Any]]],
+        ranks: list[int],
+        timeout_s: float | None,
+        data: bool,
+    ) -> list[Any]:
+        """Run a blocking call of ``remote_name`` (group method ``method``) on ``ranks``;
+        results in order. ``data``: the results are data to be joined (a backend may then
+        fetch them itself). By default :meth:`_execute` then :meth:`_wait`; a backend may
+        route it otherwise (Ray: through relays, for large groups)."""
+        return self._wait(method, self._execute(remote_name, calls, ranks), ranks, timeout_s)
+
     def _keep_workers_for(self, handles: list[Any]) -> None:
         """Keep the workers alive until the non-blocking call behind ``handles`` is done,
         even when the group itself is dropped first (backend hook; a no-op by default)."""
@@ -283,9 +298,13 @@ class WorkerGroup:
 
     def execute_all_sync(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
         """Run ``method_name`` on every worker and return the results in rank order."""
-        handles = self.execute_all_async(method_name, *args, **kwargs)
+        calls = [
+            _call_for_rank(r, *_maybe_split(self.world_size, args, kwargs))
+            for r in range(self.world_size)
+        ]
         ranks = list(range(self.world_size))
-        return self._wait(method_name, handles, ranks, self.timeout_for(method_name))
+        timeout_s = self.timeout_for(method_name)
+        return self._call(method_name, method_name, calls, ranks, timeout_s, data=False)
 
     execute_all = execute_all_async
 
@@ -357,6 +376,11 @@ def _group_call(name: str, remote_name: str, spec: MethodSpec) -> Callable[..., 
             f"{name}: pad_to_equal needs a data-parallel dispatch mode, not {spec.dispatch_mode!r}"
         )
 
+    # Results that are data to be joined (DataProto shards), not small answers.
+    data = _is_mesh(spec) or (
+        not isinstance(spec.dispatch_mode, dict) and spec.dispatch_mode in PADDABLE_MODES
+    )
+
     def group_call(self: WorkerGroup, *args: Any, **kwargs: Any) -> Any:
         with self.timer.phase(name, "dispatch"):
             padding = None
@@ -366,10 +390,11 @@ def _group_call(name: str, remote_name: str, spec: MethodSpec) -> Callable[..., 
             ranks = [0] if rank_zero else list(range(self.world_size))
             calls = [_call_for_rank(rank, split_args, split_kwargs) for rank in ranks]
         with self.timer.phase(name, "execute"):
-            outputs = self._execute(remote_name, calls, ranks)
             if spec.blocking:
-                outputs = self._wait(name, outputs, ranks, _deadline(self, spec))
+                deadline = _deadline(self, spec)
+                outputs = self._call(name, remote_name, calls, ranks, deadline, data)
             else:  # the future may outlive the group: its workers must not
+                outputs = self._execute(remote_name, calls, ranks)
                 self._keep_workers_for(outputs)
         if rank_zero:
             return outputs[0]

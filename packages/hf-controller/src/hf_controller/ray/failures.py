@@ -165,13 +165,13 @@ def _get_one(
         cause = f"{type(original).__name__}: {original}".splitlines()[0]
         raise WorkerGroupError(group, rank, method, node, cause, str(error)) from original
     except ray.exceptions.RayActorError as error:
-        cause = _death_cause(str(error))
+        cause = death_cause(str(error))
         logs = tail_worker_logs(info.get("pid"))
         details = f"{error}\n--- last lines of the worker's log ---\n{logs}" if logs else str(error)
         raise WorkerDiedError(group, rank, method, node, cause, details) from None
 
 
-def _death_cause(message: str) -> str:
+def death_cause(message: str) -> str:
     """A one-line cause from Ray's actor-death message (which also lists *possible* causes)."""
     lowered = message.lower()
     for line in message.splitlines():

@@ -18,6 +18,7 @@ from hf_controller.errors import ConfigurationError
 from hf_controller.ray.cluster import LOOPBACK_ENV, ensure_ray, started_local_ray
 from hf_controller.ray.failures import wait_for_results
 from hf_controller.ray.host import can_host
+from hf_controller.ray.relay import RelayTree, resolve_relay_fanout
 from hf_controller.ray.resource_pool import BundleSlot, RayResourcePool, node_of
 from hf_controller.threads import THREADS_ENV
 from hf_controller.worker import GROUP_NAME_ENV, RESERVED_ENV, master_address
@@ -77,6 +78,14 @@ class RayWorkerGroup(WorkerGroup):
     ``@register(timeout_s=...)`` overrides it. Past it, the call raises
     :class:`~hf_controller.WorkerTimeoutError` with the unanswered ranks' current stacks.
 
+    ``relay_fanout`` (``None``: the ``HF_CONTROLLER_RELAY_FANOUT`` environment variable,
+    else 16) is the most ranks the driver calls directly: a larger group's blocking calls
+    go through a tree of relay actors (:mod:`hf_controller.ray.relay`), each reaching at
+    most that many, so the driver's cost per call does not grow with the ranks. ``0``
+    never uses relays. Failures are reported as on the direct path. Non-blocking calls,
+    calls on some ranks only and calls made while non-blocking ones are still running
+    (whose order the tree could change) go direct.
+
     ``block_until_ready=False`` returns as soon as the workers are asked for, while their
     processes start and import (seconds): the caller can do other work meanwhile. The first
     call, or :meth:`wait_ready`, waits for them; a worker that failed to start raises there
@@ -98,6 +107,7 @@ class RayWorkerGroup(WorkerGroup):
         worker_env: dict[str, str] | None = None,
         call_timeout_s: float | None = None,
         block_until_ready: bool = True,
+        relay_fanout: int | None = None,
         **kwargs: Any,
     ) -> None:
         if ray_cls_with_init is None:
@@ -123,6 +133,15 @@ class RayWorkerGroup(WorkerGroup):
             )
         else:
             raise ConfigurationError("RayWorkerGroup needs a resource_pool or worker_names")
+        fanout = resolve_relay_fanout(relay_fanout)
+        self._relays: RelayTree | None = None
+        if (
+            resource_pool is not None
+            and worker_names is None
+            and not detached
+            and (0 < fanout < len(self._workers))
+        ):
+            self._relays = _start_relays(self._workers, resource_pool, fanout, start_refs)
         pool = resource_pool if worker_names is None else None
         if pool is not None:
             pool._add_user()
@@ -133,10 +152,11 @@ class RayWorkerGroup(WorkerGroup):
         # handles and the pool, never the group, so it does not keep the group alive.
         self._lifetime = _Lifetime()
         self._in_flight = _InFlight()
+        relays = self._relays.relays if self._relays is not None else []
         self._finalizer = weakref.finalize(
             self._lifetime,
             _end_group,
-            list(self._workers),
+            [*self._workers, *relays],
             pool,
             detached or pool is None,
             self._in_flight,
@@ -303,6 +323,22 @@ class RayWorkerGroup(WorkerGroup):
         info = self._readiness.info or {}
         return wait_for_results(self.name, method, handles, ranks, info, timeout_s)
 
+    def _call(
+        self,
+        method: str,
+        remote_name: str,
+        calls: list[tuple[tuple[Any, ...], dict[str, Any]]],
+        ranks: list[int],
+        timeout_s: float | None,
+        data: bool,
+    ) -> list[Any]:
+        tree = self._relays
+        if tree is None or len(ranks) != self.world_size or self._in_flight.pending():
+            return super()._call(method, remote_name, calls, ranks, timeout_s, data)
+        self.wait_ready(timeout_s)
+        info = self._readiness.info or {}
+        return tree.run(self.name, method, remote_name, calls, info, timeout_s, fetch=not data)
+
     def _keep_workers_for(self, handles: list[Any]) -> None:
         self._in_flight.add(handles)
 
@@ -414,6 +450,21 @@ def _kill(workers: list[Any], pool: RayResourcePool | None) -> None:
     if pool is not None:
         with contextlib.suppress(Exception):
             pool._remove_user()
+
+
+def _start_relays(
+    workers: list[Any], pool: RayResourcePool, fanout: int, start_refs: list[Any] | None
+) -> RelayTree:
+    """The group's relay tree: leaves per node, each relay placed on its first rank's
+    bundle (a relay asks for no CPU), so a leaf runs next to the workers it calls."""
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    slots = pool.slots()
+    nodes: dict[int, list[int]] = {}
+    for rank, slot in enumerate(slots):
+        nodes.setdefault(id(slot.placement_group), []).append(rank)
+    placement = [PlacementGroupSchedulingStrategy(s.placement_group, s.bundle_index) for s in slots]
+    return RelayTree.start(workers, list(nodes.values()), fanout, start_refs is not None, placement)
 
 
 def _rendezvous_address(slot: BundleSlot) -> tuple[str, int]:
