@@ -27,7 +27,6 @@ running it, down the tree, while the call itself is still running.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
 import os
@@ -41,6 +40,8 @@ RELAY_FANOUT_ENV = "HF_CONTROLLER_RELAY_FANOUT"
 """Largest number of ranks a group calls directly; a larger group is called through relays
 that each reach at most this many (``0``: never use relays)."""
 DEFAULT_FANOUT = 16
+POLL_S = 0.5
+"""How long a relay waits for all its children at once before it looks at each."""
 PEER_GRACE_S = 1.0
 """After a rank failed: how long a relay still waits for its other children."""
 
@@ -111,12 +112,13 @@ def plan_tree(nodes: Sequence[Sequence[int]], fanout: int) -> TreeNode:
 
 
 class Relay:
-    """An async Ray actor that forwards group calls to its children and gathers answers.
+    """A Ray actor that forwards group calls to its children and gathers their answers.
 
     A leaf's children are worker actor handles (``ranks`` lists whose they are); an inner
     relay's children are relays (``ranks`` lists the ranks below each). ``hosted``: the
     workers live in :class:`~hf_controller.ray.host.WorkerHost` processes and are called
-    through ``_hf_call``.
+    through ``_hf_call``. It runs calls in threads (``max_concurrency``), so
+    :meth:`pending` answers while a call waits.
     """
 
     def __init__(
@@ -126,13 +128,13 @@ class Relay:
         self._ranks = ranks
         self._leaf = leaf
         self._hosted = hosted
-        self._calls: dict[str, list[tuple[asyncio.Task[dict[int, Outcome]], int]]] = {}
+        self._calls: dict[str, list[Any]] = {}  # call id -> the children's object refs
 
     def ready(self) -> bool:
         """Answers once the relay's process is up."""
         return True
 
-    async def call(
+    def call(
         self,
         call_id: str,
         method: str,
@@ -145,33 +147,35 @@ class Relay:
         ``shared`` are the arguments of every rank, else ``per_rank`` maps rank to its own.
         ``fetch=False`` answers each rank's object ref at once instead of its result.
         """
-        submitted = [
+        refs = [
             self._submit(i, call_id, method, shared, per_rank, fetch)
             for i in range(len(self._children))
         ]
-        if not self._leaf or fetch:
-            tasks = [
-                (asyncio.ensure_future(self._answer(i, ref)), i) for i, ref in enumerate(submitted)
-            ]
-        else:  # fetch=False at a leaf: the refs themselves are the answers
-            return {self._ranks[i][0]: ("ref", ref) for i, ref in enumerate(submitted)}
-        self._calls[call_id] = tasks
+        if self._leaf and not fetch:  # the refs themselves are the answers
+            return {self._ranks[i][0]: ("ref", ref) for i, ref in enumerate(refs)}
+        self._calls[call_id] = refs
         try:
-            return await self._gather(tasks)
+            return self._gather(refs)
         finally:
             self._calls.pop(call_id, None)
 
-    async def pending(self, call_id: str) -> list[int]:
+    def pending(self, call_id: str) -> list[int]:
         """The ranks below this relay still running call ``call_id`` (none once done)."""
+        import ray
+
+        refs = self._calls.get(call_id, [])
+        if not refs:
+            return []
+        _, waiting = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
         stuck: list[int] = []
-        for task, index in self._calls.get(call_id, []):
-            if task.done():
+        for index, ref in enumerate(refs):
+            if ref not in waiting:
                 continue
             if self._leaf:
                 stuck.extend(self._ranks[index])
             else:
                 with contextlib.suppress(Exception):  # a dead relay: its ranks are unknown
-                    stuck.extend(await self._children[index].pending.remote(call_id))
+                    stuck.extend(ray.get(self._children[index].pending.remote(call_id)))
         return sorted(stuck)
 
     # ------------------------------------------------------------------ internals
@@ -195,13 +199,48 @@ class Relay:
             return child._hf_call.options(name=method).remote(method, *args, **kwargs)
         return getattr(child, method).remote(*args, **kwargs)
 
-    async def _answer(self, index: int, ref: Any) -> dict[int, Outcome]:
-        """Child ``index``'s outcomes; never raises."""
+    def _gather(self, refs: list[Any]) -> dict[int, Outcome]:
+        """Every child's outcomes: one ``ray.get`` when all answer in time; else polled,
+        and once one failed the others get :data:`PEER_GRACE_S` before their ranks are
+        answered ``"pending"``."""
+        import time
+
+        import ray
+
+        try:
+            values = ray.get(refs, timeout=POLL_S)
+            return self._merge({i: self._ok(i, v) for i, v in enumerate(values)})
+        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError):
+            pass  # some child is slow or failed: find out which below
+        answers: dict[int, dict[int, Outcome]] = {}
+        waiting = dict(zip(refs, range(len(refs)), strict=True))
+        grace_end: float | None = None
+        while waiting:
+            wait_s = POLL_S if grace_end is None else max(0.0, grace_end - time.monotonic())
+            ready, _ = ray.wait(list(waiting), num_returns=len(waiting), timeout=wait_s)
+            for ref in ready:
+                index = waiting.pop(ref)
+                answers[index] = self._answer(index, ref)
+                failed = any(kind in FAILED for kind, _ in answers[index].values())
+                if failed and grace_end is None:
+                    grace_end = time.monotonic() + PEER_GRACE_S
+            if grace_end is not None and time.monotonic() >= grace_end:
+                break
+        for index in waiting.values():
+            answers[index] = dict.fromkeys(self._ranks[index], ("pending", None))
+        return self._merge(answers)
+
+    def _ok(self, index: int, value: Any) -> dict[int, Outcome]:
+        """Child ``index``'s outcomes from the value it answered."""
+        return {self._ranks[index][0]: ("ok", value)} if self._leaf else dict(value)
+
+    def _answer(self, index: int, ref: Any) -> dict[int, Outcome]:
+        """Child ``index``'s outcomes from its finished ``ref``; never raises."""
         import ray
 
         ranks = self._ranks[index]
         try:
-            value = await ref
+            return self._ok(index, ray.get(ref))
         except ray.exceptions.RayTaskError as error:
             return {ranks[0]: ("error", (_travelling(error.cause), str(error)))}
         except ray.exceptions.RayActorError as error:
@@ -209,33 +248,13 @@ class Relay:
                 return {ranks[0]: ("died", str(error))}
             text = f"the relay for ranks {list(ranks)} died: {error}"
             return dict.fromkeys(ranks, ("died", text))
-        return {ranks[0]: ("ok", value)} if self._leaf else dict(value)
 
-    async def _gather(
-        self, tasks: list[tuple[asyncio.Task[dict[int, Outcome]], int]]
-    ) -> dict[int, Outcome]:
-        """Every child's outcomes; once one failed, the others get :data:`PEER_GRACE_S`
-        before their ranks are answered ``"pending"``."""
-        loop = asyncio.get_running_loop()
-        outcomes: dict[int, Outcome] = {}
-        waiting = {task for task, _ in tasks}
-        grace_end: float | None = None
-        while waiting:
-            timeout = None if grace_end is None else max(0.0, grace_end - loop.time())
-            done, waiting = await asyncio.wait(
-                waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-            )
-            if not done:
-                break
-            for task in done:
-                part = task.result()
-                outcomes.update(part)
-                if grace_end is None and any(kind in FAILED for kind, _ in part.values()):
-                    grace_end = loop.time() + PEER_GRACE_S
-        for task, index in tasks:
-            if task in waiting:
-                outcomes.update(dict.fromkeys(self._ranks[index], ("pending", None)))
-        return outcomes
+    @staticmethod
+    def _merge(answers: dict[int, dict[int, Outcome]]) -> dict[int, Outcome]:
+        """The children's outcomes as one map, rank to outcome."""
+        return {
+            rank: outcome for index in sorted(answers) for rank, outcome in answers[index].items()
+        }
 
 
 def _travelling(cause: Any) -> BaseException | None:
@@ -289,7 +308,7 @@ class RelayTree:
             else:
                 children = [build(child) for child in node.children]
                 below = [child.ranks for child in node.children]
-            options: dict[str, Any] = {"num_cpus": 0, "max_restarts": 0}
+            options: dict[str, Any] = {"num_cpus": 0, "max_restarts": 0, "max_concurrency": 8}
             where = placement[node.ranks[0]]
             if where is not None:
                 options["scheduling_strategy"] = where

@@ -84,7 +84,8 @@ class RayWorkerGroup(WorkerGroup):
     most that many, so the driver's cost per call does not grow with the ranks. ``0``
     never uses relays. Failures are reported as on the direct path. Non-blocking calls,
     calls on some ranks only and calls made while non-blocking ones are still running
-    (whose order the tree could change) go direct.
+    (whose order the tree could change) go direct; so does every call while
+    :attr:`use_relays` is ``False``.
 
     ``block_until_ready=False`` returns as soon as the workers are asked for, while their
     processes start and import (seconds): the caller can do other work meanwhile. The first
@@ -135,6 +136,9 @@ class RayWorkerGroup(WorkerGroup):
             raise ConfigurationError("RayWorkerGroup needs a resource_pool or worker_names")
         fanout = resolve_relay_fanout(relay_fanout)
         self._relays: RelayTree | None = None
+        self.use_relays = True
+        """Whether blocking calls go through the relay tree, when the group has one
+        (``False``: every rank is called directly, e.g. to compare the two)."""
         if (
             resource_pool is not None
             and worker_names is None
@@ -333,7 +337,8 @@ class RayWorkerGroup(WorkerGroup):
         data: bool,
     ) -> list[Any]:
         tree = self._relays
-        if tree is None or len(ranks) != self.world_size or self._in_flight.pending():
+        direct = not self.use_relays or len(ranks) != self.world_size
+        if tree is None or direct or self._in_flight.pending():
             return super()._call(method, remote_name, calls, ranks, timeout_s, data)
         self.wait_ready(timeout_s)
         info = self._readiness.info or {}
