@@ -265,7 +265,9 @@ def report(
     lines = [
         f"Measured on {machine_line(['ray', 'hf_controller', 'torch'])}; Ray started with "
         f"{args.ray_cpus} logical CPUs, light workers (0.01 CPU each), relay fan-out "
-        f"{args.fanout}. Medians over {args.blocks} interleaved blocks of {args.block} calls.",
+        f"{args.fanout}. Medians over {args.blocks} interleaved blocks of {args.block} calls. "
+        f'"relay tree" is the group\'s default path: groups of at most {args.fanout} '
+        f"ranks are called directly, larger ones through relays.",
         "",
         "| workers | start-up (s) | raw Ray start-up floor (s) | driver CPU: raw Ray (ms) | "
         "driver CPU: direct (ms) | driver CPU: relay tree (ms) | wall: raw Ray (ms) | "

@@ -207,8 +207,17 @@ class RayWorkerGroup(WorkerGroup):
         master_addr, master_port = _rendezvous_address(slots[0])
         user_class = unwrap_worker_class(cls_with_init.cls)
         make_picklable_for_workers(user_class)
+        # Without a worker_env the rank's environment is set by the constructor, not by a
+        # runtime_env: an actor with a runtime_env always gets a fresh process, started
+        # through Ray's setup_worker (twice the start-up CPU; 64 light workers took 66 s
+        # here, against 36 s for as many plain actors).
+        env_at_init = not worker_env and not hasattr(cls_with_init.cls, "remote")
         actor_class: Any = (
-            cls_with_init.cls if hasattr(cls_with_init.cls, "remote") else ray.remote(user_class)
+            ray.remote(_setting_rank_env(user_class))
+            if env_at_init
+            else cls_with_init.cls
+            if hasattr(cls_with_init.cls, "remote")
+            else ray.remote(user_class)
         )
         # The loopback switch only concerns a local Ray we started; a real cluster's
         # workers keep their nodes' own setting (and so their network addresses).
@@ -245,15 +254,14 @@ class RayWorkerGroup(WorkerGroup):
                 "scheduling_strategy": PlacementGroupSchedulingStrategy(
                     slot.placement_group, slot.bundle_index
                 ),
-                "runtime_env": {"env_vars": env},
+                **({} if env_at_init else {"runtime_env": {"env_vars": env}}),
                 **getattr(cls_with_init, "options", {}),
             }
             if detached:
                 options.update(name=f"{name}:{rank}", lifetime="detached")
                 self._worker_names.append(f"{name}:{rank}")
-            workers.append(
-                actor_class.options(**options).remote(*cls_with_init.args, **cls_with_init.kwargs)
-            )
+            args = (env, *cls_with_init.args) if env_at_init else cls_with_init.args
+            workers.append(actor_class.options(**options).remote(*args, **cls_with_init.kwargs))
         return workers, (start_refs if hosts else None)
 
     def wait_ready(self, timeout_s: float | None = None) -> None:
@@ -455,6 +463,21 @@ def _kill(workers: list[Any], pool: RayResourcePool | None) -> None:
     if pool is not None:
         with contextlib.suppress(Exception):
             pool._remove_user()
+
+
+def _setting_rank_env(cls: type) -> type:
+    """``cls`` whose constructor first takes the rank's environment and sets it, before the
+    class's own ``__init__`` runs (what a prestarted host does too). Same name, module and
+    docs as ``cls``; it travels to the workers by value."""
+
+    class RankEnvironment(cls):
+        def __init__(self, _hf_env: dict[str, str], /, *args: Any, **kwargs: Any) -> None:
+            os.environ.update(_hf_env)
+            super().__init__(*args, **kwargs)
+
+    for attribute in ("__name__", "__qualname__", "__module__", "__doc__"):
+        setattr(RankEnvironment, attribute, getattr(cls, attribute))
+    return RankEnvironment
 
 
 def _start_relays(
