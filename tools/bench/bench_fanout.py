@@ -15,10 +15,10 @@ wall time and the CPU time of the whole machine (``/proc/stat``); figures are me
 blocks, per call. The whole machine's CPU per call divided by its cores is the floor the
 wall time cannot go below on this machine (every worker must wake up and answer).
 
-It also times the group's start-up against N (light workers, and a raw Ray floor: as
-many actors with no runtime environment), and a ``DP_COMPUTE_PROTO`` round trip of a
-DataProto (``--data-sizes`` MiB on ``--data-workers``) direct, through the tree and with
-raw Ray + a numpy join on the driver.
+It also times the group's start-up against N (light workers; a raw Ray floor: as many
+actors with no runtime environment; workers that import torch, ``--heavy-sizes``), and a
+``DP_COMPUTE_PROTO`` round trip of a DataProto (``--data-sizes`` MiB on
+``--data-workers``) direct, through the tree and with raw Ray + a numpy join on the driver.
 
 Run from the repository root, with nothing else running::
 
@@ -76,6 +76,21 @@ class FanWorker(Worker):
                 flat = column.reshape(-1)
                 float(flat[0]) + float(flat[-1])
         return columns
+
+
+class TorchWorker(Worker):
+    """A heavy worker: imports torch when it starts, as every engine worker does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import torch
+
+        self.threads = torch.get_num_threads()
+
+    @hf_register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def noop(self) -> None:
+        """Do nothing on every rank."""
+        return None
 
 
 class RawActor:
@@ -182,6 +197,19 @@ def start_group(size: int, fanout: int) -> tuple[RayWorkerGroup, float]:
     return group, time.perf_counter() - start
 
 
+def heavy_start(size: int) -> float:
+    """Seconds to start a group of ``size`` workers that import torch, and hear from all."""
+    start = time.perf_counter()
+    pool = RayResourcePool([size], use_gpu=False, cpus_per_worker=0.01)
+    group = RayWorkerGroup(pool, RayClassWithInitArgs(TorchWorker), name_prefix=f"torch{size}")
+    group.noop()
+    elapsed = time.perf_counter() - start
+    group.shutdown()
+    time.sleep(2)
+    progress(f"{size} torch workers: started in {elapsed:.1f}s")
+    return elapsed
+
+
 def measure_size(args: argparse.Namespace, size: int) -> SizeResult:
     """Start-up and call costs at one group size."""
     raw_s = raw_start(size) if size in args.raw_start_sizes else None
@@ -258,6 +286,7 @@ def measure_data(args: argparse.Namespace, size: int) -> list[tuple[int, str, fl
 def report(
     args: argparse.Namespace,
     results: list[SizeResult],
+    heavy: dict[int, float],
     data: dict[int, list[tuple[int, str, float]]],
 ) -> str:
     """The markdown block of this run."""
@@ -293,6 +322,15 @@ def report(
             f"Driver CPU per call, {name}, {first.size} -> {last.size} workers: {growth:.2f}x "
             f"(target at most 2x: {verdict})."
         )
+    if heavy:
+        lines += [
+            "",
+            "Start-up of workers that import torch (seconds until all answer a call):",
+            "",
+        ]
+        lines += ["| workers | " + " | ".join(str(n) for n in heavy) + " |"]
+        lines += ["|---|" + "---:|" * len(heavy)]
+        lines += ["| start-up (s) | " + " | ".join(f"{t:.1f}" for t in heavy.values()) + " |"]
     for size, rows in data.items():
         lines += [
             "",
@@ -317,6 +355,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--fanout", type=int, default=16)
     parser.add_argument("--blocks", type=int, default=15)
     parser.add_argument("--block", type=int, default=20)
+    parser.add_argument("--heavy-sizes", type=int, nargs="*", default=[8, 16, 32])
     parser.add_argument("--data-workers", type=int, nargs="*", default=[8, 32])
     parser.add_argument("--data-sizes", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--data-repeats", type=int, default=7)
@@ -333,8 +372,9 @@ def main(argv: list[str] | None = None) -> int:
     keep_ray_local()
     start_ray(args.object_store_gb, num_cpus=args.ray_cpus)
     results = [measure_size(args, size) for size in args.sizes]
+    heavy = {size: heavy_start(size) for size in args.heavy_sizes}
     data = {size: measure_data(args, size) for size in args.data_workers}
-    body = report(args, results, data)
+    body = report(args, results, heavy, data)
     print(body)
     if args.output is not None:
         write_section(args.output, SECTION_KEY, SECTION_TITLE, body)
