@@ -128,7 +128,7 @@ class SizeResult:
     costs: dict[str, CallCosts] = field(default_factory=dict)
 
 
-def contenders(group: RayWorkerGroup) -> dict[str, Callable[[], Any]]:
+def contenders(group: Any) -> dict[str, Callable[[], Any]]:
     """The three ways to make one no-op call on ``group``'s workers."""
     import ray
 
@@ -147,7 +147,7 @@ def contenders(group: RayWorkerGroup) -> dict[str, Callable[[], Any]]:
     return {"raw Ray": raw, "direct": direct, "relay tree": group.noop}
 
 
-def measure_calls(group: RayWorkerGroup, blocks: int, block: int) -> dict[str, CallCosts]:
+def measure_calls(group: Any, blocks: int, block: int) -> dict[str, CallCosts]:
     """Median per-call costs of every contender over ``blocks`` interleaved blocks."""
     calls = contenders(group)
     for call in calls.values():  # warm-up: first calls start relays' and workers' paths
@@ -178,7 +178,8 @@ def raw_start(size: int) -> float:
     import ray
 
     start = time.perf_counter()
-    actors = [ray.remote(RawActor).options(num_cpus=0).remote() for _ in range(size)]
+    actor_class: Any = ray.remote(RawActor)
+    actors = [actor_class.options(num_cpus=0).remote() for _ in range(size)]
     ray.get([a.noop.remote() for a in actors])
     elapsed = time.perf_counter() - start
     for actor in actors:
@@ -186,11 +187,11 @@ def raw_start(size: int) -> float:
     return elapsed
 
 
-def start_group(size: int, fanout: int) -> tuple[RayWorkerGroup, float]:
+def start_group(size: int, fanout: int) -> tuple[Any, float]:
     """A group of ``size`` light workers with relays, and the seconds it took to answer."""
     start = time.perf_counter()
     pool = RayResourcePool([size], use_gpu=False, cpus_per_worker=0.01)
-    group = RayWorkerGroup(
+    group: Any = RayWorkerGroup(
         pool, RayClassWithInitArgs(FanWorker), name_prefix=f"fan{size}", relay_fanout=fanout
     )
     group.noop()  # the relays are up too
@@ -201,7 +202,7 @@ def heavy_start(size: int) -> float:
     """Seconds to start a group of ``size`` workers that import torch, and hear from all."""
     start = time.perf_counter()
     pool = RayResourcePool([size], use_gpu=False, cpus_per_worker=0.01)
-    group = RayWorkerGroup(pool, RayClassWithInitArgs(TorchWorker), name_prefix=f"torch{size}")
+    group: Any = RayWorkerGroup(pool, RayClassWithInitArgs(TorchWorker), name_prefix=f"torch{size}")
     group.noop()
     elapsed = time.perf_counter() - start
     group.shutdown()
@@ -227,7 +228,7 @@ def measure_size(args: argparse.Namespace, size: int) -> SizeResult:
 # ---------------------------------------------------------------------- data round trip
 
 
-def data_cases(group: RayWorkerGroup, mib: int) -> tuple[dict[str, Callable[[], Any]], int]:
+def data_cases(group: Any, mib: int) -> tuple[dict[str, Callable[[], Any]], int]:
     """The three round trips of a ``mib`` MiB batch on ``group``'s workers, and its rows."""
     import itertools
 
