@@ -134,18 +134,12 @@ class RayWorkerGroup(WorkerGroup):
             )
         else:
             raise ConfigurationError("RayWorkerGroup needs a resource_pool or worker_names")
-        fanout = resolve_relay_fanout(relay_fanout)
-        self._relays: RelayTree | None = None
-        self.use_relays = True
-        """Whether blocking calls go through the relay tree, when the group has one
-        (``False``: every rank is called directly, e.g. to compare the two)."""
-        if (
-            resource_pool is not None
-            and worker_names is None
-            and not detached
-            and (0 < fanout < len(self._workers))
-        ):
-            self._relays = _start_relays(self._workers, resource_pool, fanout, start_refs)
+        self._relays = (  # relays only for groups this constructor placed on a pool
+            None
+            if resource_pool is None or worker_names is not None or detached
+            else _relays_for(self._workers, resource_pool, relay_fanout, start_refs)
+        )
+        self.use_relays = True  # False: every call goes direct (see the class docs)
         pool = resource_pool if worker_names is None else None
         if pool is not None:
             pool._add_user()
@@ -480,12 +474,20 @@ def _setting_rank_env(cls: type) -> type:
     return RankEnvironment
 
 
-def _start_relays(
-    workers: list[Any], pool: RayResourcePool, fanout: int, start_refs: list[Any] | None
-) -> RelayTree:
-    """The group's relay tree: leaves per node, each relay placed on its first rank's
-    bundle (a relay asks for no CPU), so a leaf runs next to the workers it calls."""
+def _relays_for(
+    workers: list[Any],
+    pool: RayResourcePool,
+    relay_fanout: int | None,
+    start_refs: list[Any] | None,
+) -> RelayTree | None:
+    """The group's relay tree when it has more ranks than the fan-out (else ``None``):
+    leaves per node, each relay placed on its first rank's bundle (a relay asks for no
+    CPU), so a leaf runs next to the workers it calls."""
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    fanout = resolve_relay_fanout(relay_fanout)
+    if not 0 < fanout < len(workers):
+        return None
 
     slots = pool.slots()
     nodes: dict[int, list[int]] = {}
