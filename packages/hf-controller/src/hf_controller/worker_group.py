@@ -290,21 +290,23 @@ class WorkerGroup:
 
     def execute_all_async(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
         """Start ``method_name`` on every worker; list arguments of world-size length are split."""
-        calls = [
-            _call_for_rank(r, *_maybe_split(self.world_size, args, kwargs))
-            for r in range(self.world_size)
-        ]
-        return self._execute(method_name, calls, list(range(self.world_size)))
+        return self._execute(
+            method_name, self._calls_for_all(args, kwargs), list(range(self.world_size))
+        )
 
     def execute_all_sync(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
         """Run ``method_name`` on every worker and return the results in rank order."""
-        calls = [
-            _call_for_rank(r, *_maybe_split(self.world_size, args, kwargs))
-            for r in range(self.world_size)
-        ]
+        calls = self._calls_for_all(args, kwargs)
         ranks = list(range(self.world_size))
         timeout_s = self.timeout_for(method_name)
         return self._call(method_name, method_name, calls, ranks, timeout_s, data=False)
+
+    def _calls_for_all(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+        """Every rank's ``(args, kwargs)`` under verl's execute_all convention (split once)."""
+        split_args, split_kwargs = _maybe_split(self.world_size, args, kwargs)
+        return [_call_for_rank(r, split_args, split_kwargs) for r in range(self.world_size)]
 
     execute_all = execute_all_async
 
