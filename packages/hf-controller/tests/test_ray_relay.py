@@ -143,6 +143,35 @@ def test_calls_go_through_the_tree_and_answer_in_rank_order(tree: RayWorkerGroup
     assert tree.execute_all_sync("whoami", "y")[5][:2] == (5, "y")
 
 
+def test_relays_start_with_the_group_so_no_call_deadline_counts_them(ray_session: Any) -> None:
+    # A group's start-up waits for its relays too: the first call's deadline (3 s for
+    # hang_on) was once spent on relay processes still starting on a loaded machine.
+    group = make_group("prompt")
+    try:
+        assert group._relays is not None and group._relays._ready
+    finally:
+        group.shutdown()
+
+
+def test_a_relay_dead_before_the_first_call_is_named(ray_session: Any) -> None:
+    group = RayWorkerGroup(
+        RayResourcePool([WORLD], use_gpu=False, cpus_per_worker=0.05),
+        RayClassWithInitArgs(TreeWorker),
+        name_prefix="norelay",
+        relay_fanout=2,
+        block_until_ready=False,
+    )
+    try:
+        assert group._relays is not None
+        ray_session.kill(group._relays.relays[0])
+        with pytest.raises(WorkerDiedError) as info:
+            group.whoami("x")
+        assert (info.value.group, info.value.method) == ("norelay", "__init__")
+        assert "relay of its call tree died" in info.value.cause
+    finally:
+        group.shutdown()
+
+
 def test_an_exception_deep_in_the_tree_names_its_rank_and_traceback(tree: RayWorkerGroup) -> None:
     with pytest.raises(WorkerGroupError) as info:
         tree.fail_on(6)

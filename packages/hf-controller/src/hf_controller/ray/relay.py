@@ -277,10 +277,13 @@ class RelayTree:
     """The driver's handle on one group's relay tree: starts it, runs calls through it and
     turns its outcomes into results or into the errors the direct path raises."""
 
-    def __init__(self, root: Any, relays: list[Any], world_size: int) -> None:
+    def __init__(
+        self, root: Any, relays: list[Any], world_size: int, spans: list[tuple[int, ...]]
+    ) -> None:
         self.root = root
         self.relays = relays  # every relay actor, leaves first (what the group's end kills)
         self.world_size = world_size
+        self.spans = spans  # the ranks each relay answers for, as ``relays``
         self._ready = False
 
     @classmethod
@@ -299,6 +302,7 @@ class RelayTree:
 
         actor = ray.remote(Relay)
         relays: list[Any] = []
+        spans: list[tuple[int, ...]] = []
 
         def build(node: TreeNode) -> Any:
             below: list[tuple[int, ...]]
@@ -314,18 +318,42 @@ class RelayTree:
                 options["scheduling_strategy"] = where
             relay = actor.options(**options).remote(children, below, node.is_leaf, hosted)
             relays.append(relay)
+            spans.append(node.ranks)
             return relay
 
         root = build(plan_tree(nodes, fanout))
-        return cls(root, relays, len(workers))
+        return cls(root, relays, len(workers), spans)
 
-    def wait_ready(self, timeout_s: float | None) -> None:
-        """Wait until every relay's process is up (once)."""
+    def wait_ready(self, group: str, timeout_s: float | None) -> None:
+        """Wait until every relay's process is up (once): part of the group's start-up,
+        so it has the start-up's deadline (``None``: none), never a call's.
+
+        A relay that died raises :class:`WorkerDiedError`, one still starting past
+        ``timeout_s`` :class:`WorkerGroupError`; both name the group and the relay's ranks.
+        """
         import ray
 
-        if not self._ready:
-            ray.get([relay.ready.remote() for relay in self.relays], timeout=timeout_s)
-            self._ready = True
+        from hf_controller.errors import WorkerDiedError, WorkerGroupError
+
+        if self._ready:
+            return
+        refs = [relay.ready.remote() for relay in self.relays]
+        try:
+            ray.get(refs, timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            _, waiting = ray.wait(refs, num_returns=len(refs), timeout=0)
+            spans = [list(self.spans[refs.index(ref)]) for ref in waiting]
+            cause = (
+                f"the relays of its call tree for ranks {spans} did not start within "
+                f"{timeout_s:g}s (each is a Ray actor process asking for no CPU); give the "
+                f"group's start-up more time (wait_ready(timeout_s=...)) or call directly "
+                f"(relay_fanout=0)"
+            )
+            raise WorkerGroupError(group, spans[0][0], "__init__", "unknown", cause) from None
+        except ray.exceptions.RayActorError as error:
+            cause = "a relay of its call tree died while starting (its machine, or a kill)"
+            raise WorkerDiedError(group, 0, "__init__", "unknown", cause, str(error)) from None
+        self._ready = True
 
     def run(
         self,
@@ -350,7 +378,6 @@ class RelayTree:
         from hf_controller.ray.failures import wait_for_results
 
         start = time.monotonic()
-        self.wait_ready(timeout_s)
         call_id = uuid.uuid4().hex
         shared, per_rank = pack_calls(calls)
         ref = self.root.call.remote(call_id, remote_name, shared, per_rank, fetch)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
 import weakref
 from typing import Any
@@ -263,14 +264,20 @@ class RayWorkerGroup(WorkerGroup):
 
         Raises :class:`~hf_controller.WorkerGroupError` naming the rank whose start failed
         (:class:`~hf_controller.WorkerTimeoutError` past ``timeout_s``). Also learns each
-        worker's pid and node, which failure reports name.
+        worker's pid and node, which failure reports name. A group with relays waits for
+        them here too, within the same ``timeout_s``: a call's deadline never counts them.
         """
         readiness = self._readiness
         if readiness.info is None:
             ranks = list(range(len(readiness.refs)))
             # By default no deadline: start-up (process spawn, imports, the worker's __init__,
             # which may load a model) takes as long as it takes; a dead worker still surfaces.
+            start = time.monotonic()
             infos = wait_for_results(self.name, "__init__", readiness.refs, ranks, {}, timeout_s)
+            if self._relays is not None:  # started beside the workers: part of start-up
+                spent = time.monotonic() - start
+                left = None if timeout_s is None else max(0.0, timeout_s - spent)
+                self._relays.wait_ready(self.name, left)
             readiness.info = dict(enumerate(infos))
 
     @classmethod
