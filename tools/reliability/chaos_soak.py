@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import random
 import signal
@@ -267,7 +268,10 @@ def report(
         f"restarts {disturbed.counted('trainer/restarts'):.0f}, rollout replacements "
         f"{disturbed.counted('rollout/replaced_total'):.0f}",
         f"- final val/accuracy: {disturbed.accuracy:.3f} disturbed; "
-        f"undisturbed {', '.join(spread)}",
+        f"undisturbed {', '.join(spread)}"
+        if not math.isnan(disturbed.accuracy)
+        else "- final val/accuracy: not measured (the run validates never: --short judges "
+        "no accuracy)",
         f"- exactly-once: {len(disturbed.trained)} steps, each on the same prompts as the "
         "undisturbed run of the same seed"
         if not any("prompts" in p for p in problems)

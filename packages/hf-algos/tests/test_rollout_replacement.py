@@ -10,6 +10,7 @@ deadline passes. Past ``rollout.max_replacements`` the worker's own error ends t
 from __future__ import annotations
 
 import signal
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import torch
 
 from hf_algos.config import RLConfig, load_config
 from hf_controller import WorkerDiedError
+from hf_protocol import DataProto
 
 from .killing_trainer import KillingTrainer
 from .trainer_helpers import common_overrides, task_files
@@ -70,6 +72,54 @@ def test_one_step_off_replaces_a_killed_rollout_and_trains_every_prompt_once(
     assert trainer.replacement.total == 1
     assert [m["rollout/replaced"] for m in history].count(1.0) == 1
     assert history[-1]["rollout/replaced_total"] == 1.0
+    _assert_exactly_once(trainer.prompts, tmp_path)
+
+
+class DeadAtCheckpoint(KillingTrainer):
+    """Kills the rollout before step 2 trains and puts step 3's generation on the dead
+    worker (issued again once Ray knows it is dead), so the generation is still in flight,
+    deterministically, when step 2's checkpoint records what is in flight."""
+
+    def train_step(self, batch: DataProto) -> dict[str, float]:
+        if self.global_step in self.kill_at:
+            self._signal_rollout()
+            name = str(self.roles.rollout.name)
+            deadline = time.monotonic() + 60
+            while not any(w.startswith(name) for w in self.roles.dead_workers(timeout_s=5)):
+                assert time.monotonic() < deadline, "Ray never reported the killed rollout"
+                time.sleep(0.2)
+            pipeline = self.pipeline
+            assert pipeline is not None
+            for job in pipeline.queue:  # what was generating when the worker died
+                job.handles, job.output = None, None
+                pipeline._issue(job)
+            self.kill_at = ()
+        return super().train_step(batch)
+
+
+def test_a_rollout_dead_at_a_checkpoint_is_replaced_not_restarted(
+    ray_session: Any, toy_task_scored: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """The checkpoint after step 2 meets the dead worker first (its record of the
+    generations in flight): that replaces the rollout, as any other rollout call does (the
+    chaos soak once saw a restart there instead)."""
+    overrides = _overrides(
+        tiny_model_dir,
+        tmp_path,
+        "trainer.async_mode=one_step_off",
+        "algorithm.rollout_correction.mode=tis",
+        "trainer.save_freq=2",
+        f"trainer.checkpoint_dir={tmp_path / 'ckpt'}",
+        "trainer.max_restarts=0",  # a restart would end the run with the worker's error
+    )
+    torch.set_num_threads(1)
+    trainer = DeadAtCheckpoint(load_config(RLConfig, overrides=overrides))
+    trainer.kill_at, trainer.prompts = (2,), []
+    with trainer:
+        history = trainer.fit()
+    assert (trainer.replacement.total, trainer.restarts) == (1, 0)
+    assert [m["rollout/replaced"] for m in history] == [0.0, 0.0, 1.0, 0.0]
+    assert (tmp_path / "ckpt" / "global_step_2").is_dir()
     _assert_exactly_once(trainer.prompts, tmp_path)
 
 

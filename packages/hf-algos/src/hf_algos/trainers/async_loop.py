@@ -33,6 +33,7 @@ position, a resumed run neither skips nor repeats a prompt.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections import deque
 from collections.abc import Callable
@@ -245,6 +246,11 @@ class AsyncRollout:
         sampling = dataclasses.replace(first, n=1, max_new_tokens=new_tokens, seed=seed)
         self._submit(job, request, sampling)
 
+    def _advance_running(self, job: GenerationJob) -> None:
+        """:meth:`_advance` while ``job`` has a call (a replacement leaves it none)."""
+        if job.handles:
+            self._advance(job)
+
     def _finish(self, job: GenerationJob) -> DataProto:
         """Wait for ``job``'s samples; meanwhile continue any other job whose chunk ends, so
         the rollout's queue never runs dry."""
@@ -313,10 +319,12 @@ class AsyncRollout:
     def state_dict(self) -> dict[str, Any]:
         """What is in flight: each queued job's prompts and, if finished, its samples; the
         number of loader batches drawn and the staleness counters (tensors and plain data,
-        as checkpoints load with ``weights_only=True``)."""
+        as checkpoints load with ``weights_only=True``). A rollout worker found dead here
+        is replaced, as on any other rollout call (its unfinished jobs are saved as
+        prompts, generated again)."""
         for job in self.queue:  # take what has finished; the rest is generated again
             while job.handles and len(wait_any(job.handles, timeout_s=0)) == len(job.handles):
-                self._advance(job)
+                self._guarded(functools.partial(self._advance_running, job), job)
         jobs = [
             {
                 "index": j.index,
