@@ -359,7 +359,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--heavy-sizes", type=int, nargs="*", default=[8, 16, 32])
     parser.add_argument("--data-workers", type=int, nargs="*", default=[8, 32])
     parser.add_argument("--data-sizes", type=int, nargs="+", default=[64, 256])
-    parser.add_argument("--data-repeats", type=int, default=7)
+    parser.add_argument("--data-repeats", type=int, default=15)
     parser.add_argument("--data-warmup", type=int, default=2)
     parser.add_argument("--ray-cpus", type=int, default=16)
     parser.add_argument("--object-store-gb", type=float, default=4.0)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
+import operator
 import os
 import types
 from collections.abc import Callable, Iterable, Sequence
@@ -306,7 +308,7 @@ class WorkerGroup:
     ) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
         """Every rank's ``(args, kwargs)`` under verl's execute_all convention (split once)."""
         split_args, split_kwargs = _maybe_split(self.world_size, args, kwargs)
-        return [_call_for_rank(r, split_args, split_kwargs) for r in range(self.world_size)]
+        return _calls_for(list(range(self.world_size)), split_args, split_kwargs)
 
     execute_all = execute_all_async
 
@@ -390,7 +392,7 @@ def _group_call(name: str, remote_name: str, spec: MethodSpec) -> Callable[..., 
                 args, kwargs, padding = self._pad_arguments(spec, args, kwargs)
             split_args, split_kwargs = fns["dispatch_fn"](self, *args, **kwargs)
             ranks = [0] if rank_zero else list(range(self.world_size))
-            calls = [_call_for_rank(rank, split_args, split_kwargs) for rank in ranks]
+            calls = _calls_for(ranks, split_args, split_kwargs)
         with self.timer.phase(name, "execute"):
             if spec.blocking:
                 deadline = _deadline(self, spec)
@@ -415,6 +417,22 @@ def _deadline(group: WorkerGroup, spec: MethodSpec) -> float | None:
 
 def _is_mesh(spec: MethodSpec) -> bool:
     return isinstance(spec.dispatch_mode, dict) and "mesh_name" in spec.dispatch_mode
+
+
+def _calls_for(
+    ranks: list[int], split_args: Sequence[Sequence[Any]], split_kwargs: dict[str, Any]
+) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """Each of ``ranks``' ``(args, kwargs)`` from the split arguments. When every rank gets
+    the very same objects (a broadcast), the ranks share one call tuple, found without a
+    Python loop over the ranks: a large group's broadcast costs the driver O(1) here."""
+    if all(map(_uniform, split_args)) and all(map(_uniform, split_kwargs.values())):
+        return [_call_for_rank(ranks[0], split_args, split_kwargs)] * len(ranks)
+    return [_call_for_rank(rank, split_args, split_kwargs) for rank in ranks]
+
+
+def _uniform(values: Sequence[Any]) -> bool:
+    """Whether every entry of ``values`` is the very same object (a loop in C)."""
+    return not values or all(map(operator.is_, values, itertools.repeat(values[0])))
 
 
 def _call_for_rank(

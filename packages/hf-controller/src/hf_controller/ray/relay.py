@@ -28,7 +28,9 @@ running it, down the tree, while the call itself is still running.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
+import operator
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -438,6 +440,8 @@ def pack_calls(calls: list[CallArgs]) -> tuple[CallArgs | None, dict[int, CallAr
     from hf_controller.futures import is_future
     from hf_controller.sharding import is_shardable
 
+    if all(map(operator.is_, calls, itertools.repeat(calls[0]))):  # one shared call tuple
+        return calls[0], None
     first_args, first_kwargs = calls[0]
     if all(
         len(args) == len(first_args)
