@@ -120,3 +120,19 @@ def test_split_balanced_is_the_building_block_of_chunk() -> None:
     assert split_balanced("abc", 5) == ["a", "b", "c", "", ""]
     with pytest.raises(ValueError, match="got 0"):
         split_balanced([1], 0)
+
+
+def test_a_broadcast_shares_one_call_and_per_rank_data_gets_its_own() -> None:
+    from hf_controller.ray.relay import pack_calls
+    from hf_controller.worker_group import _calls_for
+
+    tag, ranks = object(), list(range(64))
+    shared = _calls_for(ranks, [[tag] * 64], {"k": [1] * 64})
+    assert len(shared) == 64 and all(call is shared[0] for call in shared)
+    assert shared[0] == ((tag,), {"k": 1})
+    assert pack_calls(shared) == (shared[0], None)  # sent once, whatever the rank count
+
+    rows = [Rows([r]) for r in ranks]
+    own = _calls_for(ranks, [rows], {"k": [1] * 64})
+    assert [args[0].values for args, _ in own] == [[r] for r in ranks]
+    assert len({id(call) for call in own}) == 64
