@@ -267,8 +267,7 @@ def report(
         f"({', '.join(f'{n} {r}' for r, n in sorted(roles.items()))}); "
         f"restarts {disturbed.counted('trainer/restarts'):.0f}, rollout replacements "
         f"{disturbed.counted('rollout/replaced_total'):.0f}",
-        f"- final val/accuracy: {disturbed.accuracy:.3f} disturbed; "
-        f"undisturbed {', '.join(spread)}"
+        f"- final val/accuracy: {disturbed.accuracy:.3f} disturbed; undisturbed {', '.join(spread)}"
         if not math.isnan(disturbed.accuracy)
         else "- final val/accuracy: not measured (the run validates never: --short judges "
         "no accuracy)",
