@@ -425,12 +425,12 @@ def _calls_for(
     """Each of ``ranks``' ``(args, kwargs)`` from the split arguments. When every rank gets
     the very same objects (a broadcast), the ranks share one call tuple, found without a
     Python loop over the ranks: a large group's broadcast costs the driver O(1) here."""
-    if all(map(_uniform, split_args)) and all(map(_uniform, split_kwargs.values())):
+    if all(map(all_same, split_args)) and all(map(all_same, split_kwargs.values())):
         return [_call_for_rank(ranks[0], split_args, split_kwargs)] * len(ranks)
     return [_call_for_rank(rank, split_args, split_kwargs) for rank in ranks]
 
 
-def _uniform(values: Sequence[Any]) -> bool:
+def all_same(values: Sequence[Any]) -> bool:
     """Whether every entry of ``values`` is the very same object (a loop in C)."""
     return not values or all(map(operator.is_, values, itertools.repeat(values[0])))
 

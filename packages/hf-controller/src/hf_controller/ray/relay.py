@@ -28,9 +28,7 @@ running it, down the tree, while the call itself is still running.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import math
-import operator
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -345,6 +343,9 @@ class RelayTree:
         except ray.exceptions.GetTimeoutError:
             _, waiting = ray.wait(refs, num_returns=len(refs), timeout=0)
             spans = [list(self.spans[refs.index(ref)]) for ref in waiting]
+            if not spans:  # every relay came up just after the deadline
+                self._ready = True
+                return
             cause = (
                 f"the relays of its call tree for ranks {spans} did not start within "
                 f"{timeout_s:g}s (each is a Ray actor process asking for no CPU); give the "
@@ -432,24 +433,17 @@ class RelayTree:
 
 
 def pack_calls(calls: list[CallArgs]) -> tuple[CallArgs | None, dict[int, CallArgs] | None]:
-    """``(shared, None)`` when every rank gets the very same arguments (sent once), else
+    """``(shared, None)`` when every rank shares one call tuple (a broadcast, as
+    :func:`~hf_controller.worker_group._calls_for` builds it: sent once), else
     ``(None, per_rank)``. Per-rank data (objects offering ``chunk``: DataProto shards) is
     put into the object store here, so relays pass refs on and never copy the bytes."""
     import ray
 
     from hf_controller.futures import is_future
     from hf_controller.sharding import is_shardable
+    from hf_controller.worker_group import all_same
 
-    if all(map(operator.is_, calls, itertools.repeat(calls[0]))):  # one shared call tuple
-        return calls[0], None
-    first_args, first_kwargs = calls[0]
-    if all(
-        len(args) == len(first_args)
-        and all(a is b for a, b in zip(args, first_args, strict=True))
-        and kwargs.keys() == first_kwargs.keys()
-        and all(kwargs[k] is first_kwargs[k] for k in kwargs)
-        for args, kwargs in calls
-    ):
+    if all_same(calls):  # a broadcast: its ranks share one call tuple (_calls_for)
         return calls[0], None
 
     def out_of_band(value: Any) -> Any:
