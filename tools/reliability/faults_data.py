@@ -31,7 +31,8 @@ def _jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def _build_training_data(scratch: Path, data_file: Path, **data_options: Any) -> None:
     """What ``PPOTrainer.__init__`` does with its data section before it starts workers."""
-    from hf_algos.config.sections import ActorSection, DataSection
+    from hf_algos.config.actor import ActorSection
+    from hf_algos.config.data import DataSection
     from hf_algos.data import build_char_tokenizer
     from hf_algos.data.rl_dataset import rl_loader
     from hf_algos.data.tokenizer import load_tokenizer

@@ -1,10 +1,11 @@
-"""hf_algos.config.sections.require_positive: the shared value check of the config sections."""
+"""hf_algos.config.require_positive: the shared value check of the config sections."""
 
 from __future__ import annotations
 
 import pytest
 
-from hf_algos.config.sections import DPOSection, require_positive
+from hf_algos.config.dpo import DPOSection
+from hf_algos.config.validation import require_positive
 from hf_controller import ConfigurationError
 
 

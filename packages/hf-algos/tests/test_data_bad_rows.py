@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from hf_algos.config.sections import ActorSection, DataSection
-from hf_algos.config.trainers import SFTConfig
+from hf_algos.config.actor import ActorSection
+from hf_algos.config.data import DataSection
+from hf_algos.config.root import SFTConfig
 from hf_algos.data import (
     DataError,
     PreferenceDataset,

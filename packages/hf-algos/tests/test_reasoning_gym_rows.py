@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from hf_algos.config.sections import DataSection
+from hf_algos.config.data import DataSection
 from hf_algos.data import (
     DataError,
     ReasoningGymSpec,

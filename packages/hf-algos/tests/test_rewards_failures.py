@@ -235,7 +235,7 @@ def test_the_trainers_reward_fails_set_up_not_the_first_step(
     tokenizer,  # type: ignore[no-untyped-def]
     unloadable_fn: Any,
 ) -> None:
-    from hf_algos.config.sections import RewardSection
+    from hf_algos.config.reward import RewardSection
     from hf_algos.data import RLDataset, RLDatasetConfig
     from hf_algos.rewards import SCORING_FUNCTIONS
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hf_algos.config import RLConfig, load_config
-from hf_algos.config.sections import RewardSection
+from hf_algos.config.reward import RewardSection
 from hf_algos.data import build_char_tokenizer
 from hf_algos.rewards import RewardError, RewardManager
 from hf_algos.rewards.user_file import FileScoringFunction, RewardFileError

@@ -1,7 +1,12 @@
 """Trainer configuration: typed sections, YAML + overrides on OmegaConf, verl aliases, checks."""
 
+from hf_algos.config.actor import ActorSection
+from hf_algos.config.algorithm import AlgorithmSection, FilterGroupsSection, KLControlSection
 from hf_algos.config.aliases import VERL_ALIASES, Alias
 from hf_algos.config.correction import RolloutCorrectionSection
+from hf_algos.config.critic import CriticSection
+from hf_algos.config.data import DataSection
+from hf_algos.config.dpo import DPOSection
 from hf_algos.config.loading import (
     VARS_KEY,
     compose_config,
@@ -13,19 +18,10 @@ from hf_algos.config.loading import (
     resolve_config,
 )
 from hf_algos.config.multiturn import MultiTurnSection
-from hf_algos.config.sections import (
-    ActorSection,
-    AlgorithmSection,
-    CriticSection,
-    DataSection,
-    DPOSection,
-    FilterGroupsSection,
-    KLControlSection,
-    RewardSection,
-    RolloutSection,
-    TrainerSection,
-)
-from hf_algos.config.trainers import DPOConfig, RLConfig, SFTConfig
+from hf_algos.config.reward import RewardSection
+from hf_algos.config.rollout import RolloutSection
+from hf_algos.config.root import DPOConfig, RLConfig, SFTConfig
+from hf_algos.config.trainer import TrainerSection
 from hf_algos.config.validation import (
     check_estimator,
     check_mini_batches,

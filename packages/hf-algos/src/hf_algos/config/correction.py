@@ -1,6 +1,7 @@
 """``algorithm.rollout_correction``: importance weights for rollout/trainer mismatch.
 
-Kept apart from :mod:`hf_algos.config.sections` (one section, one concept); the math is in
+A section of its own, as every section has (:mod:`hf_algos.config.algorithm` holds the rest of
+``algorithm``); the math is in
 :mod:`hf_algos.losses.rollout_correction`, and ``docs/guides/algos.md`` says when to use it.
 """
 

@@ -1,7 +1,7 @@
 """Config files on OmegaConf: YAML plus ``key=value`` overrides, typed by our dataclasses.
 
 A trainer's configuration is a tree of small frozen dataclasses (see
-:mod:`hf_algos.config.sections`). :func:`compose_config` turns the dataclass into an
+:mod:`hf_algos.config`, one module per section). :func:`compose_config` turns the dataclass into an
 OmegaConf structured config and merges, in order, a ``base`` mapping, the YAML file and the
 command-line overrides into it; OmegaConf converts every value to the type its field
 declares (``lr: 1e-5`` becomes a float) and rejects unknown keys with a "did you mean".

@@ -1,6 +1,6 @@
 """``rollout.multi_turn``: multi-turn tool-using rollouts (an agent loop per sample).
 
-Kept apart from :mod:`hf_algos.config.sections` (one section, one concept). The loop is
+A section of its own, beside ``rollout`` (:mod:`hf_algos.config.rollout`). The loop is
 ``hf_rollout.multiturn.run_agent_loop``, run by the rollout worker; the trainer turns this
 section into an ``hf_rollout.MultiTurnConfig`` (:mod:`hf_algos.trainers.multiturn`).
 

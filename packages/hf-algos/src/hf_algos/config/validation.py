@@ -1,13 +1,14 @@
 """Checks that span several sections of a trainer config, run before any worker starts.
 
-Each section checks its own values (:mod:`hf_algos.config.sections`); the checks here hold
+Each section checks its own values (one module per section: :mod:`hf_algos.config.data`,
+:mod:`hf_algos.config.actor`, ...); the checks here hold
 sections against each other: every worker gets rows (nothing has to divide; DPO pairs
 stay whole through ``UpdateConfig.row_group_size``), the advantage estimator against the
 critic and ``rollout.n``, validation against ``data.val_files``. Every error is a
 :class:`hf_controller.ConfigurationError` that names the numbers involved and a value that
 works.
 
-The root configs (:mod:`hf_algos.config.trainers`) call these from ``__post_init__``. So that
+The root configs (:mod:`hf_algos.config.root`) call these from ``__post_init__``. So that
 this module never imports them back, each check takes the sections it reads, not the root.
 """
 
@@ -17,20 +18,25 @@ from typing import TYPE_CHECKING
 
 from hf_algos.config.correction import check_rollout_correction
 from hf_algos.config.multiturn import check_multi_turn
-from hf_algos.config.sections import (
-    ActorSection,
-    AlgorithmSection,
-    CriticSection,
-    DataSection,
-    DPOSection,
-    RolloutSection,
-    TrainerSection,
-    require_positive,
-)
 from hf_controller import ConfigurationError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the sections import require_positive from here
     from hf_algos.advantages.registry import AdvantageEstimator
+    from hf_algos.config.actor import ActorSection
+    from hf_algos.config.algorithm import AlgorithmSection
+    from hf_algos.config.critic import CriticSection
+    from hf_algos.config.data import DataSection
+    from hf_algos.config.dpo import DPOSection
+    from hf_algos.config.rollout import RolloutSection
+    from hf_algos.config.trainer import TrainerSection
+
+
+def require_positive(name: str, value: float, allow_zero: bool = False) -> None:
+    """Raise :class:`~hf_controller.ConfigurationError` naming ``name`` unless ``value`` is
+    ``> 0`` (``>= 0`` with ``allow_zero``). The one positive-value check of the sections and
+    of the checks here, so every section words its errors alike."""
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigurationError(f"{name}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
 
 
 def check_mini_batches(role: str, rows: int, world_size: int, rows_name: str) -> None:

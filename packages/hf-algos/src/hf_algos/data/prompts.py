@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from transformers import PreTrainedTokenizerBase
 
 if TYPE_CHECKING:
-    from hf_algos.config.sections import DataSection
+    from hf_algos.config.data import DataSection
 
 Messages = list[dict[str, str]]
 

@@ -22,7 +22,7 @@ from hf_protocol import DataProto, fields
 if TYPE_CHECKING:
     import datasets
 
-    from hf_algos.config.sections import DataSection
+    from hf_algos.config.data import DataSection
 
 logger = logging.getLogger(__name__)
 

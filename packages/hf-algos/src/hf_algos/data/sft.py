@@ -22,7 +22,7 @@ from hf_protocol import DataProto, build_prompt_response_batch
 if TYPE_CHECKING:  # only types: the config package need not load with the data package
     import datasets
 
-    from hf_algos.config.trainers import SFTConfig
+    from hf_algos.config.root import SFTConfig
 
 
 @dataclass

@@ -23,7 +23,8 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, proce
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 if TYPE_CHECKING:
-    from hf_algos.config.sections import ActorSection, DataSection
+    from hf_algos.config.actor import ActorSection
+    from hf_algos.config.data import DataSection
 
 SPECIAL_TOKENS: tuple[str, ...] = (
     "<pad>",

@@ -16,7 +16,7 @@ import cloudpickle
 import numpy as np
 import torch
 
-from hf_algos.config.sections import RewardSection
+from hf_algos.config.reward import RewardSection
 from hf_algos.data.collate import COLUMNS
 from hf_algos.data.loader import CollatingDataset, first_row
 from hf_algos.rewards.outcome import ScoringOutcome

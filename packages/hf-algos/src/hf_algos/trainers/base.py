@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from hf_algos.checkpoint import CheckpointManager
-from hf_algos.config.sections import TrainerSection
+from hf_algos.config.trainer import TrainerSection
 from hf_algos.data import StatefulDataLoader
 from hf_algos.tracking import CONFIG_FILE, Generation, Tracking, write_config
 from hf_algos.trainers.roles import RoleGroups, build_role_groups

@@ -18,9 +18,9 @@ import dataclasses
 import functools
 import time
 
+from hf_algos.config.actor import ActorSection
 from hf_algos.config.loading import config_to_dict
-from hf_algos.config.sections import ActorSection
-from hf_algos.config.trainers import DPOConfig
+from hf_algos.config.root import DPOConfig
 from hf_algos.config.validation import DPO_MICRO_BATCH_ROWS
 from hf_algos.data import (
     PreferenceDataset,

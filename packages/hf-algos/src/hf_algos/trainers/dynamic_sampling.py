@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 
 from hf_algos.advantages.grouping import first_groups_rows, group_ids, varied_group_rows
-from hf_algos.config.sections import FilterGroupsSection
+from hf_algos.config.algorithm import FilterGroupsSection
 from hf_algos.trainers.worker_io import Metrics, tensors
 from hf_protocol import DataProto, fields
 

@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from hf_algos.config.trainers import RLConfig
+from hf_algos.config.root import RLConfig
 from hf_algos.data.loader import CollatingDataset, all_batches
 from hf_algos.data.rl_dataset import rl_dataset
 from hf_algos.data.tokenizer import load_tokenizer

@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from hf_algos.config.data import DataSection
 from hf_algos.config.multiturn import MultiTurnSection
-from hf_algos.config.sections import DataSection
 from hf_algos.rewards.token_scores import place_on_last_token
 from hf_algos.trainers.groups import RewardScorer
 from hf_controller import ConfigurationError

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from hf_controller import ConfigurationError, RayResourcePool, cluster_nodes, ensure_ray
 
 if TYPE_CHECKING:
-    from hf_algos.config.sections import TrainerSection
+    from hf_algos.config.trainer import TrainerSection
 
 WORKER_MODULES: tuple[str, ...] = ("hf_algos.trainers.roles", "hf_rollout.workers")
 """What a worker process imports before its class arrives: the modules of the trainers'
@@ -38,7 +38,7 @@ class PoolLayout:
 
     @classmethod
     def of(cls, trainer: TrainerSection | Any) -> PoolLayout:
-        """The layout of a :class:`~hf_algos.config.sections.TrainerSection` (or of an
+        """The layout of a :class:`~hf_algos.config.TrainerSection` (or of an
         OmegaConf ``trainer`` node with the same keys)."""
         return cls(
             n_workers=int(trainer.n_workers),

@@ -42,9 +42,9 @@ import torch
 
 from hf_algos.advantages import compute_advantage
 from hf_algos.advantages.registry import AdvantageEstimator, get_advantage_estimator
+from hf_algos.config.algorithm import AlgorithmSection
 from hf_algos.config.loading import config_to_dict
-from hf_algos.config.sections import AlgorithmSection
-from hf_algos.config.trainers import RLConfig
+from hf_algos.config.root import RLConfig
 from hf_algos.data.loader import CollatingDataset, first_row
 from hf_algos.data.rl_dataset import rl_loader, val_dataset
 from hf_algos.data.tokenizer import load_tokenizer

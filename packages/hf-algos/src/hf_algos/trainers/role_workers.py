@@ -16,7 +16,10 @@ from typing import Literal
 
 from transformers import PreTrainedTokenizerBase
 
-from hf_algos.config.sections import ActorSection, CriticSection, RolloutSection, TrainerSection
+from hf_algos.config.actor import ActorSection
+from hf_algos.config.critic import CriticSection
+from hf_algos.config.rollout import RolloutSection
+from hf_algos.config.trainer import TrainerSection
 from hf_algos.losses import critic_loss, ppo_actor_loss
 from hf_algos.losses.rollout_correction import CorrectionSettings
 from hf_algos.trainers.multiturn import rollout_multi_turn

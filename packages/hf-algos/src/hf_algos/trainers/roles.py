@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
-from hf_algos.config.sections import TrainerSection
+from hf_algos.config.trainer import TrainerSection
 from hf_algos.trainers.groups import (
     ActorGroup,
     CriticGroup,

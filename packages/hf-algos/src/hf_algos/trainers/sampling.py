@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from transformers import PreTrainedTokenizerBase
 
-from hf_algos.config.sections import RolloutSection
+from hf_algos.config.rollout import RolloutSection
 from hf_rollout import SamplingConfig
 
 

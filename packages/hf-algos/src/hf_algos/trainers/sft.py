@@ -10,7 +10,7 @@ after its first token.
 from __future__ import annotations
 
 from hf_algos.config.loading import config_to_dict
-from hf_algos.config.trainers import SFTConfig
+from hf_algos.config.root import SFTConfig
 from hf_algos.data import SFTDataset, StatefulDataLoader
 from hf_algos.data.tokenizer import load_tokenizer
 from hf_algos.losses import sft_loss

@@ -10,16 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from hf_algos.config.sections import (
-    ActorSection,
-    AlgorithmSection,
-    CriticSection,
-    DataSection,
-    DPOSection,
-    RewardSection,
-    RolloutSection,
-    TrainerSection,
-)
+from hf_algos.config.actor import ActorSection
+from hf_algos.config.algorithm import AlgorithmSection
+from hf_algos.config.critic import CriticSection
+from hf_algos.config.data import DataSection
+from hf_algos.config.dpo import DPOSection
+from hf_algos.config.reward import RewardSection
+from hf_algos.config.rollout import RolloutSection
+from hf_algos.config.trainer import TrainerSection
 from hf_algos.config.validation import (
     validate_dpo_config,
     validate_rl_config,
