@@ -189,6 +189,10 @@ How values are read:
 - An override may fill a section the file does not have (`critic.engine.model.path=...`).
 - Unknown keys are an error with a suggestion:
   `actor.engine.optim.lrr: Key 'lrr' not in 'OptimConfig'. Did you mean: 'lr'?`.
+- A recipe's file of several stages (`recipes/quickstart/config.yaml`: `sft:`, `grpo:`) is
+  read by `hf_algos.config.load_mapping` with the same Hydra grammar. It has no schema, so
+  `grpo.trainer.save_freq=5` sets the key or adds it, `~key` removes one and `key={k: v}`
+  replaces a mapping; each stage is then checked against its schema when it is built.
 - verl's key paths are accepted where they mean the same thing; see
   [From verl](from-verl.md) for the map and the keys that are refused.
 

@@ -307,3 +307,49 @@ def test_hydra_grammar_beyond_key_value(tmp_path: Path, monkeypatch: pytest.Monk
 
     assert not GlobalHydra.instance().is_initialized()
     assert Path.cwd() == tmp_path and list(tmp_path.iterdir()) == []
+
+
+def test_a_multi_stage_file_takes_hydra_overrides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``load_mapping`` (a recipe's stages, no schema) applies overrides with Hydra's grammar:
+    every key is free, so ``key=value`` sets or adds, ``~key`` removes, a mapping value
+    replaces; the stage is checked against its schema when it is built."""
+    from hf_algos.config import load_mapping
+
+    monkeypatch.chdir(tmp_path)
+    stages = tmp_path / "stages.yaml"
+    stages.write_text(
+        "workdir: /tmp/a\n"
+        "sft: {trainer: {total_training_steps: 3}, rollout: {engine_kwargs: {a: 1, b: 2}}}\n"
+        "grpo: {actor: {ppo_epochs: 2}, path: '${workdir}/model'}\n"
+    )
+    raw = load_mapping(
+        stages,
+        [
+            "sft.trainer.total_training_steps=5",
+            "grpo.trainer.loggers=[console, jsonl]",  # not in the file: added
+            "sft.rollout.engine_kwargs={c: 3}",  # replaces, does not merge
+            "~grpo.actor",
+            "workdir=/tmp/b",
+            "+note='a b, c'",
+        ],
+    )
+    assert raw == {
+        "workdir": "/tmp/b",
+        "sft": {"trainer": {"total_training_steps": 5}, "rollout": {"engine_kwargs": {"c": 3}}},
+        "grpo": {"path": "/tmp/b/model", "trainer": {"loggers": ["console", "jsonl"]}},
+        "note": "a b, c",
+    }
+    with pytest.raises(ConfigurationError, match=r"override 'sft.x=\[1' does not parse"):
+        load_mapping(stages, ["sft.x=[1"])
+    with pytest.raises(ConfigurationError, match=r"Ambiguous value for argument 'sft.x=a,b'"):
+        load_mapping(stages, ["sft.x=a,b"])
+    with pytest.raises(ConfigurationError, match=r"'nope' does not exist"):
+        load_mapping(stages, ["~nope"])
+    with pytest.raises(ConfigurationError, match=r"An item is already at 'workdir'"):
+        load_mapping(stages, ["+workdir=/tmp/c"])
+    from hydra.core.global_hydra import GlobalHydra
+
+    assert not GlobalHydra.instance().is_initialized()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stages.yaml"]

@@ -232,28 +232,59 @@ def yaml_shorthands(tree: DictConfig, data: Any) -> Any:
 def load_mapping(
     path: str | PathLike[str] | None = None, overrides: Sequence[str] = ()
 ) -> dict[str, Any]:
-    """A YAML file plus ``key=value`` overrides as a plain, resolved dict (no schema).
+    """A YAML file plus overrides as a plain, resolved dict (no schema).
 
     For files that hold several configs (a recipe's stages); each part is then built with
-    :func:`load_config` (``base=...``).
+    :func:`load_config` (``base=...``), which checks it against its schema. The overrides are
+    Hydra's, as in :func:`compose_config`, except that with no schema every key is free:
+    ``key.sub=value`` sets a key or adds it (a misspelt key is refused when its part is
+    built), ``~key`` removes one, and ``key={k: v}`` replaces a mapping.
     """
-    tree: Any = OmegaConf.create({}) if path is None else _read_yaml(path)
-    for text in overrides:
-        key = text.split("=", 1)[0]
-        try:
-            update = OmegaConf.from_dotlist([text])
-            value = OmegaConf.select(update, key, throw_on_resolution_failure=False)
-            if isinstance(value, DictConfig):  # a mapping value replaces, as in compose_config
-                OmegaConf.update(tree, key, {}, merge=False)
-            tree = OmegaConf.merge(tree, update)
-        except OmegaConfBaseException as error:
-            _raise(error, text)
+    tree: DictConfig = OmegaConf.create({}) if path is None else _read_yaml(path)
+    pending: list[str] = []
+    for override in _parse(overrides):
+        key, line = override.key_or_group, override.input_line or ""
+        if override.type == OverrideType.CHANGE and isinstance(override.value(), dict):
+            tree = _hydra_compose(tree, pending)  # a mapping value replaces, not merges
+            pending = []
+            try:
+                OmegaConf.update(tree, key, override.value(), merge=False)
+            except OmegaConfBaseException as error:
+                _raise(error, line)
+        elif override.type == OverrideType.CHANGE and not override.is_sweep_override():
+            pending.append(f"++{line}")  # no schema: setting a key may add it
+        else:
+            pending.append(line)
+    tree = _hydra_compose(tree, pending)
     try:
         plain = OmegaConf.to_container(tree, resolve=True)
     except OmegaConfBaseException as error:
         _raise(error, str(path or ""))
     assert isinstance(plain, dict)
     return {str(k): v for k, v in plain.items()}
+
+
+def _hydra_compose(tree: DictConfig, overrides: list[str]) -> DictConfig:
+    """``tree`` with ``overrides`` applied by Hydra's compose API, in order; the tree is kept
+    in Hydra's ``ConfigStore`` only while it composes (no global Hydra state, working
+    directory, output directory or logging left changed)."""
+    if not overrides:
+        return tree
+    store = ConfigStore.instance()
+    store.store(name=_STORED_NAME, node=tree)
+    backup = get_gh_backup()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize(config_path=None, job_name="hybridflow"):
+            composed = compose(config_name=_STORED_NAME, overrides=overrides)
+    except HydraException as error:
+        _raise_hydra(error)
+    finally:
+        restore_gh_from_backup(backup)
+        store.repo.pop(f"{_STORED_NAME}.yaml", None)
+    OmegaConf.set_struct(composed, False)
+    _unfreeze(composed)
+    return composed
 
 
 def _read_yaml(path: str | PathLike[str]) -> DictConfig:
@@ -378,25 +409,8 @@ class _Composer:
                 return
 
     def _compose(self, overrides: list[str]) -> None:
-        """The tree with ``overrides`` applied by Hydra's compose API (no global Hydra
-        state, working directory, output directory or logging left changed)."""
-        if not overrides:
-            return
-        store = ConfigStore.instance()
-        store.store(name=_STORED_NAME, node=self.tree)
-        backup = get_gh_backup()
-        GlobalHydra.instance().clear()
-        try:
-            with initialize(config_path=None, job_name="hybridflow"):
-                tree = compose(config_name=_STORED_NAME, overrides=overrides)
-        except HydraException as error:
-            _raise_hydra(error)
-        finally:
-            restore_gh_from_backup(backup)
-            store.repo.pop(f"{_STORED_NAME}.yaml", None)
-        OmegaConf.set_struct(tree, False)
-        _unfreeze(tree)
-        self.tree = tree
+        """The tree with ``overrides`` applied by Hydra's compose API."""
+        self.tree = _hydra_compose(self.tree, overrides)
 
     def _replace(self, key: str, value: dict[str, Any]) -> None:
         """``key={...}`` on a free mapping replaces it (``rollout.engine_kwargs={}`` empties
