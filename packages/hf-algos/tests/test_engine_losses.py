@@ -112,3 +112,27 @@ def test_all_zero_mask_gives_finite_loss_and_gradient() -> None:
     loss.backward()
     assert loss.item() == 0.0 and all(math.isfinite(v) for v in metrics.values())
     assert log_prob.grad is not None and torch.isfinite(log_prob.grad).all()
+
+
+@pytest.mark.parametrize("entropy_coeff", [0.0, 0.01])
+def test_a_metric_only_entropy_is_computed_outside_the_graph(entropy_coeff: float) -> None:
+    """The engine's entropy is lazy; with no coefficient the loss computes it with autograd
+    off (no (tokens, vocabulary) tensor kept for backward), with one it is in the loss."""
+    from hf_engines.fsdp.outputs import LazyOutputs
+
+    logits = torch.randn(2, 3, 11, requires_grad=True)
+    log_softmax = torch.log_softmax(logits, dim=-1)
+    grad_on: list[bool] = []
+
+    def entropy() -> torch.Tensor:
+        grad_on.append(torch.is_grad_enabled())
+        return -(log_softmax.exp() * log_softmax).sum(dim=-1)
+
+    log_probs = log_softmax.gather(-1, torch.tensor([[1, 2, 3], [4, 5, 6]]).unsqueeze(-1))
+    outputs = LazyOutputs({"log_probs": log_probs.squeeze(-1)}, {"entropy": entropy})
+    loss, metrics = ppo_actor_loss(outputs, micro_batch(), entropy_coeff=entropy_coeff)  # type: ignore[arg-type]
+    assert grad_on == [entropy_coeff != 0.0]
+    expected = torch.distributions.Categorical(logits=logits.detach()).entropy()
+    assert metrics["entropy"] == pytest.approx(float((expected * MASK).sum() / MASK.sum()))
+    loss.backward()  # the policy term's gradient either way
+    assert logits.grad is not None and logits.grad.abs().sum() > 0

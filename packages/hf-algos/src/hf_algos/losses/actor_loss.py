@@ -84,11 +84,13 @@ def ppo_actor_loss(
         "pg_clipfrac_lower": float(policy.clipfrac_lower),
         "ppo_kl": float(policy.approx_kl),
     }
-    entropy = outputs.get("entropy")
+    # Without a coefficient the entropy is a metric only: computed (it is lazy) outside the
+    # graph, so autograd keeps no (tokens, vocabulary) tensor for it.
+    with torch.set_grad_enabled(torch.is_grad_enabled() and entropy_coeff != 0):
+        entropy = outputs.get("entropy")
     if entropy is None and entropy_coeff != 0:
         raise KeyError("entropy_coeff != 0 needs outputs['entropy'] (a causal_lm engine head)")
     if entropy is not None:
-        # Without a coefficient the entropy is a metric only: keep it out of the graph.
         bonus = entropy_bonus(entropy if entropy_coeff else entropy.detach(), mask, loss_agg_mode)
         metrics["entropy"] = float(bonus.detach())
         if entropy_coeff:
