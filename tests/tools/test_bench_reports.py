@@ -1,5 +1,5 @@
 """The start-up phase arithmetic of bench_startup.py, the over-seeds table of bench_grpo.py,
-and a tiny run of bench_multiturn.py."""
+the per-run load record of bench_real_grpo.py and a tiny run of bench_multiturn.py."""
 
 from __future__ import annotations
 
@@ -77,3 +77,16 @@ def test_the_multiturn_bench_reports_reuse_with_the_same_samples(
     # the prompt once, then the last sampled token and the reply (1 + 3) per later turn.
     assert cells[4] == f"{2 * (6 + 13 + 20)} / {2 * (6 + 4 + 4)}"
     assert cells[6] == "yes" and float(cells[7]) < 1e-5
+
+
+def test_the_real_grpo_bench_keeps_each_runs_load_for_a_later_summary(tmp_path: Path) -> None:
+    import bench_real_grpo
+
+    bench_real_grpo.record_load(tmp_path, "plain_seed0", 1.0, 1.8)
+    bench_real_grpo.record_load(tmp_path, "trl_seed1", 0.4, 2.5)
+    bench_real_grpo.record_load(tmp_path, "plain_seed0", 1.1, 1.9)  # a rerun replaces it
+    assert bench_real_grpo.read_loads(tmp_path, (9.0, 9.0, 9.0)) == (0.4, 2.5)
+    empty = tmp_path / "none"
+    empty.mkdir()
+    low, _ = bench_real_grpo.read_loads(empty, (9.0, 9.0, 9.0))
+    assert low == 9.0

@@ -354,7 +354,7 @@ def report_block(
     table: str,
     args: argparse.Namespace,
     settings: dict[str, Any],
-    load_before: tuple[float, float, float],
+    loads: tuple[float, float],
     plot: Path,
 ) -> str:
     """The generated markdown block: machine, settings, table, notes, failures, plot."""
@@ -364,8 +364,8 @@ def report_block(
     shown = {k: v for k, v in settings.items() if k != "model"}
     lines = [
         f"Measured on {machine_line(['torch', 'transformers'])}; torch threads "
-        f"{args.threads}; load average (1 min) {load_before[0]:.1f} before, "
-        f"{os.getloadavg()[0]:.1f} after the run; seeds {seeds}; {args.steps} steps, "
+        f"{args.threads}; load average (1 min) {loads[0]:.1f}-{loads[1]:.1f} at the start "
+        f"and end of the columns' runs; seeds {seeds}; {args.steps} steps, "
         f"validation every {args.eval_every}. Settings (HybridFlow's `{CONFIG_NAME}`, "
         f"resolved): `{json.dumps(shown)}`. HybridFlow overrides: "
         f"{' '.join(args.hybridflow_override) or 'none'}.",
@@ -382,6 +382,37 @@ def report_block(
         relative = plot
     lines += ["", f"![greedy accuracy against training seconds]({relative})"]
     return "\n".join(lines)
+
+
+def run_column(args: argparse.Namespace, name: str, seed: int) -> Column:
+    """Run one column on one seed in its own process (TRL: skipped without its venv)."""
+    if name == "hybridflow":
+        return run_hybridflow(args, seed)
+    if name == "trl" and not args.trl_python.exists():
+        why = f"skipped: {args.trl_python} missing; run tools/bench/setup_trl_venv.sh"
+        return Column(name, seed, None, why)
+    python = Path(sys.executable) if name == "plain" else args.trl_python
+    command = baseline_command(python, name, args, seed)
+    return run_process(name, seed, command, args.workdir, column_env(args.threads))
+
+
+def record_load(workdir: Path, run: str, before: float, after: float) -> None:
+    """Keep one run's 1-minute load averages (start, end) in ``workdir/loads.json``, so a
+    table summarized later from several invocations still says what load it ran under."""
+    path = workdir / "loads.json"
+    loads = json.loads(path.read_text()) if path.exists() else {}
+    loads[run] = [round(before, 2), round(after, 2)]
+    path.write_text(json.dumps(loads, indent=1, sort_keys=True))
+
+
+def read_loads(workdir: Path, fallback: tuple[float, float, float]) -> tuple[float, float]:
+    """The lowest and highest load average the runs in ``workdir`` started or ended at
+    (``loads.json``); without it, the load now (``fallback``) and at this call's end."""
+    path = workdir / "loads.json"
+    if not path.exists():
+        return fallback[0], os.getloadavg()[0]
+    values = [v for pair in json.loads(path.read_text()).values() for v in pair]
+    return min(values), max(values)
 
 
 def read_columns(workdir: Path) -> list[Column]:
@@ -448,19 +479,13 @@ def main(argv: list[str] | None = None) -> int:
         columns = []
         for seed in seeds:
             for name in names:
-                if name == "hybridflow":
-                    columns.append(run_hybridflow(args, seed))
-                elif name == "trl" and not args.trl_python.exists():
-                    why = f"skipped: {args.trl_python} missing; run tools/bench/setup_trl_venv.sh"
-                    columns.append(Column(name, seed, None, why))
-                else:
-                    python = Path(sys.executable) if name == "plain" else args.trl_python
-                    command = baseline_command(python, name, args, seed)
-                    env = column_env(args.threads)
-                    columns.append(run_process(name, seed, command, args.workdir, env))
+                before = os.getloadavg()[0]
+                columns.append(run_column(args, name, seed))
+                record_load(args.workdir, f"{name}_seed{seed}", before, os.getloadavg()[0])
     table, target = summary_table(columns)
     plot = plot_curves(columns, target, args.plot)
-    body = report_block(columns, table, args, settings, load_before, plot)
+    loads = read_loads(args.workdir, load_before)
+    body = report_block(columns, table, args, settings, loads, plot)
     print("\n" + body)
     (args.workdir / "columns.json").write_text(json.dumps([asdict(c) for c in columns]))
     if args.output is not None:

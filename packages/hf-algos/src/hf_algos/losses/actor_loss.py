@@ -84,14 +84,8 @@ def ppo_actor_loss(
         "pg_clipfrac_lower": float(policy.clipfrac_lower),
         "ppo_kl": float(policy.approx_kl),
     }
-    # Without a coefficient the entropy is a metric only: computed (it is lazy) outside the
-    # graph, so autograd keeps no (tokens, vocabulary) tensor for it.
-    with torch.set_grad_enabled(torch.is_grad_enabled() and entropy_coeff != 0):
-        entropy = outputs.get("entropy")
-    if entropy is None and entropy_coeff != 0:
-        raise KeyError("entropy_coeff != 0 needs outputs['entropy'] (a causal_lm engine head)")
-    if entropy is not None:
-        bonus = entropy_bonus(entropy if entropy_coeff else entropy.detach(), mask, loss_agg_mode)
+    bonus = entropy_term(outputs, mask, loss_agg_mode, entropy_coeff)
+    if bonus is not None:
         metrics["entropy"] = float(bonus.detach())
         if entropy_coeff:
             loss = loss - entropy_coeff * bonus
@@ -107,6 +101,24 @@ def ppo_actor_loss(
             loss = loss + kl_coeff * kl_loss
     # One share for the whole loss: pg, entropy and KL are aggregated with the same mode.
     return global_share(loss, mask, loss_agg_mode, mini_batch_totals(micro_batch)), metrics
+
+
+def entropy_term(
+    outputs: ModelOutputs, mask: torch.Tensor, loss_agg_mode: str, entropy_coeff: float
+) -> torch.Tensor | None:
+    """The aggregated entropy bonus, or ``None`` when the engine gives no entropy.
+
+    Without a coefficient the entropy is a metric only: it is computed (it is lazy) with
+    autograd off, so no ``(tokens, vocabulary)`` tensor is kept for backward. With one, a
+    missing entropy is an error naming the fix.
+    """
+    with torch.set_grad_enabled(torch.is_grad_enabled() and entropy_coeff != 0):
+        entropy = outputs.get("entropy")
+    if entropy is None:
+        if entropy_coeff != 0:
+            raise KeyError("entropy_coeff != 0 needs outputs['entropy'] (a causal_lm engine head)")
+        return None
+    return entropy_bonus(entropy if entropy_coeff else entropy.detach(), mask, loss_agg_mode)
 
 
 def old_log_probs(micro_batch: DataProto, log_prob: torch.Tensor) -> torch.Tensor:
