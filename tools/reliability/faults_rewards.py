@@ -7,17 +7,23 @@ asserts what the error names, and checks that no process is left behind afterwar
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from faults import FaultCase, FaultResult, first_line, stopwatch
+from reward_scorers import (
+    exact_score,
+    hog_score,
+    pid_then_sleep_score,
+    raising_score,
+    spin_score,
+)
 
 from hf_algos.config import RewardSection
 from hf_algos.data import build_char_tokenizer
@@ -28,36 +34,6 @@ from hf_algos.rewards import (
 )
 from hf_controller.testing import descendant_pids
 from hf_protocol import DataProto, right_pad
-
-# Scoring functions: module level, so the scoring processes import them by name.
-
-
-def exact_score(solution: str, ground_truth: Any) -> float:
-    """1.0 for the exact answer."""
-    return float(solution == ground_truth)
-
-
-def pid_then_sleep_score(solution: str, ground_truth: Any, extra_info: Mapping[str, Any]) -> float:
-    """Writes its process id where the case can read it, then works for a long time."""
-    Path(extra_info["pid_file"]).write_text(str(os.getpid()))
-    time.sleep(30)
-    return 1.0
-
-
-def hog_score(solution: str, ground_truth: Any) -> float:
-    """Allocates 8 GiB, past the case's 2 GiB cap (which fits importing torch)."""
-    return float(len(bytearray(8 * 1024**3)))
-
-
-def spin_score(solution: str, ground_truth: Any) -> float:
-    """Burns CPU inside C code, where the alarm cannot interrupt it (as a stuck native
-    parser does): a key derivation of two billion rounds."""
-    return float(len(hashlib.pbkdf2_hmac("sha256", b"x", b"salt", 2**31 - 1)))
-
-
-def raising_score(solution: str, ground_truth: Any) -> float:
-    """A parser that fails on every answer."""
-    raise ValueError(f"cannot parse {solution!r}")
 
 
 def _batch(rows: list[tuple[str, str, str]], extra: dict[str, Any] | None = None) -> DataProto:
