@@ -85,8 +85,8 @@ def test_the_real_grpo_bench_keeps_each_runs_load_for_a_later_summary(tmp_path: 
     bench_real_grpo.record_load(tmp_path, "plain_seed0", 1.0, 1.8)
     bench_real_grpo.record_load(tmp_path, "trl_seed1", 0.4, 2.5)
     bench_real_grpo.record_load(tmp_path, "plain_seed0", 1.1, 1.9)  # a rerun replaces it
-    assert bench_real_grpo.read_loads(tmp_path, (9.0, 9.0, 9.0)) == (0.4, 2.5)
+    assert bench_real_grpo.read_loads(tmp_path, 9.0) == (0.4, 2.5)
     empty = tmp_path / "none"
     empty.mkdir()
-    low, _ = bench_real_grpo.read_loads(empty, (9.0, 9.0, 9.0))
+    low, _ = bench_real_grpo.read_loads(empty, 9.0)
     assert low == 9.0

@@ -405,12 +405,12 @@ def record_load(workdir: Path, run: str, before: float, after: float) -> None:
     path.write_text(json.dumps(loads, indent=1, sort_keys=True))
 
 
-def read_loads(workdir: Path, fallback: tuple[float, float, float]) -> tuple[float, float]:
+def read_loads(workdir: Path, load_before: float) -> tuple[float, float]:
     """The lowest and highest load average the runs in ``workdir`` started or ended at
-    (``loads.json``); without it, the load now (``fallback``) and at this call's end."""
+    (``loads.json``); without it, ``load_before`` (this call's start) and the load now."""
     path = workdir / "loads.json"
     if not path.exists():
-        return fallback[0], os.getloadavg()[0]
+        return load_before, os.getloadavg()[0]
     values = [v for pair in json.loads(path.read_text()).values() for v in pair]
     return min(values), max(values)
 
@@ -470,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     args.workdir.mkdir(parents=True, exist_ok=True)
     args.hybridflow_root = args.hybridflow_root.resolve()
     seeds = list(range(args.seed, args.seed + args.seeds))
-    load_before = os.getloadavg()
+    load_before = os.getloadavg()[0]
     if args.summarize:
         columns = read_columns(args.workdir)
         settings = json.loads((args.workdir / "settings.json").read_text())
