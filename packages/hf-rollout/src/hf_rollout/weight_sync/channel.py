@@ -17,7 +17,11 @@ sender waits for all of them (at most ``timeout_s``) before its first broadcast,
 the ranks that did not come; after the buckets each receiver sets ``done/<push>/<rank>``
 (``ok`` or what was wrong), and the sender waits for those within the push's deadline. A
 push that does not finish within ``deadline_s`` (counted from the start) ends on every rank
-with a :class:`WeightPushError` naming the version and the ranks that did not finish.
+with a :class:`WeightPushError` naming the version and the ranks that did not finish. When
+the sender's broadcasts fail mid-push (a receiver died), it sets ``abort/<push>``; the
+receivers read it between slices of their waits (:data:`ABORT_POLL_S`), stop and report,
+so the sender names only the ranks that sent no report (dead or hung), and the live ones
+are free within a fraction of a second instead of at the deadline.
 
 Per bucket the sender broadcasts
 
@@ -104,6 +108,11 @@ ALIGN = 16
 
 HEAD_BYTES = 16 << 10
 """Size of a bucket's head broadcast (sizes, end flag and, when it fits, the header)."""
+
+ABORT_POLL_S = 0.1
+"""A receiver waiting for a broadcast reads, this often, whether the sender abandoned the
+push; a live receiver of a failed push so stops within this time instead of at the push's
+deadline, and the sender names only the ranks that are gone."""
 
 _SIZES = 6  # int64 [header_len, packed_len, last, version, bucket, first tensor]
 _SIZES_BYTES = _SIZES * 8
@@ -351,18 +360,48 @@ class WeightChannel:
         except Exception as error:
             raise self._failed(what, error) from error
 
-    def _finish(self, pending: list[_Pending], deadline: float | None = None) -> None:
-        """Wait for ``pending`` broadcasts, each at most until ``deadline`` (monotonic)."""
+    def _finish(
+        self, pending: list[_Pending], deadline: float | None = None, push: int | None = None
+    ) -> None:
+        """Wait for ``pending`` broadcasts, each at most until ``deadline`` (monotonic). A
+        receiver passes its ``push``: it then waits in slices of :data:`ABORT_POLL_S` and
+        stops when the sender abandons the push (see :func:`handshake.announce_abort`)."""
         for item in pending:
             try:
                 if deadline is None:
                     item.work.wait()
-                else:
+                elif push is None:
                     left = max(deadline - time.monotonic(), 0.001)
                     item.work.wait(datetime.timedelta(seconds=left))
+                else:
+                    self._wait_unless_abandoned(item, deadline, push)
+            except WeightChannelError:
+                raise
             except Exception as error:
                 raise self._failed(item.what, error) from error
         pending.clear()
+
+    def _wait_unless_abandoned(self, item: _Pending, deadline: float, push: int) -> None:
+        """Wait for one broadcast until ``deadline``; between slices of the wait, read
+        whether the sender abandoned push ``push`` and raise if it did."""
+        while True:
+            left = max(deadline - time.monotonic(), 0.001)
+            try:
+                item.work.wait(datetime.timedelta(seconds=min(left, ABORT_POLL_S)))
+                return
+            except Exception:
+                if item.work.is_completed() or left <= ABORT_POLL_S:
+                    raise  # the broadcast failed, or the deadline is up
+            try:
+                why = handshake.read_abort(self._control, push)
+            except Exception as error:  # the store lives in the sender's process
+                why = f"the sender's store is unreachable, the sender is gone: {error}"
+            if why is not None:
+                self._broken = self._broken or f"push {push} abandoned by the sender"
+                raise WeightChannelError(
+                    f"{self._describe()}: the sender abandoned the push while this rank "
+                    f"waited for the {item.what}: {why}"
+                )
 
     def _failed(self, what: str, error: Exception) -> WeightChannelError:
         self._broken = self._broken or f"a broadcast of the {what} failed"
@@ -539,14 +578,16 @@ class WeightChannel:
     ) -> WeightPushError:
         """The error of a push whose broadcasts failed or timed out: the ranks that did
         not report it done (given a second to do so) are named; the channel is broken."""
+        handshake.announce_abort(self._control, push, f"push of version {version} failed")
         grace = min(max(deadline - time.monotonic(), 0.0), 1.0)
         missing = handshake.await_all(self._control, "done", push, self.receivers, grace)
+        stopped = [rank for rank in self.receivers if rank not in missing]
         self._broken = self._broken or f"push of version {version} failed"
         return WeightPushError(
             f"{self._describe()}: push of version {version} failed after "
-            f"{time.monotonic() - start:.1f} s (deadline {self.deadline_s:.1f} s); rank(s) "
-            f"{missing} did not finish it; the receivers keep their last complete version: "
-            f"{error}",
+            f"{time.monotonic() - start:.1f} s (deadline {self.deadline_s:.1f} s); "
+            f"{_who_stopped(missing, stopped)}; the receivers keep their last complete "
+            f"version: {error}",
             version,
             missing,
         )
@@ -737,24 +778,24 @@ class WeightChannel:
         while the next one arrives."""
         previous: list[tuple[_Entry, torch.Tensor, list[_Pending]]] | None = None
         while True:
-            head = self._receive_head(deadline)
+            head = self._receive_head(push, deadline)
             staging.note(head)
             self.last_buckets.append([e.name for e in head.entries])
             current = self._post_bucket(head, staging.buckets)
             staging.buckets += 1
             if previous is not None:
-                self._settle(previous, staging, deadline)
+                self._settle(push, previous, staging, deadline)
             previous = current
             if self.faults.applies(push, staging.buckets, self.faults.exit_after_buckets):
                 exit_now()
             if head.last:
                 break
-        self._settle(previous, staging, deadline)
+        self._settle(push, previous, staging, deadline)
 
-    def _receive_head(self, deadline: float) -> _Head:
-        """The next bucket's head (and its header, when it did not fit)."""
+    def _receive_head(self, push: int, deadline: float) -> _Head:
+        """The next bucket's head of push ``push`` (and its header, when it did not fit)."""
         data = torch.empty(HEAD_BYTES, dtype=torch.uint8, device=self.device)
-        self._finish([self._start(data, "bucket head")], deadline)
+        self._finish([self._start(data, "bucket head")], deadline, push)
         data = data.cpu()
         sizes = data[:_SIZES_BYTES].view(torch.int64).tolist()
         header_len, packed_len, last, version, index, first = sizes
@@ -764,7 +805,7 @@ class WeightChannel:
             header = data[_SIZES_BYTES : _SIZES_BYTES + header_len]
         else:
             header = torch.empty(header_len, dtype=torch.uint8, device=self.device)
-            self._finish([self._start(header, "bucket header")], deadline)
+            self._finish([self._start(header, "bucket header")], deadline, push)
         try:
             fields = pickle.loads(header.cpu().numpy().tobytes())
         except Exception as error:
@@ -793,13 +834,14 @@ class WeightChannel:
 
     def _settle(
         self,
+        push: int,
         received: list[tuple[_Entry, torch.Tensor, list[_Pending]]],
         staging: _Staging,
         deadline: float,
     ) -> None:
         """Wait for a bucket's bytes, verify each tensor's checksum, stage its view."""
         for entry, raw, pending in received:
-            self._finish(pending, deadline)
+            self._finish(pending, deadline, push)
             if checksum(raw) != entry.crc:
                 staging.corrupt.append(entry.name)
             staging.views.append((entry.name, _typed(raw, entry)))
@@ -847,6 +889,14 @@ class _Background:
         self._thread.join()
         if self._error is not None:
             raise self._error
+
+
+def _who_stopped(missing: list[int], stopped: list[int]) -> str:
+    """Which receivers of a failed push are gone (no report) and which heard the abort."""
+    parts = [f"rank(s) {missing} did not finish it (no report: dead or hung)"] if missing else []
+    if stopped:
+        parts.append(f"rank(s) {stopped} stopped with it" if missing else "every rank stopped")
+    return ", ".join(parts)
 
 
 def _aligned(nbytes: int) -> int:

@@ -11,9 +11,14 @@ For push ``n`` (counted on every member since it joined) of a channel with recei
     ...         the buckets' broadcasts     (at most the push's deadline)
     receiver r: set done/<n>/<r>            "ok", or what was wrong (before loading)
     sender:     wait for every done/<n>/*   (the rest of the deadline)
+    sender:     set abort/<n> = <why>       only when the broadcasts failed: the receivers
+                                            still waiting stop and report instead of
+                                            sitting out the deadline
 
 so a missing rank is named, by the sender, within the timeout or the deadline instead of
-surfacing as a collective's timeout. Every function here is a few store round trips.
+surfacing as a collective's timeout, and only the ranks that are gone or hung are named:
+a live receiver of a failed push hears the abort and reports. Every function here is a few
+store round trips.
 
 A receiver waits ``timeout_s`` for the sender's word. If by then the sender has opened the
 push, its word is due within the sender's own timeout, and the receiver waits that long
@@ -34,12 +39,14 @@ from typing import Any
 import torch.distributed as dist
 
 __all__ = [
+    "announce_abort",
     "announce_start",
     "await_all",
     "await_ready",
     "await_start",
     "forget_push",
     "mark_ready",
+    "read_abort",
     "read_reports",
     "report_done",
 ]
@@ -113,6 +120,20 @@ def await_start(store: Any, push: int, rank: int, timeout_s: float) -> str | Non
     return None if value == GO else value.decode(errors="replace")
 
 
+def announce_abort(store: Any, push: int, why: str) -> None:
+    """Sender: push ``push`` failed mid-way (``why``); receivers still inside it stop.
+    Best effort: the receivers' deadline still ends the push if this cannot be said."""
+    with contextlib.suppress(Exception):
+        store.set(_key("abort", push), why.encode())
+
+
+def read_abort(store: Any, push: int) -> str | None:
+    """Receiver: why the sender abandoned push ``push`` mid-way, or ``None`` while it has
+    not; a store that is gone (the sender's process died) raises."""
+    key = _key("abort", push)
+    return bytes(store.get(key)).decode(errors="replace") if store.check([key]) else None
+
+
 def _wait(store: Any, key: str, timeout_s: float) -> bool:
     """Whether ``key`` is set within ``timeout_s``; a store that is gone (its host died)
     raises its ``DistNetworkError`` here instead of counting as a timeout."""
@@ -143,7 +164,7 @@ def read_reports(store: Any, push: int, ranks: list[int]) -> dict[int, dict[str,
 
 def forget_push(store: Any, push: int, ranks: list[int]) -> None:
     """Delete push ``push``'s keys (every receiver has read them), best effort."""
-    keys = [_key("start", push), _key("open", push)]
+    keys = [_key("start", push), _key("open", push), _key("abort", push)]
     keys += [_key(kind, push, rank) for kind in ("ready", "done") for rank in ranks]
     for key in keys:
         try:
