@@ -18,7 +18,7 @@ the ranks that did not come; after the buckets each receiver sets ``done/<push>/
 (``ok`` or what was wrong), and the sender waits for those within the push's deadline. A
 push that does not finish within ``deadline_s`` (counted from the start) ends on every rank
 with a :class:`WeightPushError` naming the version and the ranks that did not finish. When
-the sender's broadcasts fail mid-push (a receiver died), it sets ``abort/<push>``; the
+the sender's broadcasts fail mid-push (a receiver died), it sets ``abort/<push>``; gloo
 receivers read it between slices of their waits (:data:`ABORT_POLL_S`), stop and report,
 so the sender names only the ranks that sent no report (dead or hung), and the live ones
 are free within a fraction of a second instead of at the deadline.
@@ -364,16 +364,20 @@ class WeightChannel:
         self, pending: list[_Pending], deadline: float | None = None, push: int | None = None
     ) -> None:
         """Wait for ``pending`` broadcasts, each at most until ``deadline`` (monotonic). A
-        receiver passes its ``push``: it then waits in slices of :data:`ABORT_POLL_S` and
-        stops when the sender abandons the push (see :func:`handshake.announce_abort`)."""
+        receiver passes its ``push``: over gloo it then waits in slices of
+        :data:`ABORT_POLL_S` and stops when the sender abandons the push (see
+        :func:`handshake.announce_abort`). Not under NCCL, where a wait that times out marks
+        the collective failed: there the deadline ends a failed push."""
+        sliced = push is not None and self.device.type != "cuda"
         for item in pending:
             try:
                 if deadline is None:
                     item.work.wait()
-                elif push is None:
+                elif not sliced:
                     left = max(deadline - time.monotonic(), 0.001)
                     item.work.wait(datetime.timedelta(seconds=left))
                 else:
+                    assert push is not None
                     self._wait_unless_abandoned(item, deadline, push)
             except WeightChannelError:
                 raise
