@@ -57,6 +57,19 @@ def test_the_sender_names_the_ranks_not_ready_and_their_reports(store: dist.Stor
     assert not store.check(["ready/1/1"]) and not store.check(["done/1/2"])
 
 
+def test_a_failed_push_is_abandoned_for_the_receivers_still_in_it(store: dist.Store) -> None:
+    receiver = second_client(store)
+    assert handshake.read_abort(receiver, 4) is None  # nothing said: keep waiting
+    handshake.announce_abort(store, 4, "push of version 7 failed")
+    # a set is not answered: a round trip on the sender's connection orders it before the
+    # receiver's read (the channel's receivers read again every 0.1 s instead)
+    assert store.check(["abort/4"])
+    assert handshake.read_abort(receiver, 4) == "push of version 7 failed"
+    assert handshake.read_abort(receiver, 5) is None  # another push is not abandoned
+    handshake.forget_push(store, 4, [1])
+    assert handshake.read_abort(receiver, 4) is None
+
+
 def test_a_receiver_sees_go_an_abort_or_takes_back_its_ready(store: dist.Store) -> None:
     handshake.announce_start(store, 1)
     assert handshake.await_start(store, 1, 1, 1.0) is None
