@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,3 +91,32 @@ def test_the_real_grpo_bench_keeps_each_runs_load_for_a_later_summary(tmp_path: 
     empty.mkdir()
     low, _ = bench_real_grpo.read_loads(empty, 9.0)
     assert low == 9.0
+
+
+def test_the_real_grpo_bench_runs_every_column_in_the_configs_one_precision() -> None:
+    import bench_real_grpo
+    import real_grpo_task
+    import torch
+
+    def config(param: str, rollout: str | None, model: str = "float32") -> dict[str, Any]:
+        engine = {"fsdp": {"param_dtype": param}, "model": {"dtype": model}}
+        return {"actor": {"engine": engine}, "rollout": {"dtype": rollout}}
+
+    assert bench_real_grpo.precision_of(config("float32", None)) == "float32"
+    assert bench_real_grpo.precision_of(config("bfloat16", "bfloat16")) == "bfloat16"
+    with pytest.raises(SystemExit, match=r"set rollout\.dtype=bfloat16"):
+        bench_real_grpo.precision_of(config("bfloat16", None))  # would generate in fp32
+    with pytest.raises(SystemExit, match=r"model\.dtype=bfloat16"):
+        bench_real_grpo.precision_of(config("bfloat16", "bfloat16", "bfloat16"))
+    settings = real_grpo_task.RealSettings(
+        8, 8, 32, 1.0, 5e-6, 0.0, (0.9, 0.999), 1e-8, 1.0, 0.2, 0.2, 4, "m", "bfloat16"
+    )
+    weight = torch.randn(4, 4)  # fp32 weights, bf16 compute, as TRL's bf16=True
+    with real_grpo_task.autocast(settings):
+        assert (torch.ones(2, 4) @ weight).dtype == torch.bfloat16
+    settings.precision = "float32"
+    with real_grpo_task.autocast(settings):
+        assert (torch.ones(2, 4) @ weight).dtype == torch.float32
+    settings.precision = "fp8"
+    with pytest.raises(ValueError, match="'fp8'"):
+        real_grpo_task.autocast(settings)

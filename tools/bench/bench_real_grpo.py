@@ -28,6 +28,11 @@ Usage (from the repository root, dev venv; each step costs ~30-60 s of CPU, so t
 
     bash tools/bench/setup_trl_venv.sh
     python tools/bench/bench_real_grpo.py --output docs/benchmarks.md
+
+Every column computes in the config's one precision (:func:`precision_of`): fp32 as
+shipped; bf16 mixed precision (fp32 master weights, bf16 compute; TRL's ``bf16=True``, the
+plain loop's CPU autocast) with ``--hybridflow-override actor.engine.fsdp.param_dtype=bfloat16
+--hybridflow-override rollout.dtype=bfloat16``.
 """
 
 from __future__ import annotations
@@ -87,9 +92,33 @@ def hybridflow_env(hybridflow_root: Path, threads: int) -> dict[str, str]:
     return env
 
 
-def prepare(workdir: Path, seeds: list[int], val_size: int | None) -> None:
+def precision_of(config: dict[str, Any]) -> str:
+    """The one compute precision of every column: the actor's
+    ``actor.engine.fsdp.param_dtype`` over fp32 master weights, with a rollout that
+    generates in the same dtype; anything else exits naming the keys to set."""
+    engine = config["actor"]["engine"]
+    precision = engine["fsdp"]["param_dtype"]
+    rollout = config["rollout"]["dtype"] or engine["model"]["dtype"]
+    if engine["model"]["dtype"] != "float32" or precision not in ("float32", "bfloat16"):
+        raise SystemExit(
+            f"the columns keep fp32 master weights and compute in float32 or bfloat16; the "
+            f"config has actor.engine.model.dtype={engine['model']['dtype']}, "
+            f"actor.engine.fsdp.param_dtype={precision}"
+        )
+    if rollout != precision:
+        raise SystemExit(
+            f"the columns generate in their compute precision; set rollout.dtype={precision} "
+            f"(the config generates in {rollout}, actor.engine.fsdp.param_dtype={precision})"
+        )
+    return str(precision)
+
+
+def prepare(
+    workdir: Path, seeds: list[int], val_size: int | None, overrides: list[str] | None = None
+) -> None:
     """Child process of :func:`run_prepare` (on the HybridFlow packages): write
-    ``settings.json``, ``train.jsonl``, ``val.jsonl`` and ``train_seed<n>.jsonl``."""
+    ``settings.json``, ``train.jsonl``, ``val.jsonl`` and ``train_seed<n>.jsonl`` from the
+    packaged config with the HybridFlow column's ``overrides``."""
     import yaml
 
     from hf_algos.cli import main as hybridflow
@@ -98,7 +127,7 @@ def prepare(workdir: Path, seeds: list[int], val_size: int | None) -> None:
 
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        code = hybridflow(["grpo", "--config-name", CONFIG_NAME, "--cfg"])
+        code = hybridflow(["grpo", "--config-name", CONFIG_NAME, *(overrides or []), "--cfg"])
     if code != 0:
         raise SystemExit(f"hybridflow grpo --config-name {CONFIG_NAME} --cfg exited {code}")
     config = yaml.safe_load(printed.getvalue())
@@ -120,6 +149,7 @@ def prepare(workdir: Path, seeds: list[int], val_size: int | None) -> None:
         "clip_low": actor["clip_ratio_low"],
         "clip_high": actor["clip_ratio_high"],
         "val_samples": config["trainer"]["val_samples"],
+        "precision": precision_of(config),
         "model": str(resolve_model_path(actor["engine"]["model"]["path"])),
     }
     (workdir / "settings.json").write_text(json.dumps(settings, indent=1))
@@ -146,6 +176,7 @@ def run_prepare(args: argparse.Namespace, seeds: list[int]) -> dict[str, Any]:
     command += [f"--seeds={','.join(map(str, seeds))}"]
     if args.val_size is not None:
         command.append(f"--val-size={args.val_size}")
+    command += [f"--override={override}" for override in args.hybridflow_override]
     print(f"[prepare] {' '.join(command)}", flush=True)
     env = hybridflow_env(args.hybridflow_root, args.threads)
     subprocess.run(command, check=True, env=env, cwd=args.workdir)
@@ -434,8 +465,9 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_argument("workdir", type=Path)
         sub.add_argument("--seeds", required=True)
         sub.add_argument("--val-size", type=int)
+        sub.add_argument("--override", action="append", default=[])
         ns = sub.parse_args(argv[1:])
-        prepare(ns.workdir, [int(s) for s in ns.seeds.split(",")], ns.val_size)
+        prepare(ns.workdir, [int(s) for s in ns.seeds.split(",")], ns.val_size, ns.override)
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--columns", default="plain,trl,hybridflow", help="comma-separated")
@@ -456,7 +488,12 @@ def main(argv: list[str] | None = None) -> int:
         "settings (default: this one)",
     )
     parser.add_argument(
-        "--hybridflow-override", action="append", default=[], help="extra key=value"
+        "--hybridflow-override",
+        action="append",
+        default=[],
+        help="extra key=value for the HybridFlow column, also read for every column's "
+        "settings (e.g. actor.engine.fsdp.param_dtype=bfloat16 with rollout.dtype=bfloat16: "
+        "all columns in bf16 mixed precision)",
     )
     parser.add_argument(
         "--summarize", action="store_true", help="run nothing: tabulate --workdir's records"

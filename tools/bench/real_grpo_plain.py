@@ -8,9 +8,11 @@ left-padded prompts); scores them with HybridFlow's reasoning-gym scorer; takes 
 advantages ``(r - mean) / (std + 1e-6)`` per group (unbiased std, as
 ``hf_algos.advantages.compute_grpo_advantage``); and makes one AdamW step on the clipped
 surrogate averaged over every response token of the step (token-mean), accumulated over
-micro-batches of 16 rows, with the gradient norm clipped. With one update per batch the old
-log-probs are the current ones detached (ratio 1, as TRL has it). Validation (greedy and
-sampled accuracy, :func:`real_grpo_task.evaluate`) is kept off the training clock.
+micro-batches of 16 rows, with the gradient norm clipped. Generation and forward run in the
+settings' precision (``bfloat16``: CPU autocast over the fp32 weights). With one update per
+batch the old log-probs are the current ones detached (ratio 1, as TRL has it). Validation
+(greedy and sampled accuracy, :func:`real_grpo_task.evaluate`) is kept off the training
+clock.
 
 Usage (dev venv; the driver writes the files):
 
@@ -70,7 +72,8 @@ def grpo_step(
     n = settings.group_size
     ids = [task.prompt_ids(tokenizer, row["prompt"]) for row in rows for _ in range(n)]
     sampling = task.generation_config(tokenizer, settings.max_new_tokens, settings.temperature)
-    prompts, prompt_mask, responses, mask = task.generate(model, tokenizer, ids, sampling)
+    with task.autocast(settings):
+        prompts, prompt_mask, responses, mask = task.generate(model, tokenizer, ids, sampling)
     texts = task.decode(tokenizer, responses, mask)
     repeated = [row for row in rows for _ in range(n)]
     rewards = torch.tensor([task.score(t, r) for t, r in zip(texts, repeated, strict=True)])
@@ -80,7 +83,8 @@ def grpo_step(
     optimizer.zero_grad(set_to_none=True)
     for start in range(0, len(ids), settings.micro_batch_rows):
         part = slice(start, start + settings.micro_batch_rows)
-        log_probs = response_log_probs(model, prompts[part], prompt_mask[part], responses[part])
+        with task.autocast(settings):
+            log_probs = response_log_probs(model, prompts[part], prompt_mask[part], responses[part])
         ratio = torch.exp(log_probs - log_probs.detach())
         adv = advantages[part].unsqueeze(1)
         clipped = ratio.clamp(1 - settings.clip_low, 1 + settings.clip_high) * adv
@@ -110,10 +114,13 @@ def main(argv: list[str] | None = None) -> int:
         weight_decay=settings.weight_decay,
     )
     train, val = task.read_rows(args.train), task.read_rows(args.val)
-    record = task.RealRunRecord(name="plain torch loop", notes=f"threads {args.threads}")
+    record = task.RealRunRecord(
+        name="plain torch loop", notes=f"threads {args.threads}, {settings.precision}"
+    )
 
     def validate(step: int, train_seconds: float) -> None:
-        accuracy = task.evaluate(model, tokenizer, val, settings, seed=args.seed * 1000 + step)
+        with task.autocast(settings):
+            accuracy = task.evaluate(model, tokenizer, val, settings, seed=args.seed * 1000 + step)
         record.evals.append({"step": step, "train_seconds": train_seconds, **accuracy})
         print(f"step {step:3d}  {train_seconds:7.1f}s  {accuracy}", flush=True)
 

@@ -10,6 +10,7 @@ What lives here, used the same way in the dev venv and in the TRL venv:
   chat template's text with the generation prompt, tokenized without special tokens);
 * the scorer: ``hf_algos/rewards/reasoning_gym.py`` loaded by file path (torch-free, needs
   only ``reasoning_gym``), so every column scores with the same code as HybridFlow's reward;
+* the compute precision (:func:`autocast`: fp32, or bf16 autocast over fp32 weights);
 * batched ``model.generate`` (left-padded prompts) and the evaluator: greedy accuracy and
   the accuracy of ``val_samples`` seeded samples at the training temperature on the
   held-out rows (right = score >= 1, as HybridFlow's ``val/accuracy``).
@@ -18,6 +19,7 @@ What lives here, used the same way in the dev venv and in the TRL venv:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 from dataclasses import dataclass, field
@@ -30,6 +32,8 @@ from transformers import GenerationConfig, PreTrainedTokenizerBase
 
 ROOT = Path(__file__).resolve().parents[2]
 SCORER_FILE = ROOT / "packages" / "hf-algos" / "src" / "hf_algos" / "rewards" / "reasoning_gym.py"
+PRECISIONS = ("float32", "bfloat16")
+"""Compute precisions every column can run (:attr:`RealSettings.precision`)."""
 
 
 @dataclass
@@ -62,6 +66,10 @@ class RealSettings:
     """Sampled answers per validation prompt (``trainer.val_samples``)."""
     model: str
     """The model directory (the imported SmolLM2 Hugging Face folder)."""
+    precision: str = "float32"
+    """Compute precision of generation and forward/backward: ``float32``, or ``bfloat16``
+    mixed precision (fp32 master weights and AdamW state, bf16 compute): HybridFlow's
+    ``actor.engine.fsdp.param_dtype``; TRL's ``bf16=True``; the plain loop's CPU autocast."""
     micro_batch_rows: int = 16
     """Rows per forward/backward in the plain loop and TRL (gradients accumulate over the
     step's ``prompts_per_step * group_size`` rows; one optimizer step per step)."""
@@ -92,6 +100,14 @@ class RealRunRecord:
     """Mean training reward of each step."""
     notes: str = ""
     """Free text: settings that differ between columns, warnings."""
+
+
+def autocast(settings: RealSettings) -> contextlib.AbstractContextManager[Any]:
+    """bf16 CPU autocast when ``settings.precision`` is ``bfloat16``; else no change."""
+    if settings.precision not in PRECISIONS:
+        raise ValueError(f"precision {settings.precision!r}: use one of {PRECISIONS}")
+    enabled = settings.precision == "bfloat16"
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled)
 
 
 def load_scorer() -> ModuleType:

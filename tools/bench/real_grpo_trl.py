@@ -8,9 +8,11 @@ making one generation batch of ``prompts x group`` rows, and one optimizer step 
 no top-k / top-p; ``beta=0`` (no KL, no reference model); ``epsilon`` / ``epsilon_high``
 the clip range; ``loss_type="dapo"`` (the clipped surrogate averaged over every completion
 token of the generation batch: token-mean); AdamW at a constant lr, no warm-up, the weight
-decay and gradient clip of the config. The prompts are the rows' chat messages (TRL renders
-them with the chat template and a generation prompt) in file order (``shuffle_dataset=False``);
-the reward is HybridFlow's reasoning-gym scorer (:func:`real_grpo_task.score`).
+decay and gradient clip of the config; ``bf16`` when the settings' precision is ``bfloat16``
+(accelerate's CPU autocast over the fp32 weights, generation included). The prompts are the
+rows' chat messages (TRL renders them with the chat template and a generation prompt) in
+file order (``shuffle_dataset=False``); the reward is HybridFlow's reasoning-gym scorer
+(:func:`real_grpo_task.score`).
 
 Step time is the wall time between two ``on_step_end`` callbacks less the callback's own
 validation (the shared evaluator, :func:`real_grpo_task.evaluate`).
@@ -79,7 +81,8 @@ def make_callback(
             print(f"step {step:3d}  {record.step_seconds[-1]:.1f}s", flush=True)
             if step % eval_every == 0 or step == state.max_steps:
                 model = kwargs["model"]
-                accuracy = task.evaluate(model, tokenizer, val, settings, seed * 1000 + step)
+                with task.autocast(settings):
+                    accuracy = task.evaluate(model, tokenizer, val, settings, seed * 1000 + step)
                 seconds = sum(record.step_seconds)
                 record.evals.append({"step": step, "train_seconds": seconds, **accuracy})
                 print(f"step {step:3d}  {seconds:7.1f}s  {accuracy}", flush=True)
@@ -103,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     model = AutoModelForCausalLM.from_pretrained(settings.model, dtype=torch.float32)
     train, val = task.read_rows(args.train), task.read_rows(args.val)
     record = task.RealRunRecord(name="TRL GRPOTrainer")
-    accuracy = task.evaluate(model, tokenizer, val, settings, seed=args.seed * 1000)
+    with task.autocast(settings):
+        accuracy = task.evaluate(model, tokenizer, val, settings, seed=args.seed * 1000)
     record.evals.append({"step": 0, "train_seconds": 0.0, **accuracy})
     print(f"step   0  {accuracy}", flush=True)
     batch_rows = settings.prompts_per_step * settings.group_size
@@ -113,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     config = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="real-grpo-trl-"),
         use_cpu=True,
-        bf16=False,
+        bf16=settings.precision == "bfloat16",  # accelerate's autocast over fp32 weights
         gradient_checkpointing=False,
         per_device_train_batch_size=settings.micro_batch_rows,
         gradient_accumulation_steps=accumulation,
