@@ -394,8 +394,14 @@ class WeightChannel:
                 item.work.wait(datetime.timedelta(seconds=min(left, ABORT_POLL_S)))
                 return
             except Exception:
-                if item.work.is_completed() or left <= ABORT_POLL_S:
-                    raise  # the broadcast failed, or the deadline is up
+                if item.work.is_completed():
+                    # It ended after the slice ran out (or failed): a wait on a finished
+                    # collective returns, or raises the collective's own error. Raising
+                    # the slice's timeout here failed a push that had arrived (the soak).
+                    item.work.wait()
+                    return
+                if left <= ABORT_POLL_S:
+                    raise  # the deadline is up
             try:
                 why = handshake.read_abort(self._control, push)
             except Exception as error:  # the store lives in the sender's process
