@@ -4,7 +4,9 @@ Real runs on Ray, separate placement: the driver SIGKILLs the rollout group's wo
 chosen step. The group is replaced (new process, model, weight channel, current weights),
 the prompts it held are generated again, and every prompt of the epoch (16 rows, 4 steps
 of 4) is trained on exactly once. A stopped worker (SIGSTOP) is replaced once its call's
-deadline passes. Past ``rollout.max_replacements`` the worker's own error ends the run.
+deadline passes. A weight push that fails with every process alive (a corrupted bucket) is
+pushed again over a reopened channel. Past ``rollout.max_replacements`` the worker's own
+error ends the run.
 """
 
 from __future__ import annotations
@@ -19,14 +21,16 @@ import pytest
 import torch
 
 from hf_algos.config import RLConfig, load_config
-from hf_controller import WorkerDiedError
+from hf_controller import WorkerDiedError, WorkerGroupError
 from hf_protocol import DataProto
+from hf_rollout import WeightIntegrityError
 
 from .killing_trainer import KillingTrainer
 from .trainer_helpers import common_overrides, task_files
 
 ROWS = 16
 SAMPLES = 2
+ONE_STEP_OFF = ("trainer.async_mode=one_step_off", "algorithm.rollout_correction.mode=tis")
 
 
 def _run(
@@ -61,12 +65,7 @@ def _assert_exactly_once(prompts: list[str], root: Path) -> None:
 def test_one_step_off_replaces_a_killed_rollout_and_trains_every_prompt_once(
     ray_session: Any, toy_task_scored: str, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    overrides = _overrides(
-        tiny_model_dir,
-        tmp_path,
-        "trainer.async_mode=one_step_off",
-        "algorithm.rollout_correction.mode=tis",
-    )
+    overrides = _overrides(tiny_model_dir, tmp_path, *ONE_STEP_OFF)
     trainer, history = _run(overrides, kill_at=(2,))
     assert len(history) == ROWS // 4
     assert trainer.replacement.total == 1
@@ -106,8 +105,7 @@ def test_a_rollout_dead_at_a_checkpoint_is_replaced_not_restarted(
     overrides = _overrides(
         tiny_model_dir,
         tmp_path,
-        "trainer.async_mode=one_step_off",
-        "algorithm.rollout_correction.mode=tis",
+        *ONE_STEP_OFF,
         "trainer.save_freq=2",
         f"trainer.checkpoint_dir={tmp_path / 'ckpt'}",
         "trainer.max_restarts=0",  # a restart would end the run with the worker's error
@@ -149,3 +147,65 @@ def test_a_stuck_rollout_is_replaced_after_its_deadline(
     assert trainer.replacement.total == 1
     assert [m["rollout/replaced"] for m in history] == [0.0, 1.0, 0.0, 0.0]
     _assert_exactly_once(trainer.prompts, tmp_path)
+
+
+class CorruptingTrainer(KillingTrainer):
+    """Records its prompts as :class:`KillingTrainer` does (it signals nothing here). Before
+    the steps ``corrupt_at`` train, the actor's next weight push is set to flip a
+    byte of its first bucket (the channel's own fault injection): the push fails on every
+    rank with a checksum mismatch while every process lives."""
+
+    corrupt_at: tuple[int, ...] = ()
+
+    def train_step(self, batch: DataProto) -> dict[str, float]:
+        """Corrupt the next push when this step is listed, then train the step."""
+        if self.global_step in self.corrupt_at:
+
+            def corrupt_next_push(worker: Any) -> None:
+                from hf_rollout.weight_sync import WeightFaults
+
+                roles = getattr(worker, "workers", {})  # a colocated worker's roles
+                for member in [worker, *roles.values()]:
+                    sender = getattr(member, "_weight_sender", None)
+                    channel = None if sender is None else sender.channel
+                    if channel is not None:  # rank 0: the sender
+                        channel.faults = WeightFaults(push=channel.pushes + 1, corrupt_bucket=0)
+
+            self.roles.actor.execute_all_sync("execute_with_func", corrupt_next_push)
+        return super().train_step(batch)
+
+
+def _corrupting_run(overrides: list[str], corrupt_at: tuple[int, ...]) -> tuple[Any, list[Any]]:
+    torch.set_num_threads(1)
+    trainer = CorruptingTrainer(load_config(RLConfig, overrides=overrides))
+    trainer.corrupt_at, trainer.prompts = corrupt_at, []
+    with trainer:
+        history = trainer.fit()
+    return trainer, history
+
+
+def test_a_failed_push_with_every_process_alive_is_pushed_again_not_replaced(
+    ray_session: Any, toy_task_scored: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """one_step_off: the push started at step 2 fails (a corrupted bucket, found when step
+    3 waits for it); the channel is reopened and the push made again, the rollout group
+    kept, and every prompt trained once."""
+    overrides = _overrides(tiny_model_dir, tmp_path, *ONE_STEP_OFF)
+    trainer, history = _corrupting_run(overrides, corrupt_at=(1,))
+    assert (trainer.replacement.repushes, trainer.replacement.total) == (1, 0)
+    assert [m["rollout/repushed"] for m in history].count(1.0) == 1
+    assert history[-1]["rollout/repushed_total"] == 1.0
+    assert history[-1]["rollout/replaced_total"] == 0.0
+    _assert_exactly_once(trainer.prompts, tmp_path)
+
+
+def test_a_failed_push_past_the_bound_ends_the_run_with_its_own_error(
+    ray_session: Any, toy_task_scored: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Sync separate placement, ``rollout.max_replacements=0``: the push's own error, the
+    checksum mismatch named, with a note naming the bound."""
+    overrides = _overrides(tiny_model_dir, tmp_path, "rollout.max_replacements=0")
+    with pytest.raises(WorkerGroupError, match="checksum mismatch") as caught:
+        _corrupting_run(overrides, corrupt_at=(2,))
+    assert isinstance(caught.value.__cause__, WeightIntegrityError)
+    assert "rollout.max_replacements=0" in "".join(getattr(caught.value, "__notes__", []))

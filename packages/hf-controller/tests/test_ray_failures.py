@@ -19,11 +19,25 @@ from hf_controller import (
 )
 
 
+class StubbornError(RuntimeError):
+    """Pickles, but cannot be unpickled: its ``__init__`` needs more than ``args`` holds."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class FragileWorker(Worker):
     @register(Dispatch.ONE_TO_ALL)
     def fail_on(self, rank: int) -> int:
         if self.rank == rank:
             raise ValueError(f"bad input on rank {self.rank}")
+        return self.rank
+
+    @register(Dispatch.ONE_TO_ALL)
+    def fail_stubbornly_on(self, rank: int) -> int:
+        if self.rank == rank:
+            raise StubbornError(f"push rejected on rank {self.rank}", 7)
         return self.rank
 
     @register(Dispatch.ONE_TO_ALL)
@@ -56,6 +70,21 @@ def test_remote_exception_names_rank_method_and_keeps_traceback(fragile: RayWork
     assert "raise ValueError" in error.details  # the worker's own traceback
     assert isinstance(error.__cause__, ValueError)
     assert fragile.fail_on(5) == [0, 1]  # the group still works afterwards
+
+
+def test_an_exception_that_cannot_be_unpickled_still_names_rank_and_message(
+    fragile: RayWorkerGroup,
+) -> None:
+    """Ray raises its bare ``UnserializableException`` for it; the group names the rank, the
+    original ``Type: message`` and what the class needs."""
+    with pytest.raises(WorkerGroupError) as info:
+        fragile.fail_stubbornly_on(0)
+    error = info.value
+    assert (error.group, error.rank, error.method) == ("fragile", 0, "fail_stubbornly_on")
+    assert "StubbornError: push rejected on rank 0" in error.cause
+    assert "__reduce__" in error.cause
+    assert "raise StubbornError" in error.details  # the worker's traceback, as text
+    assert fragile.fail_stubbornly_on(5) == [0, 1]
 
 
 @pytest.mark.parametrize("how", ["exit", "sigkill"])

@@ -43,6 +43,14 @@ def hang_in_rank(rank: int, me: int) -> int:
     return me
 
 
+class StubbornError(RuntimeError):
+    """Pickles, but cannot be unpickled: its ``__init__`` needs more than ``args`` holds."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class TreeWorker(Worker):
     @register(Dispatch.ONE_TO_ALL)
     def whoami(self, tag: str) -> tuple[int, str, int]:
@@ -60,6 +68,12 @@ class TreeWorker(Worker):
     def fail_on(self, rank: int) -> int:
         if self.rank == rank:
             raise ValueError(f"bad input on rank {self.rank}")
+        return self.rank
+
+    @register(Dispatch.ONE_TO_ALL)
+    def fail_stubbornly_on(self, rank: int) -> int:
+        if self.rank == rank:
+            raise StubbornError(f"push rejected on rank {self.rank}", 7)
         return self.rank
 
     @register(Dispatch.ONE_TO_ALL)
@@ -182,6 +196,19 @@ def test_an_exception_deep_in_the_tree_names_its_rank_and_traceback(tree: RayWor
     assert "raise ValueError" in error.details
     assert isinstance(error.__cause__, ValueError)
     assert tree.fail_on(99) == list(range(WORLD))  # the group still works afterwards
+
+
+def test_an_exception_deep_in_the_tree_that_cannot_be_unpickled_is_named(
+    tree: RayWorkerGroup,
+) -> None:
+    with pytest.raises(WorkerGroupError) as info:
+        tree.fail_stubbornly_on(5)
+    error = info.value
+    assert (error.group, error.rank, error.method) == ("tree", 5, "fail_stubbornly_on")
+    assert "StubbornError: push rejected on rank 5" in error.cause
+    assert "__reduce__" in error.cause
+    assert "raise StubbornError" in error.details
+    assert tree.fail_stubbornly_on(99) == list(range(WORLD))
 
 
 def test_a_call_after_a_pending_non_blocking_one_goes_direct(tree: RayWorkerGroup) -> None:

@@ -5,6 +5,8 @@ surviving receiver still holds exactly the last complete version."""
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 from hf_rollout.weight_sync import WeightFaults, WeightIntegrityError, WeightPushError
@@ -88,3 +90,19 @@ def test_a_rank_that_never_comes_to_receive_is_named_before_any_broadcast() -> N
     kind, message, _, version, held = out[1][0]
     assert kind == WeightPushError.__name__ and "did not start" in message, message
     assert version == 0 and held == expected(0)
+
+
+def test_the_push_errors_survive_pickling_with_their_fields() -> None:
+    """Ray pickles a worker's exception for the driver; without ``__reduce__`` these two
+    came out as Ray's bare ``UnserializableException`` (their ``__init__`` takes more than
+    the message)."""
+    push = WeightPushError("push 3 cut off", 3, [2])
+    integrity = WeightIntegrityError("checksum mismatch of c", 2, ["c"])
+    again_push = pickle.loads(pickle.dumps(push))
+    again_integrity = pickle.loads(pickle.dumps(integrity))
+    assert (str(again_push), again_push.version, again_push.ranks) == ("push 3 cut off", 3, [2])
+    assert (str(again_integrity), again_integrity.version, again_integrity.names) == (
+        "checksum mismatch of c",
+        2,
+        ["c"],
+    )

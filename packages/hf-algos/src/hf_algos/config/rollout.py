@@ -51,8 +51,9 @@ class RolloutSection:
     max_replacements: int = 2
     """``trainer.placement=separate``: how many times in a run a rollout group whose worker
     died or missed its call deadline is replaced by a new one (given the actor's current
-    weights; the prompts it held are generated again). Past it, the worker's error ends
-    the run as before; 0 never replaces."""
+    weights; the prompts it held are generated again), or a weight push that failed with
+    every process alive is pushed again over a reopened channel (the two counted
+    together). Past it, the worker's error ends the run as before; 0 never recovers."""
 
     def __post_init__(self) -> None:
         require_positive("rollout.max_replacements", self.max_replacements, allow_zero=True)

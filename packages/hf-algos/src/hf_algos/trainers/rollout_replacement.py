@@ -9,11 +9,17 @@ new processes, the model built, a new weight channel, the actor's current weight
 The caller then generates again every prompt whose samples it had not received: samples
 already collected are kept, nothing is trained twice and no prompt is skipped.
 
-``rollout.max_replacements`` bounds the replacements of a run; past it the worker's own
-error ends the run, as without replacement (with a note saying the bound was reached). A
-worker that raised an exception (a bug, bad input) is never replaced: that error is
-raised at once. The metrics say what happened: ``rollout/replaced`` (this step) and
-``rollout/replaced_total``.
+A weight push that failed while every process lives (a push cut off by its deadline under
+load, a bucket that arrived corrupted) leaves the rollout on its last complete version and
+the channel broken (:class:`~hf_rollout.WeightPushError`,
+:class:`~hf_rollout.WeightIntegrityError`). The group needs no replacing: the channel is
+reopened and the actor's current weights pushed again (:meth:`RolloutReplacement.repush`).
+
+``rollout.max_replacements`` bounds the recoveries of a run, replacements and re-pushes
+together; past it the worker's own error ends the run, as without replacement (with a note
+saying the bound was reached). A worker that raised any other exception (a bug, bad input)
+is never replaced. The metrics say what happened: ``rollout/replaced`` (this step),
+``rollout/replaced_total``, ``rollout/repushed`` and ``rollout/repushed_total``.
 """
 
 from __future__ import annotations
@@ -21,27 +27,36 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from hf_algos.trainers.roles import RoleGroups
 from hf_controller import WorkerDiedError, WorkerGroupError, WorkerTimeoutError
+from hf_rollout import WeightIntegrityError, WeightPushError
 
 __all__ = ["RolloutReplacement"]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+Cure = Literal["replace", "repush"]
 
 REPLACEABLE = (WorkerDiedError, WorkerTimeoutError)
 """The failures a new rollout group cures: a dead process, or one that stopped answering."""
+
+PUSH_FAILURES = (WeightPushError, WeightIntegrityError)
+"""The weight channel's failures a new push cures: the rollout keeps its last complete
+version, and nothing of the failed push was loaded."""
+PUSH_METHODS = ("send_weights", "receive_weights")
+"""The two sides of a push (``WeightLink.start_push``)."""
 
 DEAD_CHECK_S = 5.0
 """How long a worker may take to answer the liveness check before it counts as busy."""
 
 
 class RolloutReplacement:
-    """Replaces the rollout group of ``roles()`` after a rollout worker failure, at most
-    ``max_replacements`` times in a run (see the module docstring)."""
+    """Replaces the rollout group of ``roles()`` after a rollout worker failure, or pushes the
+    weights again after a failed push, at most ``max_replacements`` times in a run together
+    (see the module docstring)."""
 
     def __init__(self, roles: Callable[[], RoleGroups], max_replacements: int) -> None:
         self._roles = roles
@@ -49,45 +64,79 @@ class RolloutReplacement:
         self.total = 0
         """Replacements so far in this run."""
         self._since_metrics = 0
+        self.repushes = 0
+        """Re-pushes so far in this run (a failed push, every process alive)."""
+        self._repushes_since_metrics = 0
         self.seconds = 0.0
-        """Time spent replacing so far (new processes, model, channel, weights)."""
+        """Time spent recovering so far (new processes, model, channel, weights)."""
 
     def applies_to(self, error: BaseException) -> bool:
-        """Whether ``error`` comes from a rollout worker of a separate placement that died or
-        missed its deadline (the failures a replacement cures), or from a peer of a rollout
-        worker that is dead (the actor's weight send may report before the rollout does)."""
+        """Whether a replacement or a re-push cures ``error`` (:meth:`cure`)."""
+        return self.cure(error) is not None
+
+    def cure(self, error: BaseException) -> Cure | None:
+        """What cures ``error`` in a separate placement: ``"replace"`` for a rollout worker
+        that died or missed its deadline, or a peer of a rollout worker that is dead (the
+        actor's weight send may report before the rollout does); ``"repush"`` for a weight
+        push that failed while every process lives; ``None`` for anything else."""
         roles = self._roles()
         if not isinstance(error, WorkerGroupError) or roles.fused or not roles.has("rollout"):
-            return False
+            return None
         name = str(getattr(roles.rollout, "name", ""))
         if isinstance(error, REPLACEABLE) and error.group == name:
-            return True
+            return "replace"
         dead = roles.dead_workers(timeout_s=DEAD_CHECK_S)
-        return any(worker.startswith(f"{name} rank ") for worker in dead)
+        if any(worker.startswith(f"{name} rank ") for worker in dead):
+            return "replace"
+        return "repush" if not dead and is_failed_push(error) else None
 
     def replace(self, error: WorkerGroupError, version: int | None = None) -> None:
-        """Replace the rollout group after ``error``, its weights the actor's current ones
-        as policy ``version``; re-raises ``error`` when the bound is reached or the error is
-        not one a replacement cures."""
-        if not self.applies_to(error):
+        """Cure ``error``: replace the rollout group, or reopen the weight channel and push
+        again (:meth:`cure` says which); either way the rollout then holds the actor's
+        current weights as policy ``version``. Re-raises ``error`` when the bound is
+        reached or nothing cures it."""
+        cure = self.cure(error)
+        if cure is None:
             raise error
-        if self.total >= self.max_replacements:
+        done = self.total + self.repushes
+        if done >= self.max_replacements:
             error.add_note(
-                f"the rollout group was already replaced {self.total} time(s) in this run "
-                f"(rollout.max_replacements={self.max_replacements}); raise it to replace more"
+                f"the rollout was already recovered {done} time(s) in this run ({self.total} "
+                f"replacement(s), {self.repushes} re-push(es); rollout.max_replacements="
+                f"{self.max_replacements}); raise it to recover more"
             )
             raise error
         logger.warning(
-            "rollout worker failed (%s); replacing the rollout group (%d of at most %d)",
+            "%s (%s); %s (%d of at most %d)",
+            "weight push failed" if cure == "repush" else "rollout worker failed",
             str(error).splitlines()[0],
-            self.total + 1,
+            "reopening the weight channel and pushing again"
+            if cure == "repush"
+            else "replacing the rollout group",
+            done + 1,
             self.max_replacements,
         )
         start = time.perf_counter()
-        self._roles().replace_rollout(version)
+        if cure == "repush":
+            self.repush(version)
+        else:
+            self._roles().replace_rollout(version)
+            self.total += 1
+            self._since_metrics += 1
         self.seconds += time.perf_counter() - start
-        self.total += 1
-        self._since_metrics += 1
+
+    def repush(self, version: int | None = None) -> None:
+        """Reopen the weight channel (both sides leave the broken one and join a new one)
+        and push the actor's current weights as policy ``version``; a failure of that is
+        cured in turn, within the bound."""
+        self.repushes += 1
+        self._repushes_since_metrics += 1
+        weights = self._roles().weights
+        try:
+            weights.reopen()
+            weights.push(version)
+        except WorkerGroupError as error:
+            self.replace(error, version)
 
     def run(self, call: Callable[[], T], version: int | None = None) -> T:
         """``call()``, after a replacement again, until it succeeds or :meth:`replace` raises
@@ -100,6 +149,19 @@ class RolloutReplacement:
                 self.replace(error, version)
 
     def metrics(self) -> dict[str, float]:
-        """``rollout/replaced`` since the last call and ``rollout/replaced_total``."""
+        """``rollout/replaced`` and ``rollout/repushed`` since the last call, and their
+        ``_total`` over the run."""
         step, self._since_metrics = self._since_metrics, 0
-        return {"rollout/replaced": float(step), "rollout/replaced_total": float(self.total)}
+        pushes, self._repushes_since_metrics = self._repushes_since_metrics, 0
+        return {
+            "rollout/replaced": float(step),
+            "rollout/replaced_total": float(self.total),
+            "rollout/repushed": float(pushes),
+            "rollout/repushed_total": float(self.repushes),
+        }
+
+
+def is_failed_push(error: WorkerGroupError) -> bool:
+    """Whether ``error`` is one side of a weight push that failed with a
+    :data:`PUSH_FAILURES` error (raised in the worker, its process alive)."""
+    return error.method in PUSH_METHODS and isinstance(error.__cause__, PUSH_FAILURES)

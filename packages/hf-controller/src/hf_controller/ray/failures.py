@@ -53,7 +53,11 @@ def wait_for_results(
         return list(ray.get(list(refs), timeout=_next_wait(deadline)))
     except ray.exceptions.GetTimeoutError:
         pass
-    except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError):
+    except (
+        ray.exceptions.RayTaskError,
+        ray.exceptions.RayActorError,
+        ray.exceptions.UnserializableException,
+    ):
         pass  # find out which rank failed below
     results: dict[int, Any] = {}
     pending = dict(zip(refs, range(len(refs)), strict=True))
@@ -164,11 +168,27 @@ def _get_one(
         original = error.cause if isinstance(error.cause, BaseException) else error
         cause = f"{type(original).__name__}: {original}".splitlines()[0]
         raise WorkerGroupError(group, rank, method, node, cause, str(error)) from original
+    except ray.exceptions.UnserializableException as error:
+        cause = unpicklable_cause(error)
+        raise WorkerGroupError(group, rank, method, node, cause, str(error)) from None
     except ray.exceptions.RayActorError as error:
         cause = death_cause(str(error))
         logs = tail_worker_logs(info.get("pid"))
         details = f"{error}\n--- last lines of the worker's log ---\n{logs}" if logs else str(error)
         raise WorkerDiedError(group, rank, method, node, cause, details) from None
+
+
+def unpicklable_cause(error: BaseException) -> str:
+    """One line for an exception a worker raised that could not be unpickled here (Ray's
+    ``UnserializableException``): the original's ``Type: message`` (the last line of its
+    traceback, which Ray keeps as text) and what its class needs."""
+    trace = str(getattr(error, "_original_stack_trace", "") or error)
+    lines = [line.strip() for line in trace.strip().splitlines() if line.strip()]
+    last = lines[-1] if lines else type(error).__name__
+    return (
+        f"{last} (its exception could not be unpickled in this process: the class needs a "
+        "__reduce__, or an __init__ that takes only the message)"
+    )
 
 
 def death_cause(message: str) -> str:

@@ -243,6 +243,10 @@ class Relay:
             return self._ok(index, ray.get(ref))
         except ray.exceptions.RayTaskError as error:
             return {ranks[0]: ("error", (_travelling(error.cause), str(error)))}
+        except ray.exceptions.UnserializableException as error:  # its text travels
+            from hf_controller.ray.failures import unpicklable_cause
+
+            return {ranks[0]: ("error", (None, f"{unpicklable_cause(error)}\n{error}"))}
         except ray.exceptions.RayActorError as error:
             if self._leaf:
                 return {ranks[0]: ("died", str(error))}
@@ -258,13 +262,14 @@ class Relay:
 
 
 def _travelling(cause: Any) -> BaseException | None:
-    """``cause`` when it can be sent back to the driver (pickled), else ``None``."""
+    """``cause`` when it can be sent back to the driver (pickled and unpickled), else
+    ``None``."""
     from ray import cloudpickle
 
     if not isinstance(cause, BaseException):
         return None
     try:
-        cloudpickle.dumps(cause)
+        cloudpickle.loads(cloudpickle.dumps(cause))
     except Exception:  # an exception that cannot travel: its text still does
         return None
     return cause

@@ -23,6 +23,10 @@ class WeightPushError(WeightChannelError):
         self.ranks = ranks
         """Channel ranks that did not finish the push (empty: not known to this rank)."""
 
+    def __reduce__(self) -> tuple[type, tuple[str, int | None, list[int]]]:
+        """Pickle with every argument (Ray sends a worker's exception to the driver)."""
+        return type(self), (str(self), self.version, self.ranks)
+
 
 class WeightIntegrityError(WeightChannelError):
     """A push arrived whole but not intact: a bucket's checksum did not match, or a bucket
@@ -34,3 +38,7 @@ class WeightIntegrityError(WeightChannelError):
         """The version the push carried."""
         self.names = names
         """Tensors that arrived corrupted or not at all (as far as this rank knows them)."""
+
+    def __reduce__(self) -> tuple[type, tuple[str, int, list[str]]]:
+        """Pickle with every argument (Ray sends a worker's exception to the driver)."""
+        return type(self), (str(self), self.version, self.names)
