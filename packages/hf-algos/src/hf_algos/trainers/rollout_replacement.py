@@ -39,6 +39,11 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Cure = Literal["replace", "repush"]
+CURE_WORDS: dict[Cure, tuple[str, str]] = {
+    "replace": ("rollout worker failed", "replacing the rollout group"),
+    "repush": ("weight push failed", "reopening the weight channel and pushing again"),
+}
+"""What the warning of each cure says: what failed, what is done."""
 
 REPLACEABLE = (WorkerDiedError, WorkerTimeoutError)
 """The failures a new rollout group cures: a dead process, or one that stopped answering."""
@@ -69,10 +74,6 @@ class RolloutReplacement:
         self._repushes_since_metrics = 0
         self.seconds = 0.0
         """Time spent recovering so far (new processes, model, channel, weights)."""
-
-    def applies_to(self, error: BaseException) -> bool:
-        """Whether a replacement or a re-push cures ``error`` (:meth:`cure`)."""
-        return self.cure(error) is not None
 
     def cure(self, error: BaseException) -> Cure | None:
         """What cures ``error`` in a separate placement: ``"replace"`` for a rollout worker
@@ -106,15 +107,11 @@ class RolloutReplacement:
                 f"{self.max_replacements}); raise it to recover more"
             )
             raise error
+        failed, action = CURE_WORDS[cure]
+        first_line = str(error).splitlines()[0]
+        limit = self.max_replacements
         logger.warning(
-            "%s (%s); %s (%d of at most %d)",
-            "weight push failed" if cure == "repush" else "rollout worker failed",
-            str(error).splitlines()[0],
-            "reopening the weight channel and pushing again"
-            if cure == "repush"
-            else "replacing the rollout group",
-            done + 1,
-            self.max_replacements,
+            "%s (%s); %s (%d of at most %d)", failed, first_line, action, done + 1, limit
         )
         start = time.perf_counter()
         if cure == "repush":
