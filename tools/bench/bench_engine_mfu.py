@@ -9,8 +9,11 @@ NLL of the response tokens), AdamW and gradient clipping at 1.0, one micro-batch
   FSDP2 ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``;
 - **engine + checkpointing**: the same with ``fsdp.activation_checkpointing``;
 - **engine, no reshard**: the same with ``fsdp.reshard_after_forward=False``;
-- **engine, fused AdamW / 4 blocks per unit / both + no reshard**: the host-overhead
-  variants (``optim.fused``, ``fsdp.blocks_per_unit``);
+- **engine, gradients reduced every micro-batch**: ``fsdp.gradient_sync`` before it
+  defaulted, at ``dp_shard`` 1, to one reduction after the last micro-batch;
+- **engine, fused AdamW / 4 blocks per unit / one unit (``blocks_per_unit=0``) without
+  resharding, with and without fused AdamW**: the host-overhead variants
+  (``optim.fused``, ``fsdp.blocks_per_unit``, ``fsdp.reshard_after_forward``);
 - **plain autocast**: ``AutoModelForCausalLM`` in fp32 + ``torch.autocast(bfloat16)`` +
   ``torch.optim.AdamW`` (the same fp32-master mixed precision, written by hand);
 - **plain bf16**: the model and AdamW state entirely in bf16 (no fp32 master copy).
@@ -27,12 +30,19 @@ importable)::
     python tools/bench/bench_engine_mfu.py --json results.json
 
 ``--device cpu --layers 2 --hidden 64 ...`` runs the same code small on a CPU (gloo) to
-check it; MFU is then not reported.
+check it; MFU is then not reported. A narrow, deep model with several micro-batches on the
+CPU is a stand-in for the GPU's launch-bound step, where host work decides the time
+(docs/benchmarks.md, "FSDP2 host overhead on the CPU")::
+
+    python tools/bench/bench_engine_mfu.py --device cpu --hidden 64 --layers 24 --heads 2 \
+        --kv-heads 1 --intermediate 128 --vocab 1024 --rows 8 --micro-batch 2 --prompt 8 \
+        --response 24 --steps 10
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import statistics
@@ -129,25 +139,22 @@ def nll_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
 def engine_step(
     args: argparse.Namespace,
     batch: DataProto,
-    checkpointing: bool,
-    reshard: bool = True,
-    fused: bool = False,
-    blocks_per_unit: int = 1,
+    fsdp: dict[str, Any] | None = None,
+    optim: dict[str, Any] | None = None,
 ) -> StepFn:
-    """A step function over a fresh FSDPEngine (bf16 params, fp32 reduce and master)."""
+    """A step function over a fresh FSDPEngine (bf16 params, fp32 reduce and master);
+    ``fsdp`` and ``optim`` override its ``fsdp.*`` and ``optim.*`` settings."""
     config = config_from_dict(
         EngineConfig,
         {
             "model": {"hf_config": qwen_config(args), "seed": 0},
-            "optim": {"lr": 1e-5, "grad_clip": 1.0, "fused": fused},
+            "optim": {"lr": 1e-5, "grad_clip": 1.0, **(optim or {})},
             "micro_batch": {"micro_batch_size": args.micro_batch},
             "fsdp": {
                 "device": args.device,
                 "param_dtype": "bfloat16",
                 "reduce_dtype": "float32",
-                "activation_checkpointing": checkpointing,
-                "reshard_after_forward": reshard,
-                "blocks_per_unit": blocks_per_unit,
+                **(fsdp or {}),
             },
         },
     )
@@ -169,7 +176,7 @@ def plain_step(args: argparse.Namespace, batch: DataProto, pure_bf16: bool) -> S
     tensors = {key: torch.as_tensor(source[key]).to(device) for key in names}
     rows, response = tensors["responses"].shape
     micro = args.micro_batch
-    autocast = device.type == "cuda" and not pure_bf16
+    autocast = not pure_bf16  # bf16 autocast runs on CPUs too
 
     def step() -> float:
         total = 0.0
@@ -285,7 +292,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--peak-tflops", type=float, default=989.4, help="dense bf16 peak")
-    parser.add_argument("--only", nargs="*", help="run only these contenders")
+    parser.add_argument(
+        "--only", nargs="*", help="run only the contenders whose names contain one of these"
+    )
     parser.add_argument("--json", help="write the results here as JSON")
     parser.add_argument("--profile", action="store_true", help="print a profile of one step")
     return parser.parse_args(argv)
@@ -302,19 +311,31 @@ def main(argv: list[str]) -> None:
     seq = args.prompt + args.response
     flops = (6 * params, 6 * params + 12 * args.layers * args.hidden * seq)
     batch = make_batch(args)
-    contenders: dict[str, Callable[[], StepFn]] = {
-        "FSDPEngine (bf16 mixed precision)": lambda: engine_step(args, batch, False),
-        "FSDPEngine + activation checkpointing": lambda: engine_step(args, batch, True),
-        "FSDPEngine, reshard_after_forward=False": lambda: engine_step(args, batch, False, False),
-        "FSDPEngine, fused AdamW": lambda: engine_step(args, batch, False, fused=True),
-        "FSDPEngine, 4 blocks per unit": lambda: engine_step(args, batch, False, blocks_per_unit=4),
-        "FSDPEngine, fused AdamW + 4 blocks per unit + no reshard": lambda: engine_step(
-            args, batch, False, False, fused=True, blocks_per_unit=4
+    one_unit = {"blocks_per_unit": 0, "reshard_after_forward": False}
+    engine_variants: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+        "FSDPEngine (bf16 mixed precision)": ({}, {}),
+        "FSDPEngine, gradients reduced every micro-batch": (
+            {"gradient_sync": "every_micro_batch"},
+            {},
         ),
-        "plain transformers, fp32 + autocast bf16": lambda: plain_step(args, batch, False),
-        "plain transformers, pure bf16": lambda: plain_step(args, batch, True),
+        "FSDPEngine + activation checkpointing": ({"activation_checkpointing": True}, {}),
+        "FSDPEngine, reshard_after_forward=False": ({"reshard_after_forward": False}, {}),
+        "FSDPEngine, fused AdamW": ({}, {"fused": True}),
+        "FSDPEngine, 4 blocks per unit": ({"blocks_per_unit": 4}, {}),
+        "FSDPEngine, one unit, no reshard": (one_unit, {}),
+        "FSDPEngine, one unit, no reshard, fused AdamW": (one_unit, {"fused": True}),
     }
-    chosen = {k: v for k, v in contenders.items() if not args.only or k.split()[0] in args.only}
+    contenders: dict[str, Callable[[], StepFn]] = {
+        name: functools.partial(engine_step, args, batch, fsdp, optim)
+        for name, (fsdp, optim) in engine_variants.items()
+    }
+    contenders["plain transformers, fp32 + autocast bf16"] = lambda: plain_step(args, batch, False)
+    contenders["plain transformers, pure bf16"] = lambda: plain_step(args, batch, True)
+    chosen = {
+        name: make
+        for name, make in contenders.items()
+        if not args.only or any(part.lower() in name.lower() for part in args.only)
+    }
     results = [measure(name, make, args, flops) for name, make in chosen.items()]
     info = {
         "torch": torch.__version__,

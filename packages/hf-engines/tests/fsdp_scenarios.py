@@ -104,13 +104,18 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "fused_adamw": {"optim": {"lr": 1e-2, "fused": True}},
     "two_blocks_per_unit": {"fsdp": {"blocks_per_unit": 2}},
+    "whole_model_one_unit": {"fsdp": {"blocks_per_unit": 0}},
+    "sync_every_micro_batch": {"fsdp": {"gradient_sync": "every_micro_batch"}},
+    "sync_at_last_kept_gathered": {
+        "fsdp": {"gradient_sync": "last_micro_batch", "reshard_after_forward": False}
+    },
 }
 """The host-overhead variants the GPU script compares (``bench_engine_mfu.py``)."""
 
 
 def run_variants(model_dir: str) -> dict[str, Any]:
     """Train one engine per :data:`VARIANTS` entry on the same batches; their losses."""
-    losses = {}
+    losses, synced_at_last = {}, {}
     for name, overrides in VARIANTS.items():
         settings: dict[str, Any] = {
             "model": {"path": model_dir},
@@ -120,7 +125,8 @@ def run_variants(model_dir: str) -> dict[str, Any]:
         settings.update(overrides)
         engine = FSDPEngine(config_from_dict(EngineConfig, settings))
         losses[name] = train_losses(engine, range(TRAIN_STEPS))
-    return {"losses": losses}
+        synced_at_last[name] = engine._sync_at_last
+    return {"losses": losses, "synced_at_last": synced_at_last}
 
 
 def main() -> None:

@@ -17,6 +17,7 @@ from hf_engines import (
     OptimConfig,
     config_from_dict,
 )
+from hf_engines.fsdp.sharding import syncs_at_last_micro_batch
 
 
 def test_from_dict_builds_nested_configs(tiny_models: dict[str, Path]) -> None:
@@ -107,6 +108,24 @@ def test_mesh_must_cover_the_world() -> None:
         ConfigurationError, match=r"dp_replicate=3 x fsdp.dp_shard=-1.*world_size=4"
     ):
         FSDPConfig(dp_replicate=3).mesh_shape(4)
+
+
+def test_gradients_are_reduced_once_per_step_only_where_that_costs_no_memory() -> None:
+    auto = FSDPConfig()
+    assert syncs_at_last_micro_batch(auto, 1)  # one rank: a shard is the whole gradient
+    assert syncs_at_last_micro_batch(FSDPConfig(dp_replicate=2), 2)  # HSDP, dp_shard 1
+    assert not syncs_at_last_micro_batch(auto, 2)
+    assert not syncs_at_last_micro_batch(FSDPConfig(cpu_offload=True), 1)
+    assert syncs_at_last_micro_batch(FSDPConfig(gradient_sync="last_micro_batch"), 4)
+    assert not syncs_at_last_micro_batch(FSDPConfig(gradient_sync="every_micro_batch"), 1)
+
+
+def test_bad_fsdp_values_are_named() -> None:
+    with pytest.raises(ConfigurationError, match=r"fsdp.gradient_sync='never'.*'auto'"):
+        FSDPConfig(gradient_sync="never")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"fsdp.blocks_per_unit=-1 must be >= 0"):
+        FSDPConfig(blocks_per_unit=-1)
+    assert FSDPConfig(blocks_per_unit=0).blocks_per_unit == 0  # the whole model, one unit
 
 
 def test_engine_without_process_group_says_how_to_start_one() -> None:

@@ -20,6 +20,14 @@ from hf_engines.testing import launch_ranks, make_toy_batch, transformers_log_pr
 SCENARIOS = Path(__file__).with_name("fsdp_scenarios.py")
 QUIET = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
 LAUNCH_TIMEOUT = 150.0
+VARIANTS = (
+    "fused_adamw",
+    "two_blocks_per_unit",
+    "whole_model_one_unit",
+    "sync_every_micro_batch",
+    "sync_at_last_kept_gathered",
+)
+"""The host-overhead variants of ``fsdp_scenarios.VARIANTS`` besides the default."""
 
 
 def _run(world_size: int, args: list[str], out: Path) -> list[dict[str, Any]]:
@@ -171,13 +179,20 @@ def test_export_engine_checkpoint_rebuilds_the_model_offline(
         assert torch.equal(tensor, runs["two"][0]["params"][name].to(torch.bfloat16)), name
 
 
-def test_fused_adamw_and_grouped_units_train_like_the_default(
-    tiny_models: dict[str, Path], tmp_path: Path
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_host_overhead_variants_train_like_the_default(
+    world_size: int, tiny_models: dict[str, Path], tmp_path: Path
 ) -> None:
-    """``optim.fused`` and ``fsdp.blocks_per_unit`` change how the step runs, not what it
-    computes: the same losses over 4 steps at 2 ranks."""
-    ranks = _run(2, ["variants", str(tiny_models["qwen2"])], tmp_path)
+    """``optim.fused``, ``fsdp.blocks_per_unit`` (0: one unit) and ``fsdp.gradient_sync``
+    change how the step runs, not what it computes: the same losses over 4 steps of 2
+    micro-batches per rank. ``auto`` reduces gradients after the last micro-batch only at
+    ``dp_shard`` 1."""
+    ranks = _run(world_size, ["variants", str(tiny_models["qwen2"])], tmp_path)
     losses = ranks[0]["losses"]
     assert losses["default"][-1] < losses["default"][0]
-    for name in ("fused_adamw", "two_blocks_per_unit"):
+    for name in VARIANTS:
         assert losses[name] == pytest.approx(losses["default"], rel=1e-4), name
+    synced_at_last = ranks[0]["synced_at_last"]
+    assert synced_at_last["default"] is (world_size == 1)
+    assert synced_at_last["sync_every_micro_batch"] is False
+    assert synced_at_last["sync_at_last_kept_gathered"] is True

@@ -253,7 +253,18 @@ class FSDPConfig:
     blocks_per_unit: int = 1
     """Transformer blocks sharded as one FSDP unit: each unit is gathered with one
     all-gather and one set of hooks. More blocks per unit means fewer, larger collectives
-    and less host work per step, for more memory held while a unit runs."""
+    and less host work per step, for more memory held while a unit runs. 0 makes the whole
+    model one unit (only the root is sharded): the least host work, with every gathered
+    parameter held at once."""
+    gradient_sync: Literal["auto", "every_micro_batch", "last_micro_batch"] = "auto"
+    """When gradients are reduced over the ranks during gradient accumulation.
+    ``every_micro_batch`` reduce-scatters each micro-batch's gradients (sharded
+    accumulation, the least memory). ``last_micro_batch`` accumulates them unsharded and
+    reduces once per step, as DDP's ``no_sync``: less communication and host work, with the
+    full gradients held on every rank; with ``reshard_after_forward=False`` the gathered
+    parameters are also kept from one micro-batch to the next. ``auto`` is
+    ``last_micro_batch`` where that costs no memory (``dp_shard`` is 1, so a shard is the
+    whole gradient, and ``cpu_offload`` is off), else ``every_micro_batch``."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Compute device: ``auto`` picks CUDA when the process group backend is NCCL."""
 
@@ -264,7 +275,12 @@ class FSDPConfig:
         _check_choice("fsdp.param_dtype", self.param_dtype, _DTYPES)
         _check_choice("fsdp.reduce_dtype", self.reduce_dtype, _DTYPES)
         _check_choice("fsdp.device", self.device, ("auto", "cpu", "cuda"))
-        _check_positive("fsdp.blocks_per_unit", self.blocks_per_unit)
+        _check_positive("fsdp.blocks_per_unit", self.blocks_per_unit, allow_zero=True)
+        _check_choice(
+            "fsdp.gradient_sync",
+            self.gradient_sync,
+            ("auto", "every_micro_batch", "last_micro_batch"),
+        )
 
     def mesh_shape(self, world_size: int) -> tuple[int, int]:
         """Return ``(dp_replicate, dp_shard)`` for ``world_size`` ranks, or raise naming the fix."""

@@ -10,10 +10,11 @@ import math
 from collections.abc import Iterator
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
 from hf_engines.checkpointing import (
@@ -26,7 +27,13 @@ from hf_engines.config import EngineConfig, LoRAConfig, check_lora_backend
 from hf_engines.engine import LossFn, ModelOutputs
 from hf_engines.fsdp import checkpoint
 from hf_engines.fsdp.forward import forward_micro_batch
-from hf_engines.fsdp.sharding import build_mesh, resolve_device, shard_model
+from hf_engines.fsdp.sharding import (
+    build_mesh,
+    defer_gradient_sync,
+    resolve_device,
+    shard_model,
+    syncs_at_last_micro_batch,
+)
 from hf_engines.fsdp.unpad import PaddingMode, choose_padding_mode
 from hf_engines.micro_batch import (
     add_metrics,
@@ -81,6 +88,8 @@ class FSDPEngine:
         blocks = transformer_blocks(model)  # before fully_shard renames their classes
         shard_model(model, self.mesh, config.fsdp)
         self.model = model
+        self._sync_at_last = syncs_at_last_micro_batch(config.fsdp, dist.get_world_size())
+        """Reduce gradients once per step, after the last micro-batch (``fsdp.gradient_sync``)."""
         # With LoRA only the adapters: the frozen base gets neither gradients nor optimizer
         # state.
         self.trainable = [p for p in model.parameters() if p.requires_grad]
@@ -212,7 +221,10 @@ class FSDPEngine:
         local_loss = 0.0
         sums: dict[str, float] = {}
         with_tokens = 0
-        for micro, real in aligned:
+        for index, (micro, real) in enumerate(aligned):
+            if self._sync_at_last:  # aligned: the same micro-batch is last on every rank
+                last, keep = index == len(aligned) - 1, not self.config.fsdp.reshard_after_forward
+                defer_gradient_sync(cast(FSDPModule, self.model), last, keep)
             micro = with_totals(micro, tokens, sequences)
             share, metrics = loss_fn(self._forward(micro, temperature), micro)
             # The alignment repeats (real=False) only keep the collectives in step.

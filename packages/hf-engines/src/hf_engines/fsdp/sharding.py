@@ -7,6 +7,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import (
     CPUOffloadPolicy,
+    FSDPModule,
     MixedPrecisionPolicy,
     OffloadPolicy,
     fully_shard,
@@ -38,7 +39,8 @@ def shard_model(model: PreTrainedModel, mesh: DeviceMesh, config: FSDPConfig) ->
     transformer blocks, then to the root, in place.
 
     Sharding per block (the default) lets FSDP2 gather one block's parameters at a time;
-    the root holds the rest (embeddings, final norm, head).
+    the root holds the rest (embeddings, final norm, head). With ``blocks_per_unit=0``
+    only the root is sharded, so the whole model is one unit.
     """
     param_dtype = getattr(torch, config.param_dtype)
     reduce_dtype = getattr(torch, config.reduce_dtype)
@@ -48,9 +50,9 @@ def shard_model(model: PreTrainedModel, mesh: DeviceMesh, config: FSDPConfig) ->
         # Non-reentrant checkpointing composes with FSDP2's per-block all-gathers.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     blocks = list(transformer_blocks(model))
-    step = config.blocks_per_unit
-    for start in range(0, len(blocks), step):
-        unit = blocks[start : start + step]
+    step = config.blocks_per_unit  # 0: no unit below the root
+    units = [blocks[start : start + step] for start in range(0, len(blocks), step)] if step else []
+    for unit in units:
         fully_shard(
             unit[0] if len(unit) == 1 else unit,
             mesh=mesh,
@@ -65,3 +67,25 @@ def shard_model(model: PreTrainedModel, mesh: DeviceMesh, config: FSDPConfig) ->
         offload_policy=offload,
         reshard_after_forward=config.reshard_after_forward,
     )
+
+
+def syncs_at_last_micro_batch(config: FSDPConfig, world_size: int) -> bool:
+    """Whether gradients are reduced once per step, after the last micro-batch
+    (``fsdp.gradient_sync``; ``auto`` where that holds no more memory than sharding)."""
+    if config.gradient_sync != "auto":
+        return config.gradient_sync == "last_micro_batch"
+    _, shard = config.mesh_shape(world_size)
+    return shard == 1 and not config.cpu_offload
+
+
+def defer_gradient_sync(model: FSDPModule, last: bool, keep_gathered: bool) -> None:
+    """Before a micro-batch's backward: reduce its gradients only if it is the ``last`` of
+    the step; before then accumulate them unsharded (FSDP2's ``no_sync``).
+
+    With ``keep_gathered`` the gathered parameters also stay from one micro-batch to the
+    next. They are resharded after the last one, so the optimizer step reaches the next
+    forward.
+    """
+    model.set_requires_gradient_sync(last)
+    if keep_gathered:
+        model.set_reshard_after_backward(last)
