@@ -22,7 +22,8 @@
 # checks), leaving the vLLM parts as they are.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
-grep -qsx '/.gpu/' .git/info/exclude || { mkdir -p .git/info; echo '/.gpu/' >> .git/info/exclude; }
+EXCLUDE=$(git rev-parse --git-path info/exclude)   # a worktree's .git is a file: ask git
+grep -qsx '/.gpu/' "$EXCLUDE" || { mkdir -p "$(dirname "$EXCLUDE")"; echo '/.gpu/' >> "$EXCLUDE"; }
 PY=${PYTHON:-python3}
 WORK=.gpu/build
 ONLY=${1:-all}
