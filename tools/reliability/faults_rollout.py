@@ -10,6 +10,11 @@ queued on it; it fails there, or at the next call or weight push when already fi
   The time is from the kill to the end of the first step after the replacement (the
   replacement and the batches generated again included).
 * With ``rollout.max_replacements=0`` the worker's own named error ends the run.
+
+One case breaks the weight push instead, with every process alive: before step 1 trains,
+the actor's next push is set to flip a byte of its first bucket (the channel's own fault
+injection). The push fails with a checksum mismatch; the channel is reopened and the push
+made again, the rollout group kept.
 """
 
 from __future__ import annotations
@@ -25,10 +30,14 @@ from faults_checkpoints import ALGOS_TESTS, _tiny_model
 
 STEPS = 4
 KILL_STEP = 2
+CORRUPT_STEP = 1
 
 
-def _run(scratch: Path, max_replacements: int) -> tuple[Any, list[Any] | BaseException]:
-    """Train with the kill; the trainer and its history, or the error that ended it."""
+def _run(
+    scratch: Path, max_replacements: int, corrupt: bool = False
+) -> tuple[Any, list[Any] | BaseException]:
+    """Train with the kill (or, with ``corrupt``, a corrupted weight push); the trainer and
+    its history, or the error that ended it."""
     import ray
     import torch
 
@@ -38,7 +47,7 @@ def _run(scratch: Path, max_replacements: int) -> tuple[Any, list[Any] | BaseExc
 
     sys.path.insert(0, str(ALGOS_TESTS))
     from crash_driver import overrides as crash_driver_overrides
-    from killing_trainer import KillingTrainer
+    from killing_trainer import CorruptingTrainer, KillingTrainer
     from toy_task import SORT_DIGITS_SOURCE, make_sort_digits_rows, score_sorted_digits
 
     torch.set_num_threads(1)
@@ -59,8 +68,13 @@ def _run(scratch: Path, max_replacements: int) -> tuple[Any, list[Any] | BaseExc
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     trainer = None
     try:
-        trainer = KillingTrainer(load_config(RLConfig, overrides=overrides))
-        trainer.kill_at, trainer.prompts = (KILL_STEP,), []
+        config = load_config(RLConfig, overrides=overrides)
+        trainer = CorruptingTrainer(config) if corrupt else KillingTrainer(config)
+        if corrupt:
+            trainer.corrupt_at = (CORRUPT_STEP,)
+        else:
+            trainer.kill_at = (KILL_STEP,)
+        trainer.prompts = []
         with trainer:
             return trainer, trainer.fit()
     except Exception as error:  # the bounded case ends here, as the user would see
@@ -105,7 +119,30 @@ def rollout_killed_no_replacements(scratch: Path) -> FaultResult:
     )
 
 
+def weight_push_corrupted_pushed_again(scratch: Path) -> FaultResult:
+    """A push that fails with every process alive is made again; nothing is replaced."""
+    trainer, history = _run(scratch, max_replacements=2, corrupt=True)
+    if isinstance(history, BaseException):
+        raise history
+    assert [m["training/global_step"] for m in history] == [1.0, 2.0, 3.0, 4.0]
+    assert history[-1]["rollout/repushed_total"] == 1.0, history[-1]
+    assert history[-1]["rollout/replaced_total"] == 0.0, history[-1]
+    counts = Counter(trainer.prompts)
+    assert len(counts) == 16 and set(counts.values()) == {2}, counts
+    return FaultResult(
+        "recovered",
+        trainer.replacement.seconds,
+        "nothing (the rollout kept its weights until the push arrived whole)",
+        f"channel reopened and the push made again in {trainer.replacement.seconds:.2f} s "
+        "(rollout/repushed=1, rollout group kept); 4 steps done, 16 prompts trained once each",
+    )
+
+
 FAULTS = [
     FaultCase("rollout worker SIGKILL (one_step_off), replaced", rollout_killed_replaced),
     FaultCase("rollout worker SIGKILL, rollout.max_replacements=0", rollout_killed_no_replacements),
+    FaultCase(
+        "weight push corrupted, every process alive (one_step_off): pushed again",
+        weight_push_corrupted_pushed_again,
+    ),
 ]

@@ -25,7 +25,7 @@ from hf_controller import WorkerDiedError, WorkerGroupError
 from hf_protocol import DataProto
 from hf_rollout import WeightIntegrityError
 
-from .killing_trainer import KillingTrainer
+from .killing_trainer import CorruptingTrainer, KillingTrainer
 from .trainer_helpers import common_overrides, task_files
 
 ROWS = 16
@@ -147,32 +147,6 @@ def test_a_stuck_rollout_is_replaced_after_its_deadline(
     assert trainer.replacement.total == 1
     assert [m["rollout/replaced"] for m in history] == [0.0, 1.0, 0.0, 0.0]
     _assert_exactly_once(trainer.prompts, tmp_path)
-
-
-class CorruptingTrainer(KillingTrainer):
-    """Records its prompts as :class:`KillingTrainer` does (it signals nothing here). Before
-    the steps ``corrupt_at`` train, the actor's next weight push is set to flip a
-    byte of its first bucket (the channel's own fault injection): the push fails on every
-    rank with a checksum mismatch while every process lives."""
-
-    corrupt_at: tuple[int, ...] = ()
-
-    def train_step(self, batch: DataProto) -> dict[str, float]:
-        """Corrupt the next push when this step is listed, then train the step."""
-        if self.global_step in self.corrupt_at:
-
-            def corrupt_next_push(worker: Any) -> None:
-                from hf_rollout.weight_sync import WeightFaults
-
-                roles = getattr(worker, "workers", {})  # a colocated worker's roles
-                for member in [worker, *roles.values()]:
-                    sender = getattr(member, "_weight_sender", None)
-                    channel = None if sender is None else sender.channel
-                    if channel is not None:  # rank 0: the sender
-                        channel.faults = WeightFaults(push=channel.pushes + 1, corrupt_bucket=0)
-
-            self.roles.actor.execute_all_sync("execute_with_func", corrupt_next_push)
-        return super().train_step(batch)
 
 
 def _corrupting_run(overrides: list[str], corrupt_at: tuple[int, ...]) -> tuple[Any, list[Any]]:

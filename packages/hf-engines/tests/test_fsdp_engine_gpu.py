@@ -1,5 +1,6 @@
 """The FSDP2 engine on CUDA with NCCL, 1 rank: fp32 log-probs, bf16 mixed precision,
-activation checkpointing, CPU offload and offload()/onload().
+activation checkpointing, CPU offload, offload()/onload() and the host-overhead variants
+(gradients reduced every micro-batch, the whole model as one unit).
 
 Skipped without CUDA. Each scenario runs in its own process (this file is also the scenario
 script: ``python test_fsdp_engine_gpu.py SCENARIO MODEL_DIR OUT_DIR [BACKEND]``), with the
@@ -37,6 +38,15 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "bf16": {"param_dtype": "bfloat16"},
     "bf16_checkpointing": {"param_dtype": "bfloat16", "activation_checkpointing": True},
     "fp32_cpu_offload": {"cpu_offload": True},
+    "bf16_sync_every_micro_batch": {
+        "param_dtype": "bfloat16",
+        "gradient_sync": "every_micro_batch",
+    },
+    "bf16_one_unit": {
+        "param_dtype": "bfloat16",
+        "blocks_per_unit": 0,
+        "reshard_after_forward": False,
+    },
 }
 """Scenario name -> ``fsdp`` config overrides (reduce dtype stays float32)."""
 
@@ -167,6 +177,18 @@ def test_training_reduces_loss(runs: dict[str, Any], name: str) -> None:
 def test_activation_checkpointing_matches_plain_bf16(runs: dict[str, Any]) -> None:
     torch.testing.assert_close(
         torch.tensor(runs["bf16_checkpointing"]["losses"]),
+        torch.tensor(runs["bf16"]["losses"]),
+        atol=1e-3,
+        rtol=1e-3,
+    )
+
+
+@pytest.mark.parametrize("name", ["bf16_sync_every_micro_batch", "bf16_one_unit"])
+def test_host_overhead_variants_match_plain_bf16(runs: dict[str, Any], name: str) -> None:
+    """At one rank ``bf16`` reduces gradients once per step (``gradient_sync`` auto); reducing
+    every micro-batch, or the whole model as one unit, trains the same on NCCL."""
+    torch.testing.assert_close(
+        torch.tensor(runs[name]["losses"]),
         torch.tensor(runs["bf16"]["losses"]),
         atol=1e-3,
         rtol=1e-3,

@@ -405,7 +405,7 @@ class WeightChannel:
             try:
                 why = handshake.read_abort(self._control, push)
             except Exception as error:  # the store lives in the sender's process
-                why = f"the sender's store is unreachable, the sender is gone: {error}"
+                why = _sender_gone(error)
             if why is not None:
                 self._broken = self._broken or f"push {push} abandoned by the sender"
                 raise WeightChannelError(
@@ -744,7 +744,7 @@ class WeightChannel:
             handshake.mark_ready(self._control, push, self.rank)
             refused = handshake.await_start(self._control, push, self.rank, self.timeout_s)
         except Exception as error:  # the store lives in the sender's process
-            refused = f"the sender's store is unreachable, the sender is gone: {error}"
+            refused = _sender_gone(error)
         if refused is not None:
             raise WeightPushError(
                 f"{self._describe()}: push {push} did not start ({refused}); this rank keeps "
@@ -899,6 +899,11 @@ class _Background:
         self._thread.join()
         if self._error is not None:
             raise self._error
+
+
+def _sender_gone(error: Exception) -> str:
+    """Why a receiver cannot go on when the sender's store (in its process) does not answer."""
+    return f"the sender's store is unreachable, the sender is gone: {error}"
 
 
 def _who_stopped(missing: list[int], stopped: list[int]) -> str:
