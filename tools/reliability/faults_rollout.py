@@ -69,10 +69,11 @@ def _run(
     trainer = None
     try:
         config = load_config(RLConfig, overrides=overrides)
-        trainer = CorruptingTrainer(config) if corrupt else KillingTrainer(config)
         if corrupt:
+            trainer = CorruptingTrainer(config)
             trainer.corrupt_at = (CORRUPT_STEP,)
         else:
+            trainer = KillingTrainer(config)
             trainer.kill_at = (KILL_STEP,)
         trainer.prompts = []
         with trainer:
