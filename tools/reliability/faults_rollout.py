@@ -87,15 +87,22 @@ def _run(
             sys.path.remove(str(ALGOS_TESTS))
 
 
-def rollout_killed_replaced(scratch: Path) -> FaultResult:
-    """The killed rollout is replaced; all steps done, every prompt trained once."""
-    trainer, history = _run(scratch, max_replacements=2)
+def _every_step_and_prompt_once(trainer: Any, history: list[Any] | BaseException) -> list[Any]:
+    """The run's history, once checked that it ended without an error, took all its steps
+    and trained on each of the 16 prompts exactly once (its 2 samples)."""
     if isinstance(history, BaseException):
         raise history
     assert [m["training/global_step"] for m in history] == [1.0, 2.0, 3.0, 4.0]
-    assert history[-1]["rollout/replaced_total"] == 1.0
     counts = Counter(trainer.prompts)
     assert len(counts) == 16 and set(counts.values()) == {2}, counts
+    return history
+
+
+def rollout_killed_replaced(scratch: Path) -> FaultResult:
+    """The killed rollout is replaced; all steps done, every prompt trained once."""
+    trainer, outcome = _run(scratch, max_replacements=2)
+    history = _every_step_and_prompt_once(trainer, outcome)
+    assert history[-1]["rollout/replaced_total"] == 1.0
     return FaultResult(
         "recovered",
         trainer.recovered_s,
@@ -122,14 +129,10 @@ def rollout_killed_no_replacements(scratch: Path) -> FaultResult:
 
 def weight_push_corrupted_pushed_again(scratch: Path) -> FaultResult:
     """A push that fails with every process alive is made again; nothing is replaced."""
-    trainer, history = _run(scratch, max_replacements=2, corrupt=True)
-    if isinstance(history, BaseException):
-        raise history
-    assert [m["training/global_step"] for m in history] == [1.0, 2.0, 3.0, 4.0]
+    trainer, outcome = _run(scratch, max_replacements=2, corrupt=True)
+    history = _every_step_and_prompt_once(trainer, outcome)
     assert history[-1]["rollout/repushed_total"] == 1.0, history[-1]
     assert history[-1]["rollout/replaced_total"] == 0.0, history[-1]
-    counts = Counter(trainer.prompts)
-    assert len(counts) == 16 and set(counts.values()) == {2}, counts
     return FaultResult(
         "recovered",
         trainer.replacement.seconds,
