@@ -115,6 +115,7 @@ class CheckpointManager:
         trainer_state: Mapping[str, Any],
         workers: Mapping[str, Checkpointable] | None = None,
         tokenizer: SavesPretrained | None = None,
+        files: Mapping[str, str] | None = None,
     ) -> Path:
         """Write workers' checkpoints and the trainer state for ``step``; return the directory.
 
@@ -122,6 +123,8 @@ class CheckpointManager:
         ``<tmp>/<role>`` of the temporary directory, which becomes ``global_step_<step>`` by
         one rename once complete. The ``latest`` pointer is replaced last. ``tokenizer`` is
         saved into :data:`TOKENIZER_DIR` (what an export writes next to the model).
+        ``files`` are small text files written into the checkpoint by name (the run's
+        identity record, :mod:`hf_algos.run_identity`).
         """
         self.root.mkdir(parents=True, exist_ok=True)
         self.remove_stale()
@@ -137,6 +140,8 @@ class CheckpointManager:
         torch.save(state, tmp / STATE_FILE)
         summary = {k: v for k, v in state.items() if isinstance(v, int | float | str | bool)}
         (tmp / "trainer_state.json").write_text(json.dumps(summary, indent=2))
+        for name, text in (files or {}).items():
+            (tmp / name).write_text(text, encoding="utf-8")
         _fsync_tree(tmp)
         _kill_point("state", step)
         directory = self.step_dir(step)

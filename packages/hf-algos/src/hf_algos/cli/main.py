@@ -33,6 +33,14 @@ from hf_algos.config import (
     merge_config,
     resolve_config,
 )
+from hf_algos.run_dirs import (
+    CHECKPOINT_KEY,
+    NOTHING_SAVED,
+    check_writable,
+    output_directories,
+    saves_nothing,
+)
+from hf_algos.run_lock import RunLock, lock_run_directory
 from hf_algos.trainers.placement import PoolLayout, start_workers_early
 from hf_controller import ConfigurationError, start_ray_in_background
 
@@ -253,6 +261,37 @@ def load_command_config(
     return instantiate_config(command.config, tree), resolved
 
 
+def claim_outputs(command: Command, tree: DictConfig) -> RunLock | None:
+    """Before Ray starts (:mod:`hf_algos.run_dirs`): every directory the run writes checked
+    writable, the checkpoint directory locked for this run (returned; released at the
+    end), and one line when nothing of the run will be saved. ``eval`` writes only logs;
+    ``generate`` only its ``--output``. A tree that does not resolve yet is left to the
+    config checks, which name the problem."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    from hf_algos.examples import register_resolvers, requested_assets
+
+    if command is GENERATE:
+        return None
+    register_resolvers()
+    try:
+        with requested_assets():  # a packaged example's files: named, not made
+            trainer = tree.trainer
+            model = OmegaConf.select(tree, "actor.engine.model.path", default=None)
+            directories = output_directories(trainer, model)
+            val_only, nothing_saved = bool(trainer.val_only), saves_nothing(trainer)
+    except OmegaConfBaseException:
+        return None
+    for key, directory in directories.items():
+        if not val_only or key == "trainer.log_dir":
+            check_writable(key, directory)
+    if val_only:
+        return None
+    if nothing_saved:
+        print(NOTHING_SAVED, flush=True)
+    return lock_run_directory(directories[CHECKPOINT_KEY], CHECKPOINT_KEY)
+
+
 def start_early(tree: DictConfig) -> None:
     """When the run uses Ray: start Ray and then the training pool's worker processes in the
     background, before the config's checks and the trainers import torch, so that Ray's
@@ -281,6 +320,15 @@ def train(command: Command, config: Any) -> None:
             trainer.roles.actor.export_hf(str(export_dir))
             load_tokenizer(config.data, config.actor).save_pretrained(export_dir)
             print(f"hybridflow: model saved to {export_dir}")
+    print(where_outputs_are(trainer.checkpoints.latest(), export_dir, trainer.run_dir))
+
+
+def where_outputs_are(checkpoint: Path | None, export_dir: str | None, logs: Path | None) -> str:
+    """The last line of a training run: where its checkpoint, export and logs are."""
+    return (
+        f"hybridflow: checkpoint: {checkpoint or 'none saved'}; "
+        f"model export: {export_dir or 'none (trainer.export_dir)'}; logs: {logs}"
+    )
 
 
 def print_evaluation(metrics: dict[str, float], run_dir: Path | None) -> None:
@@ -326,6 +374,7 @@ def export(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hybridflow`` console script; returns the exit code."""
     args = parse_arguments(build_parser(), argv)
+    lock: RunLock | None = None
     try:
         if args.command == "export":
             export(args)
@@ -335,6 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_generate_arguments(args)
         tree = compose_command_config(command, args)
         if not args.cfg:
+            lock = claim_outputs(command, tree)
             start_early(tree)
         config, _ = load_command_config(command, args, tree)
         if args.cfg:
@@ -352,4 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception:
         traceback.print_exc()
         return EXIT_ERROR
+    finally:
+        if lock is not None:
+            lock.release()
     return EXIT_OK

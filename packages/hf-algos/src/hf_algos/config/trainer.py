@@ -15,6 +15,11 @@ from hf_algos.config.validation import require_positive
 from hf_controller import ConfigurationError
 
 
+def default_checkpoint_dir(project_name: str, experiment_name: str) -> str:
+    """``trainer.checkpoint_dir``'s default: ``outputs/<project>/<experiment>/checkpoints``."""
+    return f"outputs/{project_name}/{experiment_name}/checkpoints"
+
+
 @dataclass(frozen=True)
 class TrainerSection:
     """The driver: steps, placement, logging, checkpoints, validation."""
@@ -109,14 +114,28 @@ class TrainerSection:
     returns, is right; verl's ``val_kwargs.n`` with ``do_sample``), during training too;
     0 validates greedily only."""
     save_freq: int = 0
-    """Checkpoint every this many steps (and at the end); 0 disables."""
-    checkpoint_dir: str = "outputs/checkpoints"
-    """Where ``global_step_<k>`` checkpoint directories go."""
+    """Checkpoint every this many steps (and at the end); 0: no periodic checkpoint."""
+    save_final: bool = True
+    """Checkpoint after the last step even when ``save_freq`` does not fall on it
+    (``save_freq=0`` included), so a run keeps its work by default; ``false`` with
+    ``save_freq=0`` and no ``export_dir`` saves nothing (the ``hybridflow`` command says so
+    in one line at the start)."""
+    checkpoint_dir: str | None = None
+    """Where ``global_step_<k>`` checkpoint directories go; default
+    ``outputs/<project_name>/<experiment_name>/checkpoints`` (as verl's
+    ``checkpoints/${trainer.project_name}/${trainer.experiment_name}``), so another
+    experiment never resumes this one's. A run locks it while it runs: a second run on the
+    same directory is refused, naming the first."""
     resume_mode: Literal["auto", "disable", "path"] = "auto"
     """``auto``: continue from the latest checkpoint in ``checkpoint_dir`` if any;
-    ``path``: from ``resume_from``; ``disable``: start fresh."""
+    ``path``: from ``resume_from``; ``disable``: start fresh. The checkpoint must belong to
+    this job (same experiment, model architecture, engine layout and LoRA; its
+    ``run_identity.json``), else the run is refused (see ``resume_force``)."""
     resume_from: str | None = None
     """A ``global_step_<k>`` directory (``resume_mode=path``)."""
+    resume_force: bool = False
+    """Resume a checkpoint whose ``run_identity.json`` names another experiment, model or
+    engine layout (a warning instead of the refusal)."""
     max_checkpoints: int | None = None
     """Keep only this many newest checkpoints; ``None`` keeps all (the one
     ``latest_checkpointed_iteration.txt`` names is never deleted)."""
@@ -142,6 +161,9 @@ class TrainerSection:
         return self.n_workers // self.nnodes
 
     def __post_init__(self) -> None:
+        if self.checkpoint_dir is None:  # frozen: set once, here
+            default = default_checkpoint_dir(self.project_name, self.experiment_name)
+            object.__setattr__(self, "checkpoint_dir", default)
         require_positive("trainer.total_epochs", self.total_epochs)
         if self.total_training_steps is not None:
             require_positive("trainer.total_training_steps", self.total_training_steps)

@@ -31,6 +31,9 @@ from typing import Any, Self
 from hf_algos.checkpoint import CheckpointManager
 from hf_algos.config.trainer import TrainerSection
 from hf_algos.data import StatefulDataLoader
+from hf_algos.run_dirs import CHECKPOINT_KEY, check_writable
+from hf_algos.run_identity import check_resume_identity, identity_text, run_identity
+from hf_algos.run_lock import RunLock, lock_run_directory
 from hf_algos.tracking import CONFIG_FILE, Generation, Tracking, write_config
 from hf_algos.trainers.roles import RoleGroups, build_role_groups
 from hf_algos.trainers.run_state import RNGState, RunState
@@ -93,6 +96,7 @@ class Trainer:
         refuse_in_reimported_main()
         self.trainer_config = trainer
         self.config_dict = config_dict
+        assert trainer.checkpoint_dir is not None  # TrainerSection fills its default
         self.run_state = RunState(
             CheckpointManager(trainer.checkpoint_dir, trainer.max_checkpoints)
         )
@@ -100,6 +104,10 @@ class Trainer:
         the base keeps the loader's position, the RNG and the actor; a trainer adds its own."""
         self.run_state.roles = lambda: {"actor": self.roles.actor}
         self.checkpoints = self.run_state.checkpoints
+        self.identity = run_identity(config_dict)
+        """What this run's checkpoints belong to (:mod:`hf_algos.run_identity`)."""
+        self.run_state.identity_record = identity_text(self.identity)
+        self._locks: list[RunLock] = []  # the run's directories, held until shutdown
         self.tracking: Tracking | None = None
         self.history: list[Metrics] = []
         """Metrics of every step of the run, in order (a step re-run after a restart once)."""
@@ -124,6 +132,7 @@ class Trainer:
         if self.started:
             return self
         try:
+            self.claim_directories()
             self.start_up()
         except BaseException:
             self.shutdown()
@@ -151,6 +160,32 @@ class Trainer:
     @run_id.setter
     def run_id(self, run_id: str | None) -> None:
         self.run_state.run_id = run_id
+
+    def claim_directories(self) -> None:
+        """Before any worker starts: the log and checkpoint directories writable, the
+        checkpoint directory locked for this run (:mod:`hf_algos.run_lock`; not for
+        ``val_only``, which writes no checkpoint) and the checkpoint a resume would load
+        checked to belong to this job (:mod:`hf_algos.run_identity`)."""
+        config = self.trainer_config
+        check_writable("trainer.log_dir", config.log_dir)
+        if not config.val_only:
+            check_writable(CHECKPOINT_KEY, self.checkpoints.root)
+            self._locks.append(lock_run_directory(self.checkpoints.root, CHECKPOINT_KEY))
+        checkpoint = self._resume_target()
+        if checkpoint is not None:  # eval may score another experiment's checkpoint
+            check_resume_identity(
+                checkpoint, self.identity, config.resume_force, not config.val_only
+            )
+
+    def _resume_target(self) -> Path | None:
+        """The checkpoint :meth:`resume` loads (``None``: a fresh start)."""
+        config = self.trainer_config
+        if config.resume_mode == "disable":
+            return None
+        if config.resume_mode == "path":
+            assert config.resume_from is not None  # checked by TrainerSection
+            return Path(config.resume_from)
+        return self.checkpoints.latest()
 
     def start_up(self) -> None:
         """The trainer's start-up sequence; the base builds the worker groups of
@@ -285,6 +320,7 @@ class Trainer:
             wandb_mode=config.wandb_mode,
         )
         self.run_id = tracking.run_id
+        self._locks.append(lock_run_directory(tracking.run_dir, "the run's log directory"))
         write_config(tracking.run_dir / CONFIG_FILE, self.config_dict)
         resumed = f" (resumed at step {self.global_step})" if self.global_step else ""
         print(f"run {self.run_id}{resumed}: logs and config.yaml in {tracking.run_dir}", flush=True)
@@ -391,7 +427,8 @@ class Trainer:
         metrics: Metrics = {}
         if config.test_freq and (step % config.test_freq == 0 or last):
             metrics.update(self._validate())
-        if config.save_freq and (step % config.save_freq == 0 or last):
+        periodic = bool(config.save_freq) and step % config.save_freq == 0
+        if periodic or (last and (config.save_freq or config.save_final)):
             self.save_checkpoint()
         return metrics
 
@@ -421,20 +458,18 @@ class Trainer:
 
         Stale temporary directories of saves that never finished are removed first.
         """
-        config = self.trainer_config
-        if config.resume_mode == "disable":
-            return
-        self.checkpoints.remove_stale()
-        if config.resume_mode == "path":
-            assert config.resume_from is not None  # checked by TrainerSection
-            directory: Path | None = Path(config.resume_from)
-        else:
-            directory = self.checkpoints.latest()
+        if self._locks:  # only the run that holds the directory may delete in it
+            self.checkpoints.remove_stale()
+        directory = self._resume_target()
         if directory is None:
             return
         self.run_state.load(directory)
         logger.info("resumed from %s at step %d", directory, self.global_step)
 
     def shutdown(self) -> None:
-        """End the worker processes."""
-        self.teardown_workers()
+        """End the worker processes; release the run's directories."""
+        try:
+            self.teardown_workers()
+        finally:
+            while self._locks:
+                self._locks.pop().release()

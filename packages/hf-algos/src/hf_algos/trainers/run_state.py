@@ -26,6 +26,7 @@ from hf_algos.checkpoint import (
     capture_rng_state,
     restore_rng_state,
 )
+from hf_algos.run_identity import IDENTITY_FILE
 
 
 class Stateful(Protocol):
@@ -80,6 +81,8 @@ class RunState:
         """Called after a checkpoint was loaded, in order."""
         self.tokenizer: Any = None
         """Saved with every checkpoint, so an export writes it next to the model."""
+        self.identity_record: str | None = None
+        """What the checkpoints belong to, written into each (:mod:`hf_algos.run_identity`)."""
         self.resume_point: Path | None = None
         """The checkpoint a restart goes back to: the last saved or loaded."""
         self._start: dict[str, Any] | None = None
@@ -117,8 +120,9 @@ class RunState:
     def save(self) -> Path:
         """Save the workers' shards and the driver's state at :attr:`step`; a restart goes
         back here."""
+        files = {IDENTITY_FILE: self.identity_record} if self.identity_record else None
         directory = self.checkpoints.save(
-            self.step, self.driver_state(), self.roles(), self.tokenizer
+            self.step, self.driver_state(), self.roles(), self.tokenizer, files
         )
         self.resume_point = directory
         return directory
