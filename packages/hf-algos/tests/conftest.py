@@ -27,6 +27,16 @@ def ray_session() -> Iterator[Any]:
     ray.shutdown()
 
 
+@pytest.fixture(autouse=True)
+def _own_working_directory(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each test runs in a directory of its own, so a trainer's default outputs
+    (``outputs/<project>/<experiment>/...``) never land in the repository or in another
+    test's checkpoints."""
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random Llama (vocab 128) saved with the character tokenizer next to it."""
