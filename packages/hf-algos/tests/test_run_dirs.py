@@ -166,7 +166,7 @@ def test_defaults_are_per_experiment_and_the_run_says_what_it_keeps(
     assert "resumed" not in second.stdout  # another experiment starts fresh
     assert "hybridflow: nothing of this run will be saved (trainer.save_freq=0" in second.stdout
     assert "hybridflow: checkpoint: none saved; model export: none" in second.stdout
-    assert not (tmp_path / "outputs" / "hybridflow" / "b" / "checkpoints").glob("global_*")
+    assert not list((tmp_path / "outputs" / "hybridflow" / "b" / "checkpoints").glob("global_*"))
 
 
 def test_resume_refuses_another_jobs_checkpoint_unless_forced(task: Path, tmp_path: Path) -> None:

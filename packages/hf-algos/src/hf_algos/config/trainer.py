@@ -156,14 +156,19 @@ class TrainerSection:
     """Seed of the driver's RNGs (sampling seeds derive from it)."""
 
     @property
+    def resolved_checkpoint_dir(self) -> str:
+        """``checkpoint_dir``, or its per-experiment default when unset (the default stays
+        ``None`` in the config, since the schema's defaults are built before any override)."""
+        return self.checkpoint_dir or default_checkpoint_dir(
+            self.project_name, self.experiment_name
+        )
+
+    @property
     def workers_per_node(self) -> int:
         """Processes of each training role group on every node."""
         return self.n_workers // self.nnodes
 
     def __post_init__(self) -> None:
-        if self.checkpoint_dir is None:  # frozen: set once, here
-            default = default_checkpoint_dir(self.project_name, self.experiment_name)
-            object.__setattr__(self, "checkpoint_dir", default)
         require_positive("trainer.total_epochs", self.total_epochs)
         if self.total_training_steps is not None:
             require_positive("trainer.total_training_steps", self.total_training_steps)

@@ -96,9 +96,10 @@ class Trainer:
         refuse_in_reimported_main()
         self.trainer_config = trainer
         self.config_dict = config_dict
-        assert trainer.checkpoint_dir is not None  # TrainerSection fills its default
         self.run_state = RunState(  # absolute: Ray workers write their shards into it
-            CheckpointManager(Path(trainer.checkpoint_dir).absolute(), trainer.max_checkpoints)
+            CheckpointManager(
+                Path(trainer.resolved_checkpoint_dir).absolute(), trainer.max_checkpoints
+            )
         )
         """What checkpoints keep and a restart goes back to (:mod:`hf_algos.trainers.run_state`):
         the base keeps the loader's position, the RNG and the actor; a trainer adds its own."""
