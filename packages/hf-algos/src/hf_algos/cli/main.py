@@ -4,7 +4,7 @@
     hybridflow grpo --config-name quickstart          # a config shipped in the package
     hybridflow ppo  --config my.yaml --cfg            # print the resolved config and exit
     hybridflow generate --prompts p.jsonl --output out.jsonl --config-name quickstart
-    hybridflow export outputs/checkpoints/global_step_100 outputs/model
+    hybridflow export outputs/hybridflow/run/checkpoints/global_step_100 outputs/model
 
 Exit codes: 0 done, 2 a configuration error (one message, no traceback), 1 anything else.
 """
