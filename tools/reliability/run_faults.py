@@ -42,12 +42,16 @@ def collect_cases(only: str | None = None) -> list[FaultCase]:
 
 def run_case(case: FaultCase, scratch: Path) -> FaultResult | str:
     """The case's result, or the failure text when the system under test misbehaved."""
+    previous = Path.cwd()
+    os.chdir(scratch)  # a run's default outputs (outputs/<project>/...) stay in the scratch
     with stopwatch() as elapsed:
         try:
             return case.run(scratch)
         except Exception as error:  # the table reports it; the exit code fails CI
             text = "".join(traceback.format_exception(error)[-4:])
             return f"FAILED after {elapsed():.1f} s: {first_line(text, 300)}\n{text}"
+        finally:
+            os.chdir(previous)
 
 
 def render_table(rows: list[tuple[str, FaultResult | str]]) -> str:
