@@ -167,6 +167,11 @@ def test_defaults_are_per_experiment_and_the_run_says_what_it_keeps(
     assert "hybridflow: nothing of this run will be saved (trainer.save_freq=0" in second.stdout
     assert "hybridflow: checkpoint: none saved; model export: none" in second.stdout
     assert not list((tmp_path / "outputs" / "hybridflow" / "b" / "checkpoints").glob("global_*"))
+    again = hybridflow("grpo", *grpo_overrides(task, 1, "trainer.experiment_name=a"), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]  # the same job again: said, not silent
+    assert f"the checkpoint in {saved.parent} is at step 1 of 1: nothing left to train" in (
+        again.stdout
+    )
 
 
 def test_resume_refuses_another_jobs_checkpoint_unless_forced(task: Path, tmp_path: Path) -> None:

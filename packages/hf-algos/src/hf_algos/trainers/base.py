@@ -283,6 +283,8 @@ class Trainer:
         self.run_state.mark_start()
         self.resume()  # first: a resumed run continues the run id of its checkpoint
         self.tracking = self._open_run()
+        if not config.val_only and self.global_step >= self.total_steps:
+            print(self._nothing_left_to_train(), flush=True)
         try:
             if config.val_only:
                 self.history = [self._validate()]
@@ -326,6 +328,15 @@ class Trainer:
         resumed = f" (resumed at step {self.global_step})" if self.global_step else ""
         print(f"run {self.run_id}{resumed}: logs and config.yaml in {tracking.run_dir}", flush=True)
         return tracking
+
+    def _nothing_left_to_train(self) -> str:
+        """The line of a resumed run whose checkpoint is already at the last step."""
+        return (
+            f"hybridflow: the checkpoint in {self.checkpoints.root} is at step "
+            f"{self.global_step} of {self.total_steps}: nothing left to train. To train more, "
+            f"raise trainer.total_training_steps (or total_epochs); to start over, give "
+            f"another trainer.experiment_name or trainer.resume_mode=disable"
+        )
 
     def _validate(self) -> Metrics:
         """:meth:`validate`, then log its sample generations (``trainer.log_val_generations``)."""
