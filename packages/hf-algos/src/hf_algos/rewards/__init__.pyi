@@ -7,6 +7,7 @@ from .math_boxed import compute_math_score as compute_math_score
 from .math_boxed import last_boxed_content as last_boxed_content
 from .math_boxed import math_answers_equal as math_answers_equal
 from .math_boxed import normalize_math_answer as normalize_math_answer
+from .circuit import RewardSetupError as RewardSetupError
 from .pool import RewardError as RewardError
 from .reasoning_gym import ANSWER_FORMATS as ANSWER_FORMATS
 from .reasoning_gym import compute_reasoning_gym_score as compute_reasoning_gym_score
