@@ -112,20 +112,20 @@ def test_a_reward_failing_on_some_probes_warns_and_scores(
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_reward_that_keeps_timing_out_trips_the_circuit(tmp_path: Path, workers: int) -> None:
-    """16 rows whose function hangs, 0.5 s each: stopped after about 3 timeouts, not 16."""
+    """32 rows whose function hangs, 0.5 s each: stopped after about 3 timeouts, not 32."""
     tokenizer = build_char_tokenizer()
     options = {"num_workers": workers, "timeout_s": 0.5, "max_consecutive_timeouts": 3}
     with _manager(tmp_path, "hangs_on_wrong", **options) as manager:
         manager.start().result(60)  # the processes' start-up is not the circuit's time
         start = time.monotonic()
         with pytest.raises(RewardError) as raised:
-            manager.score(make_batch(tokenizer, [("1", "mine", "2")] * 16))
+            manager.score(make_batch(tokenizer, [("1", "mine", "2")] * 32))
         took = time.monotonic() - start
         message = str(raised.value)
         assert "3 samples in a row timed out" in message, message
         assert "rewards.py:hangs_on_wrong" in message and "reward.timeout_s=0.5 s" in message
-        assert "16 x 0.5 s" in message and "max_consecutive_timeouts" in message
-        assert took < 5, took  # 16 x 0.5 s = 8 s without the circuit
+        assert "32 x 0.5 s" in message and "max_consecutive_timeouts" in message
+        assert took < 5, took  # 32 x 0.5 s over 2 processes = 8 s without it
         # the pool was replaced; the next batch scores
         out = manager.score(make_batch(tokenizer, [("2", "mine", "2")] * 4))
     assert out.batch["token_level_scores"].sum().item() == 4.0

@@ -210,7 +210,10 @@ def gather_outcomes(
         done, pending = concurrent.futures.wait(
             pending,
             timeout=max(0.0, deadline - time.monotonic()),
-            return_when=concurrent.futures.FIRST_EXCEPTION,
+            # each finished task, when on_done reads them; else at a failure or the end
+            return_when=concurrent.futures.FIRST_COMPLETED
+            if on_done is not None
+            else concurrent.futures.FIRST_EXCEPTION,
         )
         if not done:
             break
