@@ -74,9 +74,11 @@ def test_a_reward_failing_on_every_probe_stops_set_up_in_one_line(
     tmp_path: Path, name: str, said: str
 ) -> None:
     tokenizer = build_char_tokenizer()
-    with _manager(tmp_path, name, num_workers=2) as manager:
-        with pytest.raises(RewardSetupError) as raised:
-            manager.check(make_batch(tokenizer, [("", "mine", "12")]))
+    with (
+        _manager(tmp_path, name, num_workers=2) as manager,
+        pytest.raises(RewardSetupError) as raised,
+    ):
+        manager.check(make_batch(tokenizer, [("", "mine", "12")]))
     error = raised.value
     assert isinstance(error, ConfigurationError)  # the CLI: one line, exit 2
     message = str(error)

@@ -34,9 +34,9 @@ class RewardSection:
     """CPU seconds one sample may use before its scoring process is killed (``SIGXCPU``,
     reported as a dead process with its cause). ``null``: ``2 x timeout_s + 5``; 0: none."""
     max_consecutive_timeouts: int = 4
-    """Samples of one function that may time out in a row within a batch; at the next, the
-    batch stops at once with a ``RewardError`` naming the function and the count (a
-    function that hangs costs this many ``timeout_s``, not one per row). 0: never."""
+    """When this many samples of one function time out in a row within a batch, the batch
+    stops at once with a ``RewardError`` naming the function and the count (a function
+    that hangs costs about this many ``timeout_s``, not one per row). 0: never."""
     hard_timeout_grace_s: float = 60.0
     """Extra seconds a task (a chunk of samples: ``timeout_s`` each) may run before its
     process, which ignores the alarm (stuck in C code), is killed and replaced; its samples

@@ -1,5 +1,6 @@
 # The one list of hf_algos.rewards's public names: type checkers read it as the package's stub,
 # and lazy_loader.attach_stub (in __init__.py) imports each name from its module on first use.
+from .circuit import RewardSetupError as RewardSetupError
 from .gsm8k import compute_gsm8k_score as compute_gsm8k_score
 from .gsm8k import extract_gsm8k_answer as extract_gsm8k_answer
 from .manager import RewardManager as RewardManager
@@ -7,7 +8,6 @@ from .math_boxed import compute_math_score as compute_math_score
 from .math_boxed import last_boxed_content as last_boxed_content
 from .math_boxed import math_answers_equal as math_answers_equal
 from .math_boxed import normalize_math_answer as normalize_math_answer
-from .circuit import RewardSetupError as RewardSetupError
 from .pool import RewardError as RewardError
 from .reasoning_gym import ANSWER_FORMATS as ANSWER_FORMATS
 from .reasoning_gym import compute_reasoning_gym_score as compute_reasoning_gym_score
