@@ -108,6 +108,11 @@ def _raise_hydra(error: HydraException) -> typing.NoReturn:
     raise ConfigurationError(f"{key}: {reason} ({' '.join(lines)}); {_fix(cause, key)}") from None
 
 
+COMMA_LIST_KEYS = ("data.train_files", "data.val_files")
+"""List keys whose unbracketed ``a,b`` value is the list ``[a,b]`` (verl's scripts write the
+data files so); elsewhere Hydra's reading stands: a sweep, refused."""
+
+
 def _parse(overrides: Sequence[str]) -> list[Override]:
     """``overrides`` parsed by Hydra's override grammar; an error names the override."""
     parser = OverridesParser.create()
@@ -393,14 +398,14 @@ class _Composer:
         return steps
 
     def _comma_list(self, override: Override) -> Override | None:
-        """``key=a,b`` (Hydra: a sweep, which we never run) on a list key, as verl users write
-        ``data.train_files=a.parquet,b.parquet``: the override ``key=[a,b]``; else ``None``."""
+        """``key=a,b`` (Hydra: a sweep, which we never run) on a key of
+        :data:`COMMA_LIST_KEYS`, as verl users write ``data.train_files=a.parquet,b.parquet``:
+        the override ``key=[a,b]``; else ``None``."""
         sweep = override.value()
         if not isinstance(sweep, ChoiceSweep) or not sweep.simple_form:
             return None
-        _, hint = _schema_field(self.cls, override.key_or_group)
         line = override.input_line or ""
-        if hint is None or not _is_hint(hint, list, tuple) or "=" not in line:
+        if override.key_or_group not in COMMA_LIST_KEYS or "=" not in line:
             return None
         head, _, tail = line.partition("=")
         return _parse([f"{head}=[{tail}]"])[0]
