@@ -122,6 +122,17 @@ def _invalid_jsonl(scratch: Path) -> FaultResult:
     return _expect_error(scratch, write, ("train.jsonl, line 2", "not valid JSON"))
 
 
+def _not_utf8(scratch: Path) -> FaultResult:
+    def write(scratch: Path) -> Path:
+        path = scratch / "train.jsonl"
+        bad = json.dumps(_good(1)).encode().replace(b'"prompt": "', b'"prompt": "caf\xe9 ')
+        path.write_bytes(json.dumps(_good(0)).encode() + b"\n" + bad + b"\n")
+        return path
+
+    names = ("train.jsonl, line 2", "not UTF-8 text", "byte 0xe9 at byte offset", "re-encode")
+    return _expect_error(scratch, write, names)
+
+
 def _invalid_parquet(scratch: Path) -> FaultResult:
     def write(scratch: Path) -> Path:
         path = scratch / "train.parquet"
@@ -154,6 +165,7 @@ FAULTS = [
     FaultCase("bad data: wrong-typed ground truth", _wrong_ground_truth),
     FaultCase("bad data: invalid jsonl", _invalid_jsonl),
     FaultCase("bad data: invalid parquet", _invalid_parquet),
+    FaultCase("bad data: non-UTF-8 file", _not_utf8),
     FaultCase("bad data: overlong prompt (overlong_prompts=error)", _one_overlong),
     FaultCase("bad data: every prompt overlong (overlong_prompts=drop)", _all_overlong),
 ]

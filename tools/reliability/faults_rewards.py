@@ -1,5 +1,6 @@
 """Reward faults: a function the workers cannot load, a scoring process killed mid-batch,
-a scorer over its memory cap or CPU-time limit, and a batch with too many failed samples.
+a scorer over its memory cap or CPU-time limit, a batch with too many failed samples, and a
+function that hangs (at the set-up check, and during training: the circuit).
 
 Each case scores a real batch in real scoring processes (hf_algos.rewards.RewardManager),
 asserts what the error names, and checks that no process is left behind afterwards.
@@ -19,6 +20,7 @@ from typing import Any
 from faults import FaultCase, FaultResult, first_line, stopwatch
 from reward_scorers import (
     exact_score,
+    hang_score,
     hog_score,
     pid_then_sleep_score,
     raising_score,
@@ -30,8 +32,10 @@ from hf_algos.data import build_char_tokenizer
 from hf_algos.rewards import (
     RewardError,
     RewardManager,
+    RewardSetupError,
     register_scoring_function,
 )
+from hf_controller import ConfigurationError
 from hf_controller.testing import descendant_pids
 from hf_protocol import DataProto, right_pad
 
@@ -171,10 +175,45 @@ def error_fraction(scratch: Path) -> FaultResult:
     return _scored({"exact": exact_score, "raise": raising_score}, act)
 
 
+def hangs_at_set_up(scratch: Path) -> FaultResult:
+    """The set-up check's probes (an empty response, the ground truth) both time out: the
+    run stops there, one line, exit 2 in the ``hybridflow`` command."""
+
+    def act(manager: RewardManager) -> FaultResult:
+        with stopwatch() as elapsed:
+            try:
+                manager.check_async(_batch([("", "hang", "12")])).result(60)
+            except RewardSetupError as error:
+                seconds, message = elapsed(), str(error)
+            else:
+                raise AssertionError("the set-up check passed a function that hangs")
+        assert isinstance(RewardSetupError("x"), ConfigurationError) and "\n" not in message
+        assert "reward_scorers.hang_score" in message and "failed on every probe" in message
+        assert "timeout (no result within 2 s)" in message, message
+        return FaultResult("named error", seconds, "nothing (before any step)", first_line(message))
+
+    return _scored({"exact": exact_score, "hang": hang_score}, act)
+
+
+def hangs_in_training(scratch: Path) -> FaultResult:
+    """A 32-row batch whose function hangs, 1 s timeout, 2 processes: the circuit stops it
+    after 4 timeouts in a row (about 4 s), not after 32 x 1 s / 2 processes = 16 s."""
+
+    def act(manager: RewardManager) -> FaultResult:
+        message, seconds = _error_of(manager, _batch([("1", "hang", "12")] * 32))
+        assert "4 samples in a row timed out" in message and "hang_score" in message, message
+        assert seconds < 12, seconds
+        return FaultResult("named error", seconds, "nothing (the step stops)", first_line(message))
+
+    return _scored({"exact": exact_score, "hang": hang_score}, act, timeout_s=1.0)
+
+
 FAULTS = [
     FaultCase("reward function cannot be loaded", unloadable),
     FaultCase("reward process killed (SIGKILL mid-batch)", killed),
     FaultCase("reward over memory cap", over_memory),
     FaultCase("reward over CPU-time limit (stuck in C code)", over_cpu),
     FaultCase("reward errors above max_error_fraction", error_fraction),
+    FaultCase("reward hangs on every probe (set-up check)", hangs_at_set_up),
+    FaultCase("reward hangs during training (circuit)", hangs_in_training),
 ]

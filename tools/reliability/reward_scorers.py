@@ -41,3 +41,9 @@ def spin_score(solution: str, ground_truth: Any) -> float:
 def raising_score(solution: str, ground_truth: Any) -> float:
     """A parser that fails on every answer."""
     raise ValueError(f"cannot parse {solution!r}")
+
+
+def hang_score(solution: str, ground_truth: Any) -> float:
+    """Never returns (a parser that waits on something that never comes)."""
+    time.sleep(3600)
+    return 0.0

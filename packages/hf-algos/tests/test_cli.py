@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -346,3 +347,66 @@ def test_generate_writes_every_answer_for_a_prompt_file(tmp_path: Path) -> None:
         "quickstart", "vars.workdir=qs", cwd=tmp_path,
     )  # fmt: skip
     assert missing.returncode == 2 and "'nope.jsonl' does not exist" in missing.stderr
+
+
+def test_bad_data_files_stop_before_ray_starts_in_one_line(tmp_path: Path) -> None:
+    """Not UTF-8 (named with its byte offset), not parquet, a first row without a prompt,
+    and a comma list of files: refused by the default (Ray) backend within seconds, before
+    Ray prints anything."""
+    model, data, _ = _task(tmp_path)
+    lines = data.read_bytes().splitlines(keepends=True)
+    lines[2] = lines[2].replace(b'"prompt": "', b'"prompt": "caf\xe9 ')
+    (tmp_path / "latin1.jsonl").write_bytes(b"".join(lines))
+    (tmp_path / "rows.parquet").write_bytes(lines[0])
+    (tmp_path / "noprompt.jsonl").write_text('{"question": "abc="}\n')
+    offset = len(lines[0]) + len(lines[1]) + len(b'{"prompt": "caf')
+    cases = {
+        "latin1.jsonl": f"latin1.jsonl, line 3: is not UTF-8 text: byte 0xe9 at byte offset "
+        f"{offset} (line 3, byte 16 of the line)",
+        "rows.parquet": "rows.parquet: is not a parquet file",
+        "noprompt.jsonl": "noprompt.jsonl, line 1: field 'prompt' is missing",
+        f"{data},noprompt.jsonl": "noprompt.jsonl, line 1: field 'prompt' is missing",
+    }
+    for files, message in cases.items():
+        start = time.monotonic()
+        run = hybridflow("grpo", f"actor.engine.model.path={model}", "rollout.n=2",
+                         f"data.train_files={files}", cwd=tmp_path)  # fmt: skip
+        took = time.monotonic() - start
+        assert run.returncode == 2, run.stderr[-3000:]
+        assert message in run.stderr, run.stderr
+        assert "re-encode the file as UTF-8" in run.stderr or "latin1" not in files
+        assert "Traceback" not in run.stderr and "Ray" not in run.stdout + run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+        assert took < 15, took  # Python's start and the config; no Ray, no torch
+    listed = hybridflow("grpo", f"actor.engine.model.path={model}", "rollout.n=2",
+                        f"data.train_files={data},{data}", "--cfg", cwd=tmp_path)  # fmt: skip
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    assert f"train_files:\n  - {data}\n  - {data}\n" in listed.stdout
+
+
+def test_a_reward_that_cannot_work_and_a_mistyped_model_path_exit_2(tmp_path: Path) -> None:
+    """A reward that raises on every probe stops at set-up (no step) in one line; a model
+    path under an existing directory is named as a missing local path, not a hub id."""
+    (tmp_path / "raising.py").write_text(
+        "def compute_score(solution, ground_truth):\n    raise ValueError('no parser yet')\n"
+    )
+    run = one_quickstart_step(
+        tmp_path,
+        *FAST,
+        "reward.function_path=raising.py",
+        "reward.function_name=compute_score",
+        "trainer.log_dir=logs",
+    )
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr
+    line = run.stderr.strip().splitlines()[-1]
+    assert line.startswith("hybridflow grpo: configuration error: reward set-up check: "), line
+    assert "raising.py:compute_score" in line and "ValueError: no parser yet" in line
+    assert "failed on every probe" in line
+    assert '"training/global_step"' not in "".join(
+        p.read_text() for p in (tmp_path / "logs").rglob("*.jsonl")
+    )
+    (tmp_path / "b").mkdir()
+    typo = hybridflow("grpo", "actor.engine.model.path=b/nosuchdir", "--cfg", cwd=tmp_path)
+    assert typo.returncode == 2 and "hf download" not in typo.stderr
+    assert f"no {str(tmp_path / 'b' / 'nosuchdir')!r}" in typo.stderr

@@ -235,6 +235,18 @@ def test_data_paths_expand_the_home_directory(
     assert config.data.train_files == config.data.val_files == (str(tmp_path / "rows.jsonl"),)
 
 
+def test_an_unbracketed_comma_list_of_files_is_a_list(tmp_path: Path) -> None:
+    """verl's ``data.train_files=a.parquet,b.parquet`` (Hydra: a sweep, "Ambiguous value")."""
+    for name in ("a.jsonl", "b.jsonl"):
+        (tmp_path / name).write_text('{"prompt": "a", "data_source": "x"}\n')
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    config = load(f"data.train_files={a},{b}", f"data.val_files={b},{a}")
+    assert config.data.train_files == (str(a), str(b))
+    assert config.data.val_files == (str(b), str(a))
+    with pytest.raises(ConfigurationError, match="Ambiguous value"):
+        load("data.max_prompt_length=3,4")  # not a list key: still refused
+
+
 def test_a_single_file_in_yaml_is_a_one_item_list(tmp_path: Path) -> None:
     rows = tmp_path / "train.jsonl"
     rows.write_text('{"prompt": "a", "data_source": "x"}\n')

@@ -80,6 +80,28 @@ def test_local_directory_with_a_revision_is_refused(tmp_path: Path) -> None:
         ModelConfig(path=str(tmp_path / "nowhere"))
 
 
+def test_a_mistyped_local_path_is_named_as_local_not_as_a_hub_id(
+    tmp_path: Path, hub_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``b/nosuchdir`` beside a directory ``b``, ``./x``, ``a/b/c``: missing local paths,
+    named with their absolute path and the nearest existing directory, no hub advice."""
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path)
+    for path, absolute, parent in [
+        ("b/nosuchdir", tmp_path / "b" / "nosuchdir", tmp_path / "b"),
+        ("./nosuch", tmp_path / "nosuch", tmp_path),
+        ("b/deeper/nosuch", tmp_path / "b" / "deeper" / "nosuch", tmp_path / "b"),
+    ]:
+        with pytest.raises(ConfigurationError) as caught:
+            ModelConfig(path=path)
+        message = str(caught.value)
+        assert f"{path!r} does not exist: no {str(absolute)!r}" in message, message
+        assert f"nearest existing directory is {str(parent)!r}" in message, message
+        assert "hf download" not in message
+    with pytest.raises(ConfigurationError, match="hf download org/absent"):
+        ModelConfig(path="org/absent")  # no directory "org" here: still a hub id
+
+
 CUSTOM_CONFIG = """
 from transformers import LlamaConfig
 

@@ -35,8 +35,24 @@ def hub_cache_dir() -> Path:
 
 
 def _looks_like_model_id(path: str) -> bool:
-    """``org/name`` or ``name``: no leading ``/ . ~``, at most one ``/``."""
-    return not path.startswith(("/", ".", "~")) and path.count("/") <= 1 and "\\" not in path
+    """``org/name`` or ``name``: no leading ``/ . ~``, at most one ``/``, and not under a
+    directory that exists here (``b/nosuchdir`` beside a directory ``b`` is a local path)."""
+    if path.startswith(("/", ".", "~")) or path.count("/") > 1 or "\\" in path:
+        return False
+    return not ("/" in path and Path(path.split("/")[0]).is_dir())
+
+
+def _missing_local_path(path: str, option: str) -> ConfigurationError:
+    """The error for local path ``path`` that does not exist: its absolute path and the
+    nearest parent that does."""
+    absolute = Path(path).expanduser().absolute()
+    parent = next((p for p in absolute.parents if p.is_dir()), Path(absolute.anchor))
+    return ConfigurationError(
+        f"{option}={path!r} does not exist: no {str(absolute)!r} (the nearest existing "
+        f"directory is {str(parent)!r}). Fix the path: give a local Hugging Face model "
+        "directory (model.save_pretrained(dir)), a .gguf file, or a model id such as "
+        "'Qwen/Qwen2.5-0.5B' that is in the local Hugging Face cache"
+    )
 
 
 def resolve_model_path(path: str, revision: str | None = None, option: str = "model.path") -> Path:
@@ -66,11 +82,7 @@ def resolve_model_path(path: str, revision: str | None = None, option: str = "mo
             )
         return import_gguf(path, option=option)
     if not _looks_like_model_id(path):
-        raise ConfigurationError(
-            f"{option}={path!r} does not exist. Give a local Hugging Face model directory "
-            "(model.save_pretrained(dir)), a .gguf file, or a model id such as "
-            "'Qwen/Qwen2.5-0.5B' that is in the local Hugging Face cache"
-        )
+        raise _missing_local_path(path, option)
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 

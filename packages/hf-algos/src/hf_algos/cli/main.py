@@ -23,6 +23,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 import hf_algos
+from hf_algos.cli.early_checks import check_data_early
 from hf_algos.cli.help import describe_sections, packaged_configs
 from hf_algos.config import (
     DPOConfig,
@@ -383,6 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command is GENERATE:
             check_generate_arguments(args)
         tree = compose_command_config(command, args)
+        check_data_early(tree)  # files and their bytes, in well under a second, before Ray
         if not args.cfg:
             lock = claim_outputs(command, tree)
             start_early(tree)

@@ -21,7 +21,9 @@ def _expand_user(path: str) -> str:
     return str(Path(path).expanduser()) if path.startswith("~") else path
 
 
-def _existing_files(name: str, paths: tuple[str, ...]) -> None:
+def check_data_paths(name: str, paths: tuple[str, ...]) -> None:
+    """Refuse ``paths`` (the files of config key ``name``) that do not exist and are not
+    planned (a packaged example's files), and reasoning-gym specs that cannot be used."""
     specs = [p for p in paths if p.startswith("reasoning_gym:")]
     missing = [p for p in paths if p not in specs and not Path(p).exists() and not is_planned(p)]
     if missing:
@@ -91,8 +93,8 @@ class DataSection:
         for name in ("train_files", "val_files"):  # ~/data.jsonl, as a shell would expand it
             paths = tuple(_expand_user(p) for p in getattr(self, name))
             object.__setattr__(self, name, paths)
-        _existing_files("data.train_files", self.train_files)
-        _existing_files("data.val_files", self.val_files)
+        check_data_paths("data.train_files", self.train_files)
+        check_data_paths("data.val_files", self.val_files)
         if self.tokenizer_path is not None:  # a directory, or an id in the HF cache
             resolve_model_path(self.tokenizer_path, option="data.tokenizer_path")
         require_positive("data.max_prompt_length", self.max_prompt_length)

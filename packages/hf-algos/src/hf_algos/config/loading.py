@@ -50,7 +50,7 @@ from hydra import compose, initialize
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override, OverrideType
+from hydra.core.override_parser.types import ChoiceSweep, Override, OverrideType
 from hydra.errors import HydraException
 from hydra.initialize import get_gh_backup, restore_gh_from_backup
 from omegaconf import DictConfig, ListConfig, OmegaConf, TupleConfig, open_dict
@@ -106,6 +106,11 @@ def _raise_hydra(error: HydraException) -> typing.NoReturn:
     key = getattr(cause, "full_key", None) or ""
     reason = str(cause).split("\n")[0]
     raise ConfigurationError(f"{key}: {reason} ({' '.join(lines)}); {_fix(cause, key)}") from None
+
+
+COMMA_LIST_KEYS = ("data.train_files", "data.val_files")
+"""List keys whose unbracketed ``a,b`` value is the list ``[a,b]`` (verl's scripts write the
+data files so); elsewhere Hydra's reading stands: a sweep, refused."""
 
 
 def _parse(overrides: Sequence[str]) -> list[Override]:
@@ -361,6 +366,9 @@ class _Composer:
     def _translate(self, override: Override) -> list[str | typing.Callable[[], None]]:
         """What one parsed override becomes: Hydra override strings, or our own steps."""
         key, line = override.key_or_group, override.input_line or ""
+        listed = self._comma_list(override)
+        if listed is not None:
+            return self._translate(listed)
         if override.package is not None or override.is_sweep_override():
             return [line]  # Hydra explains what it does not compose
         if override.is_list_extend():  # Hydra's key=append(...) on a list
@@ -388,6 +396,19 @@ class _Composer:
             self._fill_sections(ours)
             steps.append(f"{prefix}{ours}={text}")
         return steps
+
+    def _comma_list(self, override: Override) -> Override | None:
+        """``key=a,b`` (Hydra: a sweep, which we never run) on a key of
+        :data:`COMMA_LIST_KEYS`, as verl users write ``data.train_files=a.parquet,b.parquet``:
+        the override ``key=[a,b]``; else ``None``."""
+        sweep = override.value()
+        if not isinstance(sweep, ChoiceSweep) or not sweep.simple_form:
+            return None
+        line = override.input_line or ""
+        if override.key_or_group not in COMMA_LIST_KEYS or "=" not in line:
+            return None
+        head, _, tail = line.partition("=")
+        return _parse([f"{head}=[{tail}]"])[0]
 
     def _fill_sections(self, key: str) -> None:
         """Give a required (``???``) or ``None`` section on the way to ``key`` its defaults, as

@@ -33,6 +33,10 @@ class RewardSection:
     cpu_time_limit_s: float | None = None
     """CPU seconds one sample may use before its scoring process is killed (``SIGXCPU``,
     reported as a dead process with its cause). ``null``: ``2 x timeout_s + 5``; 0: none."""
+    max_consecutive_timeouts: int = 4
+    """When this many samples of one function time out in a row within a batch, the batch
+    stops at once with a ``RewardError`` naming the function and the count (a function
+    that hangs costs about this many ``timeout_s``, not one per row). 0: never."""
     hard_timeout_grace_s: float = 60.0
     """Extra seconds a task (a chunk of samples: ``timeout_s`` each) may run before its
     process, which ignores the alarm (stuck in C code), is killed and replaced; its samples
@@ -103,6 +107,11 @@ class RewardSection:
             )
         require_positive("reward.num_workers", self.num_workers)
         require_positive("reward.timeout_s", self.timeout_s)
+        if self.max_consecutive_timeouts < 0:
+            raise ConfigurationError(
+                f"reward.max_consecutive_timeouts={self.max_consecutive_timeouts} must be >= 0 "
+                f"(0 never stops a batch for timeouts in a row)"
+            )
         if self.hard_timeout_grace_s < 0:
             raise ValueError(
                 f"reward.hard_timeout_grace_s={self.hard_timeout_grace_s} must be >= 0"

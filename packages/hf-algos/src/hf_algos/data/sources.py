@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from hf_algos.data.file_checks import TEXT_SUFFIXES, check_utf8
 from hf_algos.data.files import DataError, PathsLike, RowSource, _read_jsonl, _read_parquet
 from hf_algos.data.reasoning_gym import (
     is_reasoning_gym_spec,
@@ -121,6 +122,8 @@ def _load_path(path: Path) -> Rows:
         )
     if not path.is_file():
         raise FileNotFoundError(f"dataset file {str(path)!r} does not exist")
+    if suffix in TEXT_SUFFIXES:  # Arrow's JSON reader keeps bytes that are not UTF-8
+        check_utf8(path)
     try:
         loaded = datasets.load_dataset(_BUILDERS[suffix], data_files=str(path), split="train")
     except Exception as error:

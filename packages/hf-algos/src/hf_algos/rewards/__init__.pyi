@@ -1,5 +1,6 @@
 # The one list of hf_algos.rewards's public names: type checkers read it as the package's stub,
 # and lazy_loader.attach_stub (in __init__.py) imports each name from its module on first use.
+from .circuit import RewardSetupError as RewardSetupError
 from .gsm8k import compute_gsm8k_score as compute_gsm8k_score
 from .gsm8k import extract_gsm8k_answer as extract_gsm8k_answer
 from .manager import RewardManager as RewardManager

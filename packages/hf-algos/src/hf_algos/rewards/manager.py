@@ -7,7 +7,7 @@ import math
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING, Any
@@ -19,6 +19,7 @@ import torch
 from hf_algos.config.reward import RewardSection
 from hf_algos.data.collate import COLUMNS
 from hf_algos.data.loader import CollatingDataset, first_row
+from hf_algos.rewards.circuit import RewardSetupError, TimeoutCircuit, judge_probes, probe_answer
 from hf_algos.rewards.outcome import ScoringOutcome
 from hf_algos.rewards.pool import RewardError, ScoringPool, gather_outcomes
 from hf_algos.rewards.registry import (
@@ -153,11 +154,15 @@ class RewardManager:
         return self._dispatcher.submit(self.score, batch)
 
     def check(self, rows: DataProto) -> None:
-        """Score the first row of a data-loader batch (no response yet: an empty one) so a
-        function that cannot be loaded or called fails set-up, not the first step.
+        """Score the first row of a data-loader batch with probe responses (no response
+        yet: an empty one, and the row's ground truth written out) so a function that cannot
+        work fails set-up, not the first step.
 
-        ``rows`` needs ``data_source`` and ``reward_model``; its failures are only logged
-        (an empty response may fairly make a parser raise)."""
+        ``rows`` needs ``data_source`` and ``reward_model``. A function that cannot be
+        loaded or called, or that fails or times out on every probe, raises
+        :class:`~hf_algos.rewards.circuit.RewardSetupError` (a user error, exit 2); one that
+        fails on some probes is only logged (an empty response may fairly make a parser
+        raise)."""
         self._finish_check(*self._check_sample(rows))
 
     def start(self) -> Future[None]:
@@ -207,12 +212,14 @@ class RewardManager:
         """
         return self._dispatcher.submit(self._finish_check, *self._check_sample(rows))
 
-    def _check_sample(self, rows: DataProto) -> tuple[dict[str, _Call], dict[str, Any]]:
-        """The scoring call and the empty-response sample of ``rows``' first row."""
+    def _check_sample(self, rows: DataProto) -> tuple[dict[str, _Call], list[dict[str, Any]]]:
+        """The scoring call and the probe samples of ``rows``' first row: an empty response,
+        and its ground truth written out (:func:`~hf_algos.rewards.circuit.probe_answer`)."""
         first = rows[:1]
         assert isinstance(first, DataProto)  # a slice is a batch
         calls, samples = self._samples(first, [""])
-        return calls, samples[0]
+        answered = self._samples(first, [probe_answer(samples[0])])[1]
+        return calls, samples + answered
 
     def _samples(
         self, batch: DataProto, texts: list[str]
@@ -245,15 +252,14 @@ class RewardManager:
             samples.append(sample)
         return calls, samples
 
-    def _finish_check(self, calls: dict[str, _Call], sample: dict[str, Any]) -> None:
-        outcome = self._run(calls, [sample])[0]
-        if outcome.status != "ok":
-            logger.warning(
-                "reward set-up check: data_source %r scored an empty response with %s: %s",
-                sample["data_source"],
-                outcome.status,
-                outcome.error,
-            )
+    def _finish_check(self, calls: dict[str, _Call], samples: list[dict[str, Any]]) -> None:
+        try:
+            outcomes = self._run(calls, samples)
+        except RewardSetupError:
+            raise
+        except RewardError as error:  # cannot be loaded or called, or killed its process
+            raise RewardSetupError(f"reward set-up check: {error}") from error
+        judge_probes(calls[samples[0]["data_source"]][1].name, samples, outcomes)
 
     def decode_responses(self, batch: DataProto) -> list[str]:
         """The text of each row's response tokens (those where ``response_mask`` is 1)."""
@@ -341,6 +347,7 @@ class RewardManager:
                     samples=[samples[i] for i in chunk],
                     timeout_s=self.config.timeout_s,
                     cpu_limit_s=self.config.cpu_limit_per_sample_s,
+                    max_consecutive_timeouts=self.config.max_consecutive_timeouts,
                 )
                 tasks.append((chunk, task))
         return tasks
@@ -355,8 +362,9 @@ class RewardManager:
                 pool.submit(task, self._task_timeout(calls, task)): (chunk, task)
                 for chunk, task in tasks
             }
+            circuit = self._circuit(calls, samples, outcomes)
             try:
-                stuck = gather_outcomes(pool, futures, deadline, outcomes)
+                stuck = gather_outcomes(pool, futures, deadline, outcomes, circuit)
             except BaseException:
                 # A worker died (or the caller was interrupted): replace the pool.
                 self._pools.pop().close(kill=True)
@@ -366,6 +374,20 @@ class RewardManager:
                 self._pools.pop().close(kill=True)
         self._raise_on_fatal(calls, samples, outcomes)
         return outcomes
+
+    def _circuit(
+        self, calls: Mapping[str, _Call], samples: list[dict], outcomes: list[ScoringOutcome]
+    ) -> Callable[[list[int]], None]:
+        """What :func:`gather_outcomes` calls with each finished chunk: a
+        :class:`TimeoutCircuit` that stops the batch when a function keeps timing out."""
+        config = self.config
+        circuit = TimeoutCircuit(config.max_consecutive_timeouts, config.timeout_s, len(samples))
+
+        def record(chunk: list[int]) -> None:
+            source = samples[chunk[0]]["data_source"]
+            circuit.record(calls[source][1].name, source, [outcomes[i] for i in chunk])
+
+        return record
 
     def _task_timeout(self, calls: Mapping[str, _Call], task: ScoringTask) -> float:
         """Seconds ``task`` may run before its process is killed and replaced: each of its

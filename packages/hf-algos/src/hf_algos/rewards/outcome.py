@@ -17,8 +17,9 @@ class ScoringOutcome:
     extras: dict[str, float] = field(default_factory=dict)
     """Extra numbers the function returned beside ``"score"``."""
     status: str = "ok"
-    """``"ok"``, ``"error"`` (it raised or returned something unusable), ``"timeout"``, or
-    ``"fatal"`` (the function cannot be loaded or called with the batch's fields: the
-    manager raises instead of scoring)."""
+    """``"ok"``, ``"error"`` (it raised or returned something unusable), ``"timeout"``,
+    ``"skipped"`` (not scored: the samples before it timed out in a row), or ``"fatal"``
+    (the function cannot be loaded or called with the batch's fields: the manager raises
+    instead of scoring)."""
     error: str = ""
     """What went wrong: the exception and the end of its traceback."""

@@ -198,17 +198,22 @@ def gather_outcomes(
     futures: Mapping[Future[list[ScoringOutcome]], tuple[list[int], ScoringTask]],
     deadline: float,
     outcomes: list[ScoringOutcome],
+    on_done: Callable[[list[int]], None] | None = None,
 ) -> bool:
     """Put each task's outcomes at its samples' indices. A task past its own deadline (its
     process was replaced) scores ``timeout``; so does one not back by the batch's
     ``deadline``, and then ``True`` is returned: the pool is stuck, replace it. A dead worker
-    raises :class:`RewardError` at once, with its cause."""
+    raises :class:`RewardError` at once, with its cause. ``on_done`` gets each finished
+    task's indices once its outcomes are in (what it raises ends the wait at once)."""
     pending = set(futures)
     while pending:
         done, pending = concurrent.futures.wait(
             pending,
             timeout=max(0.0, deadline - time.monotonic()),
-            return_when=concurrent.futures.FIRST_EXCEPTION,
+            # each finished task, when on_done reads them; else at a failure or the end
+            return_when=concurrent.futures.FIRST_COMPLETED
+            if on_done is not None
+            else concurrent.futures.FIRST_EXCEPTION,
         )
         if not done:
             break
@@ -221,9 +226,11 @@ def gather_outcomes(
             chunk = futures[future][0]
             if isinstance(_error(future), TimeoutError):
                 _fill(outcomes, chunk, _late(future, "its process was replaced"))
-                continue
-            for index, outcome in zip(chunk, future.result(), strict=True):
-                outcomes[index] = outcome
+            else:
+                for index, outcome in zip(chunk, future.result(), strict=True):
+                    outcomes[index] = outcome
+            if on_done is not None:
+                on_done(chunk)
     for future in pending:
         _fill(outcomes, futures[future][0], _late(None, "the pool was replaced"))
     return bool(pending)

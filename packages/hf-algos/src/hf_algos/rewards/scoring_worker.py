@@ -53,6 +53,9 @@ class ScoringTask:
     """Seconds per sample (a batched call gets ``timeout_s x len(samples)``)."""
     cpu_limit_s: float | None
     """CPU seconds per sample before the kernel kills the process (``None``: no limit)."""
+    max_consecutive_timeouts: int = 0
+    """After this many samples in a row time out, the task's other samples are not scored
+    (status ``skipped``): the function hangs (``reward.max_consecutive_timeouts``; 0: off)."""
 
 
 class ScoringTimeoutError(Exception):
@@ -133,8 +136,7 @@ def run_scoring_task(task: ScoringTask) -> list[ScoringOutcome]:
         return _run_weighted(call, task)
     if call.batched:
         return _run_batched(call, task)
-    checked: dict[frozenset[str], ScoringOutcome | None] = {}
-    return [_run_one(call, sample, task.timeout_s, checked) for sample in task.samples]
+    return _run_each(call, task)
 
 
 def _run_weighted(call: WeightedCall, task: ScoringTask) -> list[ScoringOutcome]:
@@ -145,14 +147,27 @@ def _run_weighted(call: WeightedCall, task: ScoringTask) -> list[ScoringOutcome]
         if component.batched:
             per_function.append(_run_batched(component, task, allow_none=True))
         else:
-            checked: dict[frozenset[str], ScoringOutcome | None] = {}
-            per_function.append(
-                [
-                    _run_one(component, sample, task.timeout_s, checked, allow_none=True)
-                    for sample in task.samples
-                ]
-            )
+            per_function.append(_run_each(component, task, allow_none=True))
     return combine_outcomes(call, per_function)
+
+
+def _run_each(
+    call: ScoringCall, task: ScoringTask, allow_none: bool = False
+) -> list[ScoringOutcome]:
+    """Score ``task``'s samples one call each; after ``task.max_consecutive_timeouts``
+    timeouts in a row the rest are ``skipped`` (the manager then stops the batch)."""
+    checked: dict[frozenset[str], ScoringOutcome | None] = {}
+    limit, streak = task.max_consecutive_timeouts, 0
+    outcomes = []
+    for sample in task.samples:
+        if limit and streak >= limit:
+            error = f"not scored: the {streak} samples before it timed out in a row"
+            outcomes.append(ScoringOutcome(status="skipped", error=error))
+            continue
+        outcome = _run_one(call, sample, task.timeout_s, checked, allow_none)
+        streak = streak + 1 if outcome.status == "timeout" else 0
+        outcomes.append(outcome)
+    return outcomes
 
 
 def _load(blob: bytes) -> AnyScoringCall:

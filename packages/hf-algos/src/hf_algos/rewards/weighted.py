@@ -33,7 +33,7 @@ overwrite the total's (``reward/score/mean``) or the failure counts."""
 ALL_NONE = "every reward function returned None for this sample"
 """The start of the error of a sample that no function of a weighted list scored."""
 
-_PRECEDENCE = ("fatal", "timeout", "error")
+_PRECEDENCE = ("fatal", "timeout", "skipped", "error")
 """Failure statuses, the one reported first when a sample's functions fail differently."""
 
 
