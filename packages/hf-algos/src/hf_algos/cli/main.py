@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
-import signal
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -28,7 +27,14 @@ from omegaconf import DictConfig, OmegaConf
 
 import hf_algos
 from hf_algos.cli.help import describe_sections, packaged_configs
-from hf_algos.cli.signals import exit_code, interruption_message, stop_on_sigterm, where_stopped
+from hf_algos.cli.signals import (
+    exit_code,
+    interruption_message,
+    restore_handlers,
+    stop_on_signals,
+    stop_signal,
+    where_stopped,
+)
 from hf_algos.config import (
     DPOConfig,
     RLConfig,
@@ -339,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hybridflow`` console script; returns the exit code."""
     args = parse_arguments(build_parser(), argv)
     hide_weight_loading_bars()
-    previous_sigterm = stop_on_sigterm()
+    previous_handlers = stop_on_signals()
     try:
         if args.command == "export":
             export(args)
@@ -360,12 +366,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigurationError as error:
         print(f"hybridflow {args.command}: configuration error: {error}", file=sys.stderr)
         return EXIT_CONFIG
-    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (stop_on_sigterm)
-        print(interruption_message(args.command, stop), file=sys.stderr)
-        return exit_code(stop)
-    except Exception:
-        traceback.print_exc()
-        return EXIT_ERROR
+    except (KeyboardInterrupt, Exception) as error:  # a stop: Ctrl-C or SIGTERM (signals.py)
+        signum = stop_signal(error)
+        if signum is None:
+            traceback.print_exc()
+            return EXIT_ERROR
+        print(interruption_message(args.command, signum, error), file=sys.stderr)
+        return exit_code(signum)
     finally:
-        signal.signal(signal.SIGTERM, previous_sigterm)
+        restore_handlers(previous_handlers)
     return EXIT_OK
