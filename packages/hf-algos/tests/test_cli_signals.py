@@ -114,5 +114,7 @@ def test_a_signal_stops_the_run_cleanly_with_one_line(
     assert " at step " in ours[0] and "last checkpoint ckpt/global_step_" in ours[0], ours[0]
     assert "Traceback" not in output, output[-3000:]
     assert "*** SIGTERM received" not in output, output[-3000:]  # Ray's C++ handler
+    # and none of the noise of a normal run's start: Ray's warning, the workers' loading bars
+    assert "SIGTERM handler is not set" not in output and "Loading weights" not in output
     left = wait_until_gone(run.pid, timeout_s=10)
     assert not left, f"processes of the run left 10 s after its exit: {left}"
