@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from .test_cli import SCRIPT, TINY, _task
+from .test_cli import SCRIPT, _task
 
 pytestmark = pytest.mark.timeout(300)
 
