@@ -215,9 +215,13 @@ def one_quickstart_step(tmp_path: Path, *overrides: str) -> subprocess.Completed
     )
 
 
-def test_quickstart_on_ray_builds_its_worker_in_the_early_process(tmp_path: Path) -> None:
+def test_quickstart_on_ray_builds_its_worker_in_the_early_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With Ray, the command starts the training worker's process before importing torch
-    (``trainer.prestart_workers``); the worker still prints under its own name."""
+    (``trainer.prestart_workers``); the worker still prints under its own name (its
+    progress bars, which ``HF_HUB_DISABLE_PROGRESS_BARS=0`` brings back)."""
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "0")
     # the worker writes the exported model, printing under its name
     run = one_quickstart_step(
         tmp_path,
@@ -228,6 +232,8 @@ def test_quickstart_on_ray_builds_its_worker_in_the_early_process(tmp_path: Path
     output = run.stdout + run.stderr
     assert "_train rank 0 pid=" in output, output[-3000:]  # "(hf_<id>_train rank 0 pid=...)"
     assert "WorkerHost pid=" not in output and "worker host pid=" not in output
+    assert "SIGTERM handler is not set" not in output  # Ray's warning: started in a thread
+    assert "Loading weights" in output  # hidden by default (test_cli_signals.py), asked for here
 
 
 PACKAGED = sorted(

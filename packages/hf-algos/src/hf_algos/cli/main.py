@@ -6,13 +6,16 @@
     hybridflow generate --prompts p.jsonl --output out.jsonl --config-name quickstart
     hybridflow export outputs/hybridflow/run/checkpoints/global_step_100 outputs/model
 
-Exit codes: 0 done, 2 a configuration error (one message, no traceback), 1 anything else.
+Exit codes: 0 done, 2 a configuration error (one message, no traceback), 130 Ctrl-C (SIGINT),
+143 SIGTERM (one line each, after the workers stopped: :mod:`hf_algos.cli.signals`),
+1 anything else.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -25,6 +28,14 @@ from omegaconf import DictConfig, OmegaConf
 import hf_algos
 from hf_algos.cli.early_checks import check_data_early
 from hf_algos.cli.help import describe_sections, packaged_configs
+from hf_algos.cli.signals import (
+    exit_code,
+    interruption_message,
+    restore_handlers,
+    stop_on_signals,
+    stop_signal,
+    where_stopped,
+)
 from hf_algos.config import (
     DPOConfig,
     RLConfig,
@@ -311,7 +322,7 @@ def train(command: Command, config: Any) -> None:
     from hf_algos.data.tokenizer import load_tokenizer
 
     trainer = getattr(trainers, command.trainer)(config)  # checks; loads the tokenizer
-    with trainer.start():  # workers, data and reward, overlapped (Trainer.start_up)
+    with trainer.start(), where_stopped(trainer):  # start-up overlapped (Trainer.start_up)
         history = trainer.fit()
         if config.trainer.val_only:
             print_evaluation(history[0], trainer.run_dir)
@@ -372,10 +383,19 @@ def export(args: argparse.Namespace) -> None:
     print(f"hybridflow: exported {args.checkpoint_dir} to {out}")
 
 
+def hide_weight_loading_bars() -> None:
+    """No "Loading weights" bar from every worker that loads a model (transformers' and
+    huggingface_hub's bars, in this process and the workers, which inherit its environment)
+    unless the user set ``HF_HUB_DISABLE_PROGRESS_BARS`` (``=0`` shows them)."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hybridflow`` console script; returns the exit code."""
     args = parse_arguments(build_parser(), argv)
     lock: RunLock | None = None
+    hide_weight_loading_bars()
+    previous_handlers = stop_on_signals()
     try:
         if args.command == "export":
             export(args)
@@ -398,13 +418,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigurationError as error:
         print(f"hybridflow {args.command}: configuration error: {error}", file=sys.stderr)
         return EXIT_CONFIG
-    except KeyboardInterrupt:
-        print(f"hybridflow {args.command}: interrupted", file=sys.stderr)
-        return EXIT_ERROR
-    except Exception:
-        traceback.print_exc()
-        return EXIT_ERROR
+    except (KeyboardInterrupt, Exception) as error:  # a stop: Ctrl-C or SIGTERM (signals.py)
+        signum = stop_signal(error)
+        if signum is None:
+            traceback.print_exc()
+            return EXIT_ERROR
+        print(interruption_message(args.command, signum, error), file=sys.stderr)
+        return exit_code(signum)
     finally:
         if lock is not None:
             lock.release()
+        restore_handlers(previous_handlers)
     return EXIT_OK

@@ -9,9 +9,11 @@ checkpoints keep beyond the loader, the RNG and the actor it adds to :attr:`Trai
 
 Each run logs into its own directory (``<log_dir>/<project>/<experiment>/<run id>``, see
 :mod:`hf_algos.tracking.run_dir`) with its resolved ``config.yaml``; the run id is saved with
-every checkpoint, so a resumed run appends to its own files. ``trainer.trace_file`` writes
-the worker groups' call timeline when ``fit`` ends, and ``trainer.log_val_generations``
-logs sample generations at each validation.
+every checkpoint, so a resumed run appends to its own files. An evaluation
+(``trainer.val_only``, ``hybridflow eval``) gets a new run directory (``<run id>-eval``) even on
+a checkpoint, and writes nothing into the checkpoint's directory or the run that saved it.
+``trainer.trace_file`` writes the worker groups' call timeline when ``fit`` ends, and
+``trainer.log_val_generations`` logs sample generations at each validation.
 
 With ``trainer.max_restarts=K``, a worker that dies during a step (its process killed, OOM,
 a crash) does not end the run: the trainer tears every worker group and its pools down,
@@ -35,6 +37,7 @@ from hf_algos.run_dirs import CHECKPOINT_KEY, check_writable
 from hf_algos.run_identity import check_resume_identity, identity_text, run_identity
 from hf_algos.run_lock import RunLock, lock_run_directory
 from hf_algos.tracking import CONFIG_FILE, Generation, Tracking, write_config
+from hf_algos.tracking.run_dir import new_run_id
 from hf_algos.trainers.roles import RoleGroups, build_role_groups
 from hf_algos.trainers.run_state import RNGState, RunState
 from hf_controller import (
@@ -319,7 +322,7 @@ class Trainer:
             loggers,
             config.log_dir,
             self.config_dict,
-            run_id=self.run_id,
+            run_id=f"{new_run_id()}-eval" if config.val_only else self.run_id,
             wandb_mode=config.wandb_mode,
         )
         self.run_id = tracking.run_id

@@ -2,10 +2,14 @@
 
 The same pieces as a training run, minus the training: the config's tokenizer and prompt
 formatting (``data.*``: chat template, system prompt, ``max_prompt_length``), its actor model
-(``actor.engine.model.path``, e.g. an exported run) loaded into the rollout by a weight
-sync, and its rollout (``rollout.backend``, ``rollout.max_new_tokens``, temperature, top-p).
+(``actor.engine.model.path``, e.g. an exported run) or, as ``hybridflow eval`` does, the
+actor of the checkpoint ``trainer.resume_mode`` names (``path``: ``trainer.resume_from``;
+``auto``: the latest in ``trainer.checkpoint_dir``, if any; ``disable``: none), loaded into
+the rollout by a weight sync, and its rollout (``rollout.backend``,
+``rollout.max_new_tokens``, temperature, top-p).
 Rows need only a prompt (``data.prompt_key``); no reward is built. Each answer is one line
-of the output jsonl: ``{"index", "sample", "prompt", "completion"}``, in prompt order.
+of the output jsonl: ``{"index", "sample", "prompt", "completion"}``, in prompt order;
+nothing else is written (no run directory, nothing next to the checkpoint).
 """
 
 from __future__ import annotations
@@ -14,10 +18,14 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from hf_algos.checkpoint import CheckpointManager
+from hf_algos.config.loading import config_to_dict
 from hf_algos.config.root import RLConfig
+from hf_algos.config.trainer import TrainerSection
 from hf_algos.data.loader import CollatingDataset, all_batches
 from hf_algos.data.rl_dataset import rl_dataset
 from hf_algos.data.tokenizer import load_tokenizer
+from hf_algos.run_identity import check_resume_identity, run_identity
 from hf_algos.trainers.role_workers import actor_class, rollout_class
 from hf_algos.trainers.roles import build_role_groups
 from hf_algos.trainers.sampling import sampling_config
@@ -56,6 +64,14 @@ def generate_completions(config: RLConfig, prompts_file: str, output: Path, samp
     written = 0
     try:
         roles.init_models()
+        checkpoint = checkpoint_to_load(trainer)
+        if checkpoint is not None:  # another model's checkpoint is refused in one line
+            identity = run_identity(config_to_dict(config))
+            check_resume_identity(checkpoint, identity, trainer.resume_force, False)
+            state = CheckpointManager(trainer.resolved_checkpoint_dir).load(
+                checkpoint, {"actor": roles.actor}
+            )
+            print(f"generating with the actor of {checkpoint} (step {state['global_step']})")
         roles.sync_weights()
         batch_size = config.data.val_batch_size or config.data.train_batch_size
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -68,6 +84,18 @@ def generate_completions(config: RLConfig, prompts_file: str, output: Path, samp
     finally:
         roles.shutdown()
     return written
+
+
+def checkpoint_to_load(trainer: TrainerSection) -> Path | None:
+    """The checkpoint whose actor answers, as a resumed run or ``hybridflow eval`` picks it:
+    ``resume_from`` (``resume_mode=path``), else the latest in ``checkpoint_dir``
+    (``auto``), else none (``disable``, or no checkpoint yet)."""
+    if trainer.resume_mode == "path":
+        assert trainer.resume_from is not None  # checked by TrainerSection
+        return Path(trainer.resume_from).absolute()  # the workers' working directory differs
+    if trainer.resume_mode == "auto":
+        return CheckpointManager(Path(trainer.resolved_checkpoint_dir).absolute()).latest()
+    return None
 
 
 def enumerate_batches(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import stat
 import threading
 from collections.abc import Mapping, Sequence
@@ -30,6 +31,9 @@ AUTH_TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
 _START_ONLY_ARGS = ("num_cpus", "num_gpus", "resources", "labels", "object_store_memory")
 _GIB = 1024.0**3
 
+_BACKGROUND_THREAD = "hf-ray-start"
+"""The name of :func:`start_ray_in_background`'s thread."""
+
 _local_gcs_address: str | None = None  # set when ensure_ray started the Ray this process uses
 
 
@@ -45,7 +49,7 @@ class _BackgroundStart:
         self.error: BaseException | None = None
         self.done = threading.Event()
         self.thread = threading.Thread(
-            target=self._run, args=(init_kwargs,), name="hf-ray-start", daemon=True
+            target=self._run, args=(init_kwargs,), name=_BACKGROUND_THREAD, daemon=True
         )
 
     def _run(self, init_kwargs: dict[str, Any]) -> None:
@@ -84,6 +88,7 @@ def start_ray_in_background(**init_kwargs: Any) -> None:
 
     if ray.is_initialized():
         return
+    _quiet_sigterm_warning()
     _background = _BackgroundStart(dict(init_kwargs))
     _background.thread.start()
 
@@ -137,6 +142,45 @@ def ensure_ray(**init_kwargs: Any) -> None:
     _wait_for_background_start()
     if not ray.is_initialized():
         _connect(**init_kwargs)
+    _rearm_sigterm_handler(signal.getsignal(signal.SIGTERM))
+
+
+class _NoSigtermWarningFilter(logging.Filter):
+    """Drops Ray's "SIGTERM handler is not set because current thread is not the main thread"
+    warning, logged when ``ray.init`` runs in :func:`start_ray_in_background`'s thread."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (
+            record.threadName == _BACKGROUND_THREAD
+            and str(record.msg).startswith("SIGTERM handler is not set")
+        )
+
+
+def _quiet_sigterm_warning() -> None:
+    """Hide Ray's warning that ``ray.init`` in a thread sets no SIGTERM handler (once).
+
+    Ray's handler only calls ``sys.exit``; in the main thread it would replace the process's
+    own (an entry point's, see :func:`_rearm_sigterm_handler`), so that the background
+    thread sets none is what is wanted, and the warning is noise.
+    """
+    ray_worker_logger = logging.getLogger("ray._private.worker")
+    if not any(isinstance(f, _NoSigtermWarningFilter) for f in ray_worker_logger.filters):
+        ray_worker_logger.addFilter(_NoSigtermWarningFilter())
+
+
+def _rearm_sigterm_handler(handler: Any) -> None:
+    """Put the process's own Python SIGTERM ``handler`` back in force, from the main thread.
+
+    Starting Ray installs its C++ failure-signal handler for SIGTERM in this process (it
+    prints ``*** SIGTERM received`` and a native stack, then calls the handler it replaced),
+    and ``ray.init`` in the main thread sets a Python handler that only calls ``sys.exit``.
+    An entry point that handles SIGTERM itself (the ``hybridflow`` command stops the run
+    as on Ctrl-C) keeps its handler: installing it again replaces both. Ray keeps its
+    handlers of the crash signals (SIGSEGV, SIGABRT, ...). Nothing changes for a process
+    without a Python SIGTERM handler, or outside the main thread (``signal`` refuses there).
+    """
+    if callable(handler) and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
 
 
 def _connect(**init_kwargs: Any) -> None:
@@ -161,12 +205,15 @@ def _connect(**init_kwargs: Any) -> None:
         init_kwargs["address"] = "local"
         init_kwargs.setdefault("include_dashboard", False)
     init_kwargs.setdefault("namespace", "hybridflow")
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    sigterm_handler = signal.getsignal(signal.SIGTERM) if in_main_thread else None
     try:
         ray.init(**init_kwargs)
     except ConnectionError as error:
         if joining and os.environ.get(AUTH_MODE_ENV, "").lower() != "token":
             raise ConnectionError(_token_hint(address, error)) from error
         raise
+    _rearm_sigterm_handler(sigterm_handler)  # ray.init set its own
     _local_gcs_address = None if joining else ray.get_runtime_context().gcs_address
     if not joining:
         _keep_token_private()
