@@ -117,6 +117,14 @@ class TrainerSection:
     ``path``: from ``resume_from``; ``disable``: start fresh."""
     resume_from: str | None = None
     """A ``global_step_<k>`` directory (``resume_mode=path``)."""
+    resume_fallback: Literal["refuse", "previous"] = "refuse"
+    """When the checkpoint a resume would load is damaged (a file missing, truncated or
+    changed since the save, against the checkpoint's ``manifest.json``): ``refuse`` stops
+    before training, in one line naming the damaged checkpoint and the newest earlier good
+    one; ``previous`` resumes from that earlier one, re-running the steps since, and keeps
+    the damaged one as ``damaged-global_step_<k>``. Nothing is deleted either way. The
+    default refuses because damage after an atomic save means the storage or a copy went
+    wrong, which a user should see before more compute goes into the run."""
     max_checkpoints: int | None = None
     """Keep only this many newest checkpoints; ``None`` keeps all (the one
     ``latest_checkpointed_iteration.txt`` names is never deleted)."""

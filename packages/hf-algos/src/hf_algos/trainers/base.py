@@ -419,7 +419,9 @@ class Trainer:
     def resume(self) -> None:
         """Continue from a checkpoint as ``trainer.resume_mode`` says (no-op for ``disable``).
 
-        Stale temporary directories of saves that never finished are removed first.
+        Stale temporary directories of saves that never finished are removed first. A
+        damaged checkpoint (against its manifest) is refused or replaced by the newest
+        earlier good one, as ``trainer.resume_fallback`` says.
         """
         config = self.trainer_config
         if config.resume_mode == "disable":
@@ -432,6 +434,7 @@ class Trainer:
             directory = self.checkpoints.latest()
         if directory is None:
             return
+        directory = self.checkpoints.resumable(directory, config.resume_fallback)
         self.run_state.load(directory)
         logger.info("resumed from %s at step %d", directory, self.global_step)
 
