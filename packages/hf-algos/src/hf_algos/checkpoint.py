@@ -169,7 +169,7 @@ class CheckpointManager:
         summary = {k: v for k, v in state.items() if isinstance(v, int | float | str | bool)}
         (tmp / "trainer_state.json").write_text(json.dumps(summary, indent=2))
         write_manifest(tmp)  # last: it lists every file above
-        _fsync_tree(tmp)
+        fsync_tree(tmp)
         _kill_point("state", step)
         directory = self.step_dir(step)
         if directory.exists():  # a save of this step that `latest` never named, or a re-run
@@ -262,8 +262,8 @@ class CheckpointManager:
         damage = self.damage(directory)
         if damage is not None:
             raise DamagedCheckpointError(
-                f"checkpoint {str(directory)!r} is damaged: {damage}; resume from an earlier "
-                "checkpoint (trainer.resume_fallback=previous takes the newest good one)"
+                f"checkpoint {str(directory)!r} is damaged: {damage}; use an earlier checkpoint "
+                "(a resume takes the newest good one with trainer.resume_fallback=previous)"
             )
 
     def damage(self, directory: str | PathLike[str]) -> str | None:
@@ -409,7 +409,7 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _fsync_tree(root: Path) -> None:
+def fsync_tree(root: Path) -> None:
     """fsync every file and directory under ``root`` (workers' parts included) before the
     rename publishes it: after a crash, a visible checkpoint is a complete one."""
     for dirpath, _, filenames in os.walk(root):

@@ -78,10 +78,11 @@ def corrupt_file_error(
     if isinstance(path, str | os.PathLike) and os.path.isfile(path):
         size = f" ({os.path.getsize(path)} bytes)"
     said = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
+    said = said.split(". ")[0][:160]  # torch's zip reader adds sentences of advice
     return CorruptCheckpointError(
         f"checkpoint file {str(path)!r}{size} is truncated or damaged and cannot be read "
-        f"({type(error).__name__}{': ' + said[:200] if said else ''}); it was changed or cut "
-        "after it was saved: resume from another checkpoint (an earlier global_step_<k>)"
+        f"({type(error).__name__}{': ' + said if said else ''}); it was changed or cut "
+        "after it was saved; use another checkpoint (an earlier global_step_<k>)"
     )
 
 
@@ -249,6 +250,20 @@ def write_hf_directory(
     model.save_pretrained(directory, state_dict=state, max_shard_size=export.max_shard_size)
     if export.source_dir is not None:
         save_tokenizer(export.source_dir, directory, export.trust_remote_code)
+    follow_umask(directory)
+
+
+def follow_umask(directory: Path) -> None:
+    """Give every file under ``directory`` (and the directories) the mode a plain ``open``
+    gives under the process's umask (e.g. 0644 / 0755 with umask 022). ``save_pretrained``
+    writes the safetensors through a private temporary file (0600) while the rest follow the
+    umask: one mode for every file of an export."""
+    umask = os.umask(0o022)  # read it (the only way), then put it back at once
+    os.umask(umask)
+    directory.chmod(0o777 & ~umask)
+    for path in directory.rglob("*"):
+        if not path.is_symlink():
+            path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
 
 
 def save_tokenizer(source_dir: str | Path, directory: Path, trust_remote_code: bool) -> bool:

@@ -94,8 +94,8 @@ def check_storage_sizes(directory: Path, metadata: Metadata) -> None:
             what = "is missing" if found is None else f"has {found} bytes"
             raise CorruptCheckpointError(
                 f"checkpoint file {str(file)!r} {what}, but the checkpoint's .metadata needs "
-                f"at least {size}: it is truncated or was removed after it was saved; resume "
-                "from another checkpoint (an earlier global_step_<k>)"
+                f"at least {size}: it is truncated or was removed after it was saved; use "
+                "another checkpoint (an earlier global_step_<k>)"
             )
 
 
