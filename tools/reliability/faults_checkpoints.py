@@ -1,5 +1,5 @@
 """Fault cases of checkpoints and restarts: a driver killed while saving, a worker killed
-mid-training with ``trainer.max_restarts`` on.
+mid-training with ``trainer.max_restarts`` on, a damaged latest checkpoint on resume.
 
 Both run the real PPO trainer on a tiny random Llama and the hf-algos tests' toy task
 (``packages/hf-algos/tests/toy_task.py``); the first drives
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from faults import FaultCase, FaultResult, stopwatch
+from faults import FaultCase, FaultResult, first_line, stopwatch
 
 REPO = Path(__file__).resolve().parents[2]
 ALGOS_TESTS = REPO / "packages" / "hf-algos" / "tests"
@@ -142,7 +142,72 @@ def worker_killed_mid_training(scratch: Path) -> FaultResult:
     )
 
 
+_REWARD = """
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return float(solution_str.strip() == ground_truth)
+"""
+
+
+def _hybridflow_run(scratch: Path) -> list[str]:
+    """The real ``hybridflow grpo`` command on a tiny model: 3 steps, a checkpoint each."""
+    from hf_algos.data import write_rows
+    from hf_algos.examples.reverse_letters import (
+        ModelShape,
+        build_model_dir,
+        make_reverse_letters_rows,
+    )
+
+    shape = ModelShape(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2
+    )
+    model = build_model_dir(scratch / "model", shape, seed=0)
+    write_rows(make_reverse_letters_rows(16, 3, seed=0), scratch / "train.jsonl")
+    (scratch / "reward.py").write_text(_REWARD)
+    return [
+        *(sys.executable, "-m", "hf_algos", "grpo"),
+        f"actor.engine.model.path={model}",
+        f"data.train_files=[{scratch / 'train.jsonl'}]",
+        f"reward.function_path={scratch / 'reward.py'}",
+        *("data.train_batch_size=4", "rollout.n=2", "rollout.max_new_tokens=4"),
+        *("actor.ppo_mini_batch_size=8", "trainer.loggers=[]", "trainer.save_freq=1"),
+        *("trainer.backend=local", "trainer.progress_bar=false", "reward.num_workers=1"),
+        f"trainer.checkpoint_dir={scratch / 'ckpt'}",
+    ]
+
+
+def damaged_latest_checkpoint(scratch: Path) -> FaultResult:
+    """Truncate a shard of the newest of two checkpoints and resume with the real command:
+    it must stop in one line (exit 2) naming the damaged file and the good one, and with
+    ``trainer.resume_fallback=previous`` resume from that one and finish."""
+    command = _hybridflow_run(scratch)
+    run = subprocess.run([*command, "trainer.total_training_steps=2"], capture_output=True)
+    assert run.returncode == 0, run.stderr.decode()[-2000:]
+    shard = scratch / "ckpt" / "global_step_2" / "actor" / "dcp" / "__0_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:1000])
+    resume = [*command, "trainer.total_training_steps=3"]
+    with stopwatch() as elapsed:
+        refused = subprocess.run(resume, capture_output=True, text=True)
+        seconds = elapsed()
+    said = refused.stderr.strip().splitlines()[-1] if refused.stderr.strip() else ""
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
+    assert "global_step_2' is damaged: actor/dcp/__0_0.distcp has 1000 bytes" in said, said
+    assert "trainer.resume_fallback=previous" in said and "global_step_1" in said, said
+    taken = subprocess.run(
+        [*resume, "trainer.resume_fallback=previous"], capture_output=True, text=True
+    )
+    assert taken.returncode == 0, taken.stderr[-2000:]
+    assert "(resumed at step 1)" in taken.stdout, taken.stdout[-2000:]
+    assert (scratch / "ckpt" / "damaged-global_step_2").is_dir(), "the damaged one was deleted"
+    return FaultResult(
+        "named error",
+        seconds,
+        "nothing (resume_fallback=previous re-runs 1 step)",
+        first_line(said.split("configuration error: ", 1)[-1]),
+    )
+
+
 FAULTS = [
     FaultCase("driver SIGKILL during checkpoint save", driver_killed_during_save),
     FaultCase("worker SIGKILL mid-training, restarts on", worker_killed_mid_training),
+    FaultCase("damaged latest checkpoint on resume", damaged_latest_checkpoint),
 ]

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from hf_controller import ConfigurationError
 from hf_engines.checkpointing import (
+    CorruptCheckpointError,
     UnsafeCheckpointError,
     load_state_file,
     move_optimizer_state,
@@ -117,3 +119,28 @@ def test_dcp_loads_through_the_safe_reader_and_refuses_crafted_metadata(tmp_path
             storage_reader=SafeFileSystemReader(tmp_path / "dcp"),
             planner=SafeLoadPlanner(),
         )
+
+
+def test_a_truncated_state_file_is_damaged_not_unsafe(tmp_path: Path) -> None:
+    path = tmp_path / "trainer_state.pt"
+    torch.save({"global_step": 3, "w": torch.ones(64)}, path)
+    path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(CorruptCheckpointError, match=r"trainer_state\.pt' \(200 bytes\)"):
+        load_state_file(path)
+    assert issubclass(CorruptCheckpointError, ConfigurationError)  # one line, exit 2
+
+
+def test_a_truncated_dcp_checkpoint_is_named_not_blamed_as_code(tmp_path: Path) -> None:
+    from hf_engines.fsdp.safe_dcp import check_metadata, check_storage_sizes
+
+    _dcp_round_trip(tmp_path / "dcp")
+    metadata_file = tmp_path / "dcp" / ".metadata"
+    metadata = check_metadata(metadata_file)
+    check_storage_sizes(tmp_path / "dcp", metadata)  # whole: passes
+    data = next((tmp_path / "dcp").glob("*.distcp"))
+    data.write_bytes(data.read_bytes()[:100])
+    with pytest.raises(CorruptCheckpointError, match=rf"{data.name}' has 100 bytes.*needs"):
+        check_storage_sizes(tmp_path / "dcp", metadata)
+    metadata_file.write_bytes(metadata_file.read_bytes()[:1000])
+    with pytest.raises(CorruptCheckpointError, match=r"\.metadata' \(1000 bytes\) is truncated"):
+        check_metadata(metadata_file)

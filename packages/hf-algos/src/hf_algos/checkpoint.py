@@ -14,6 +14,15 @@ checkpoint loadable:
    ``os.replace``);
 4. old checkpoints are pruned to ``max_to_keep``, never the one ``latest`` names.
 
+Before the fsync, ``manifest.json`` lists every file with its size and CRC-32
+(:mod:`hf_algos.checkpoint_manifest`). Loading compares the files with it first: a file
+missing, truncated or changed since the save raises :class:`DamagedCheckpointError` naming
+the checkpoint, the file, and what was expected and found, before any state is loaded.
+:meth:`CheckpointManager.resumable` then refuses, or takes the newest earlier good
+checkpoint (``trainer.resume_fallback``); a damaged checkpoint is set aside as
+``damaged-global_step_<k>``, never deleted. A checkpoint saved before manifests loads with
+a one-line warning.
+
 Temporary directories left by a killed save are removed by the next save (or resume).
 Loading never unpickles code: every file is read with ``torch.load(weights_only=True)``.
 """
@@ -28,7 +37,8 @@ import re
 import shutil
 import signal
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from os import PathLike
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,6 +46,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from hf_algos.checkpoint_manifest import MANIFEST_FILE, find_damage, has_manifest, write_manifest
+from hf_controller import ConfigurationError
 from hf_engines.checkpointing import load_state_file
 
 logger = logging.getLogger(__name__)
@@ -54,7 +66,25 @@ KILL_POINTS = ("start", "role:<name>", "state", "renamed", "latest")
 their part, after ``trainer_state.pt``, after the rename, after the ``latest`` pointer."""
 TOKENIZER_DIR = "tokenizer"
 """The run's tokenizer inside a checkpoint directory (``save_pretrained``)."""
+DAMAGED_PREFIX = "damaged-"
+"""A damaged checkpoint set aside by a fallback: ``damaged-global_step_<k>``; kept, never
+loaded, pruned or removed."""
+FALLBACKS = ("refuse", "previous")
+"""What a resume does when the checkpoint it would load is damaged
+(``trainer.resume_fallback``)."""
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
+
+
+class CheckpointError(ConfigurationError):
+    """A checkpoint cannot be resumed from or exported: damaged, of another model, unreadable.
+
+    A :class:`~hf_controller.ConfigurationError`, so the ``hybridflow`` command says it in
+    one line with exit 2: the fix is another checkpoint (or a setting), not our code.
+    """
+
+
+class DamagedCheckpointError(CheckpointError):
+    """A checkpoint's files differ from its manifest (a file missing, truncated, changed)."""
 
 
 class SavesPretrained(Protocol):
@@ -104,6 +134,7 @@ class CheckpointManager:
             raise ValueError(f"max_to_keep={max_to_keep} must be >= 1 (or None to keep all)")
         self.root = Path(root)
         self.max_to_keep = max_to_keep
+        self._verified: set[Path] = set()  # checked against their manifest in this process
 
     def step_dir(self, step: int) -> Path:
         """The directory of the checkpoint at ``step``."""
@@ -142,7 +173,8 @@ class CheckpointManager:
         (tmp / "trainer_state.json").write_text(json.dumps(summary, indent=2))
         for name, text in (files or {}).items():
             (tmp / name).write_text(text, encoding="utf-8")
-        _fsync_tree(tmp)
+        write_manifest(tmp)  # last: it lists every file above
+        fsync_tree(tmp)
         _kill_point("state", step)
         directory = self.step_dir(step)
         if directory.exists():  # a save of this step that `latest` never named, or a re-run
@@ -197,8 +229,12 @@ class CheckpointManager:
     ) -> dict[str, Any]:
         """Load the workers' state from ``directory`` and return the trainer state.
 
-        Nothing is unpickled beyond tensors and plain data: a ``trainer_state.pt`` holding
-        code raises :class:`~hf_engines.checkpointing.UnsafeCheckpointError`.
+        The files are first checked against the manifest (:meth:`verify`), so a damaged
+        checkpoint raises :class:`DamagedCheckpointError` before any state changes. A file
+        that cannot be read, or a worker's model of another shape, raises
+        :class:`CheckpointError` (one line) instead of the worker's traceback. Nothing is
+        unpickled beyond tensors and plain data: a ``trainer_state.pt`` holding code raises
+        :class:`~hf_engines.checkpointing.UnsafeCheckpointError`.
         """
         path = Path(directory)
         state_file = path / STATE_FILE
@@ -207,16 +243,109 @@ class CheckpointManager:
                 f"{str(path)!r} is not a complete checkpoint (no {STATE_FILE}, or an unfinished "
                 f"save); pick a global_step_<k> directory written by CheckpointManager.save"
             )
+        self.verify(path)
         # the driver's state first: a refused file stops before any worker state changes
-        state: dict[str, Any] = load_state_file(state_file)
+        with _named_checkpoint_errors():
+            state: dict[str, Any] = load_state_file(state_file)
         for role, worker in (workers or {}).items():
             if not (path / role).exists():
                 raise FileNotFoundError(
                     f"checkpoint {str(path)!r} has no {role!r} state; it was saved by a run "
                     f"without that role (present: {sorted(p.name for p in path.iterdir())})"
                 )
-            worker.load_checkpoint(str(path / role))
+            with _named_checkpoint_errors():
+                worker.load_checkpoint(str(path / role))
         return state
+
+    def verify(self, directory: str | PathLike[str]) -> None:
+        """Compare the files of checkpoint ``directory`` with its manifest (once per process).
+
+        Raises :class:`DamagedCheckpointError` naming the checkpoint, the first damaged file,
+        and what the manifest expected against what was found. A checkpoint saved before
+        manifests passes with a one-line warning.
+        """
+        damage = self.damage(directory)
+        if damage is not None:
+            raise DamagedCheckpointError(
+                f"checkpoint {str(directory)!r} is damaged: {damage}; use an earlier checkpoint "
+                "(a resume takes the newest good one with trainer.resume_fallback=previous)"
+            )
+
+    def damage(self, directory: str | PathLike[str]) -> str | None:
+        """What is wrong with checkpoint ``directory``'s files against its manifest, or
+        ``None`` (a checkpoint without a manifest: a warning, and ``None``)."""
+        path = Path(directory)
+        if path.resolve() in self._verified:
+            return None
+        if not has_manifest(path):
+            logger.warning(
+                "checkpoint %s has no %s (saved by an older version): its files are not "
+                "verified", path, MANIFEST_FILE,
+            )  # fmt: skip
+            self._verified.add(path.resolve())  # warned once
+            return None
+        damage = find_damage(path)
+        if damage is None:
+            self._verified.add(path.resolve())
+        return damage
+
+    def resumable(self, directory: str | PathLike[str], fallback: str = "refuse") -> Path:
+        """``directory`` when its files match its manifest; else, as ``fallback`` says.
+
+        ``"refuse"`` raises :class:`DamagedCheckpointError` in one line naming the damaged
+        checkpoint, the newest earlier good one and the key that takes it. ``"previous"``
+        sets the damaged ones aside (renamed ``damaged-global_step_<k>``: nothing is
+        deleted, and no later save or prune touches them), points ``latest`` at the newest
+        earlier good checkpoint and returns it.
+        """
+        path = Path(directory)
+        damage = self.damage(path)
+        if damage is None:
+            return path
+        siblings = CheckpointManager(path.parent)
+        siblings._verified = self._verified
+        damaged, previous = siblings.last_good_before(path)
+        if fallback == "previous" and previous is not None:
+            kept = [siblings.set_aside(old) for old in damaged]
+            write_atomic(siblings.root / LATEST_FILE, str(_step_of(previous)))
+            logger.warning(
+                "checkpoint %s is damaged (%s): kept as %s; resuming from %s "
+                "(trainer.resume_fallback=previous)", path, damage,
+                ", ".join(p.name for p in kept), previous,
+            )  # fmt: skip
+            return previous
+        earlier = (
+            f"the newest earlier good one is {str(previous)!r}: set "
+            "trainer.resume_fallback=previous to resume from it (nothing is deleted)"
+            if previous is not None
+            else "there is no earlier good checkpoint: set trainer.resume_mode=disable to "
+            "start fresh"
+        )
+        raise DamagedCheckpointError(f"checkpoint {str(path)!r} is damaged: {damage}; {earlier}")
+
+    def last_good_before(self, directory: Path) -> tuple[list[Path], Path | None]:
+        """The damaged checkpoint ``directory`` and the damaged ones just before it (newest
+        first), and the newest complete checkpoint under :attr:`root` before it whose
+        files match its manifest (or that has none; ``None`` when there is none)."""
+        step = _step_of(directory)
+        damaged = [directory]
+        for candidate in reversed(self.checkpoints()):
+            later = step is not None and (_step_of(candidate) or 0) >= step
+            if later or candidate.resolve() == directory.resolve():
+                continue
+            if self.damage(candidate) is None:
+                return damaged, candidate
+            damaged.append(candidate)
+        return damaged, None
+
+    def set_aside(self, directory: Path) -> Path:
+        """Rename damaged checkpoint ``directory`` ``damaged-<name>`` (kept for inspection;
+        never loaded, pruned or removed) and return its new path."""
+        aside = self.root / f"{DAMAGED_PREFIX}{directory.name}"
+        if aside.exists():
+            aside = aside.with_name(f"{aside.name}-{uuid.uuid4().hex[:8]}")
+        os.replace(directory, aside)
+        return aside
 
     def checkpoints(self) -> list[Path]:
         """Complete checkpoint directories under ``root``, oldest first."""
@@ -237,6 +366,29 @@ class CheckpointManager:
         for old in self.checkpoints()[: -self.max_to_keep]:
             if old != keep:
                 shutil.rmtree(old, ignore_errors=True)
+
+
+def _step_of(directory: Path) -> int | None:
+    """The ``k`` of a ``global_step_<k>`` directory, else ``None``."""
+    match = _STEP_DIR.match(directory.name)
+    return int(match.group(1)) if match else None
+
+
+@contextmanager
+def _named_checkpoint_errors() -> Iterator[None]:
+    """Raise a :class:`CheckpointError` with the message of the user error (a damaged file,
+    another model) that a load failed with, also when a worker group wrapped it."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except Exception as error:
+        cause: BaseException | None = error
+        while cause is not None and not isinstance(cause, ConfigurationError):
+            cause = cause.__cause__
+        if cause is None:
+            raise
+        raise CheckpointError(str(cause)) from error
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -262,7 +414,7 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _fsync_tree(root: Path) -> None:
+def fsync_tree(root: Path) -> None:
     """fsync every file and directory under ``root`` (workers' parts included) before the
     rename publishes it: after a crash, a visible checkpoint is a complete one."""
     for dirpath, _, filenames in os.walk(root):

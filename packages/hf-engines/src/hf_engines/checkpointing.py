@@ -13,6 +13,7 @@ import json
 import os
 import pickle
 import random
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -20,6 +21,7 @@ from typing import IO, Any
 import torch
 from transformers import GenerationConfig, PretrainedConfig, PreTrainedModel
 
+from hf_controller import ConfigurationError
 from hf_engines.config import EngineConfig, ModelConfig, config_from_dict
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -50,26 +52,70 @@ class UnsafeCheckpointError(ValueError):
     """
 
 
+class CorruptCheckpointError(ConfigurationError):
+    """A checkpoint file cannot be read: truncated, overwritten or otherwise damaged.
+
+    Not a refusal of what the file holds (that is :class:`UnsafeCheckpointError`): the bytes
+    themselves are not a complete file. A :class:`~hf_controller.ConfigurationError`, so the
+    ``hybridflow`` command says it in one line (exit 2): the fix is another checkpoint.
+    """
+
+
+class CheckpointMismatchError(ConfigurationError):
+    """A checkpoint holds another model: its tensors' names or shapes differ from this one's."""
+
+
+_REFUSED_MARKERS = ("GLOBAL", "Unsupported global", "Unsupported class", "Unsupported operand")
+"""What torch's weights-only unpickler says when it refuses an object (not a damaged file)."""
+
+
+def corrupt_file_error(
+    path: str | os.PathLike[str] | IO[bytes], error: BaseException
+) -> CorruptCheckpointError:
+    """The :class:`CorruptCheckpointError` of checkpoint file ``path`` that failed with
+    ``error``: the file, its size, what the reader said, and the fix."""
+    size = ""
+    if isinstance(path, str | os.PathLike) and os.path.isfile(path):
+        size = f" ({os.path.getsize(path)} bytes)"
+    said = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
+    said = said.split(". ")[0][:160]  # torch's zip reader adds sentences of advice
+    return CorruptCheckpointError(
+        f"checkpoint file {str(path)!r}{size} is truncated or damaged and cannot be read "
+        f"({type(error).__name__}{': ' + said if said else ''}); it was changed or cut "
+        "after it was saved; use another checkpoint (an earlier global_step_<k>)"
+    )
+
+
 def load_state_file(path: str | os.PathLike[str] | IO[bytes], map_location: Any = None) -> Any:
     """``torch.load(path, weights_only=True)``: tensors, containers and plain values only.
 
     Raises :class:`UnsafeCheckpointError` naming the file and the refused object when the
     file references anything else (a function, a class), so loading a checkpoint never runs
-    code that was pickled into it.
+    code that was pickled into it, and :class:`CorruptCheckpointError` naming the file when
+    its bytes are not a whole checkpoint file (truncated, overwritten).
     """
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
         # torch names the refused global on a line of its own ("... GLOBAL posix.system ...")
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-        named = [line for line in lines if "GLOBAL" in line]
-        first = (named or lines or [repr(error)])[0]
+        named = [line for line in lines if any(m in line for m in _REFUSED_MARKERS)]
+        if not named:  # e.g. "pickle data was truncated": damaged bytes, not refused code
+            raise corrupt_file_error(path, error) from error
         raise UnsafeCheckpointError(
             f"refused to load checkpoint file {str(path)!r}: it references Python code or "
-            f"objects beyond tensors and plain data ({first}). Checkpoints load with "
+            f"objects beyond tensors and plain data ({named[0]}). Checkpoints load with "
             "weights_only=True and never run pickled code; if you wrote this file yourself, "
             "save only tensors, numbers, strings, lists and dicts in it"
         ) from error
+    except (EOFError, zipfile.BadZipFile) as error:
+        raise corrupt_file_error(path, error) from error
+    except RuntimeError as error:
+        # torch's zip reader: "PytorchStreamReader failed reading zip archive: failed finding
+        # central directory" (a cut file) or "... failed reading file data" (changed bytes)
+        if "PytorchStreamReader" not in str(error):
+            raise
+        raise corrupt_file_error(path, error) from error
 
 
 def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
@@ -204,6 +250,20 @@ def write_hf_directory(
     model.save_pretrained(directory, state_dict=state, max_shard_size=export.max_shard_size)
     if export.source_dir is not None:
         save_tokenizer(export.source_dir, directory, export.trust_remote_code)
+    follow_umask(directory)
+
+
+def follow_umask(directory: Path) -> None:
+    """Give every file under ``directory`` (and the directories) the mode a plain ``open``
+    gives under the process's umask (e.g. 0644 / 0755 with umask 022). ``save_pretrained``
+    writes the safetensors through a private temporary file (0600) while the rest follow the
+    umask: one mode for every file of an export."""
+    umask = os.umask(0o022)  # read it (the only way), then put it back at once
+    os.umask(umask)
+    directory.chmod(0o777 & ~umask)
+    for path in directory.rglob("*"):
+        if not path.is_symlink():
+            path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
 
 
 def save_tokenizer(source_dir: str | Path, directory: Path, trust_remote_code: bool) -> bool:

@@ -122,7 +122,9 @@ def export_engine_checkpoint(
     ``dtype`` is the dtype of the written weights (default: the dtype trained in,
     ``model.dtype`` of the saved engine config); ``max_shard_size`` bounds each safetensors
     file. Runs in fresh CPU processes (see the module docstring) and returns ``out_dir``.
-    The source tokenizer is not written here (an engine checkpoint holds none).
+    The source tokenizer is not written here (an engine checkpoint holds none). A truncated
+    or damaged FSDP checkpoint raises :class:`~hf_engines.checkpointing.CorruptCheckpointError`
+    before any process starts.
     """
     from hf_engines.testing import launch_ranks
 
@@ -130,6 +132,10 @@ def export_engine_checkpoint(
     if (source / ADAPTER_DIR / "adapter_config.json").is_file():
         return export_lora_checkpoint(source, Path(out_dir).resolve(), dtype, max_shard_size)
     config = export_config(source)
+    if config.backend == "fsdp":  # a damaged file: one named error here, not a rank's traceback
+        from hf_engines.fsdp.safe_dcp import check_metadata, check_storage_sizes
+
+        check_storage_sizes(source / "dcp", check_metadata(source / "dcp" / ".metadata"))
     world_size = checkpoint_world_size(source, config)
     out = Path(out_dir).resolve()
     # ``-m`` as the "script": run as a module, so this package's directory is not put first

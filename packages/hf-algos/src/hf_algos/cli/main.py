@@ -189,6 +189,11 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--dtype", choices=("float32", "bfloat16", "float16"), help="dtype of the saved weights"
     )
+    export.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing non-empty out_dir whole (default: refuse it)",
+    )
     return parser
 
 
@@ -320,6 +325,7 @@ def train(command: Command, config: Any) -> None:
     (Ray, when used, is already starting: :func:`start_early`)."""
     from hf_algos import trainers
     from hf_algos.data.tokenizer import load_tokenizer
+    from hf_algos.export import atomic_directory
 
     trainer = getattr(trainers, command.trainer)(config)  # checks; loads the tokenizer
     with trainer.start(), where_stopped(trainer):  # start-up overlapped (Trainer.start_up)
@@ -328,9 +334,10 @@ def train(command: Command, config: Any) -> None:
             print_evaluation(history[0], trainer.run_dir)
             return
         export_dir = config.trainer.export_dir
-        if export_dir is not None:
-            trainer.roles.actor.export_hf(str(export_dir))
-            load_tokenizer(config.data, config.actor).save_pretrained(export_dir)
+        if export_dir is not None:  # the run's own output: replaced whole, atomically
+            with atomic_directory(export_dir, overwrite=True) as tmp:
+                trainer.roles.actor.export_hf(str(tmp))
+                load_tokenizer(config.data, config.actor).save_pretrained(tmp)
             print(f"hybridflow: model saved to {export_dir}")
     print(where_outputs_are(trainer.checkpoints.latest(), export_dir, trainer.run_dir))
 
@@ -373,14 +380,22 @@ def write_completions(args: argparse.Namespace, config: Any) -> None:
 
 
 def export(args: argparse.Namespace) -> None:
-    """``hybridflow export``: a checkpoint directory to a Hugging Face directory."""
-    from hf_algos.export import export_checkpoint  # the conversion lives beside the trainers
+    """``hybridflow export``: a checkpoint directory to a Hugging Face directory, written
+    atomically (an existing non-empty ``out_dir`` only with ``--overwrite``); says which
+    ``global_step`` it exported."""
+    from hf_algos.export import (  # the conversion lives beside the trainers
+        checkpoint_step,
+        export_checkpoint,
+        find_engine_checkpoint,
+    )
 
     try:
-        out = export_checkpoint(args.checkpoint_dir, args.out_dir, dtype=args.dtype)
+        role_dir = find_engine_checkpoint(args.checkpoint_dir)
+        out = export_checkpoint(role_dir, args.out_dir, args.dtype, overwrite=args.overwrite)
     except FileNotFoundError as error:  # the directory given is no checkpoint: a user error
         raise ConfigurationError(str(error)) from error
-    print(f"hybridflow: exported {args.checkpoint_dir} to {out}")
+    step = checkpoint_step(role_dir)
+    print(f"hybridflow: exported global_step {step} ({role_dir.parent}) to {out}")
 
 
 def hide_weight_loading_bars() -> None:

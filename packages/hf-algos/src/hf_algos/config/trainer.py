@@ -7,6 +7,7 @@ sections are in :mod:`hf_algos.config.validation`.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -136,13 +137,24 @@ class TrainerSection:
     resume_force: bool = False
     """Resume a checkpoint whose ``run_identity.json`` names another experiment, model or
     engine layout (a warning instead of the refusal)."""
+    resume_fallback: Literal["refuse", "previous"] = "refuse"
+    """When the checkpoint a resume would load is damaged (a file missing, truncated or
+    changed since the save, against the checkpoint's ``manifest.json``): ``refuse`` stops
+    before training, in one line naming the damaged checkpoint and the newest earlier good
+    one; ``previous`` resumes from that earlier one, re-running the steps since, and keeps
+    the damaged one as ``damaged-global_step_<k>``. Nothing is deleted either way. The
+    default refuses because damage after an atomic save means the storage or a copy went
+    wrong, which a user should see before more compute goes into the run."""
     max_checkpoints: int | None = None
     """Keep only this many newest checkpoints; ``None`` keeps all (the one
     ``latest_checkpointed_iteration.txt`` names is never deleted)."""
     export_dir: str | None = None
     """``hybridflow`` command: after the last step, save the trained actor there as a Hugging
     Face directory (``from_pretrained`` loads it, tokenizer included), like TRL's
-    ``output_dir``; ``None`` keeps only the checkpoints (``hybridflow export`` converts one)."""
+    ``output_dir``; ``None`` keeps only the checkpoints (``hybridflow export`` converts one).
+    Reusable like TRL's ``output_dir``: written beside it and renamed into place, replacing
+    what was there whole (no file of an earlier export survives); so it may not hold
+    ``checkpoint_dir`` or ``log_dir``."""
     call_timeout_s: float | None = 3600.0
     """Deadline of every blocking call on a worker group (a step's generate, update,
     log-prob, save...). Past it the run stops with ``WorkerTimeoutError`` naming the group,
@@ -207,9 +219,29 @@ class TrainerSection:
                 f"trainer.resume_mode='path' needs trainer.resume_from to be an existing "
                 f"checkpoint directory (global_step_<k>); got {self.resume_from!r}"
             )
+        check_export_dir(
+            self.export_dir,
+            {"checkpoint_dir": self.resolved_checkpoint_dir, "log_dir": self.log_dir},
+        )
         if self.backend == "local" and (self.n_workers != 1 or self.placement != "hybrid"):
             raise ConfigurationError(
                 f"trainer.backend='local' runs one worker in the driver process; it needs "
                 f"trainer.n_workers=1 and placement='hybrid' (got {self.n_workers}, "
                 f"{self.placement!r}); use backend='ray' for more"
+            )
+
+
+def check_export_dir(export_dir: str | None, kept: dict[str, str]) -> None:
+    """Refuse an ``export_dir`` that is or holds one of the ``kept`` directories (by key):
+    the end-of-training export replaces it whole, which would delete them."""
+    if export_dir is None:
+        return
+    export = Path(os.path.normpath(Path(export_dir).absolute()))
+    for key, value in kept.items():
+        path = Path(os.path.normpath(Path(value).absolute()))
+        if path == export or export in path.parents:
+            raise ConfigurationError(
+                f"trainer.export_dir={export_dir!r} holds trainer.{key}={value!r}; the export "
+                "at the end replaces export_dir whole, so give it a directory of its own "
+                "(e.g. a sibling such as outputs/model)"
             )

@@ -112,6 +112,7 @@ class Trainer:
         """What this run's checkpoints belong to (:mod:`hf_algos.run_identity`)."""
         self.run_state.identity_record = identity_text(self.identity)
         self._locks: list[RunLock] = []  # the run's directories, held until shutdown
+        self._resume_from: Path | None = None  # the checkpoint resume() loads, once checked
         self.tracking: Tracking | None = None
         self.history: list[Metrics] = []
         """Metrics of every step of the run, in order (a step re-run after a restart once)."""
@@ -169,7 +170,8 @@ class Trainer:
         """Before any worker starts: the log and checkpoint directories writable, the
         checkpoint directory locked for this run (:mod:`hf_algos.run_lock`; not for
         ``val_only``, which writes no checkpoint) and the checkpoint a resume would load
-        checked to belong to this job (:mod:`hf_algos.run_identity`)."""
+        checked to belong to this job (:mod:`hf_algos.run_identity`) and to be whole (its
+        manifest; a damaged one is refused or replaced as ``trainer.resume_fallback`` says)."""
         config = self.trainer_config
         check_writable("trainer.log_dir", config.log_dir)
         if not config.val_only:
@@ -180,6 +182,10 @@ class Trainer:
             check_resume_identity(
                 checkpoint, self.identity, config.resume_force, not config.val_only
             )
+            # eval never renames in a directory it does not hold: a damaged one is refused
+            fallback = "refuse" if config.val_only else config.resume_fallback
+            checkpoint = self.checkpoints.resumable(checkpoint, fallback)
+        self._resume_from = checkpoint
 
     def _resume_target(self) -> Path | None:
         """The checkpoint :meth:`resume` loads (``None``: a fresh start)."""
@@ -471,11 +477,13 @@ class Trainer:
     def resume(self) -> None:
         """Continue from a checkpoint as ``trainer.resume_mode`` says (no-op for ``disable``).
 
-        Stale temporary directories of saves that never finished are removed first.
+        Stale temporary directories of saves that never finished are removed first. A
+        damaged checkpoint (against its manifest) is refused or replaced by the newest
+        earlier good one, as ``trainer.resume_fallback`` says.
         """
         if self._locks:  # only the run that holds the directory may delete in it
             self.checkpoints.remove_stale()
-        directory = self._resume_target()
+        directory = self._resume_from  # checked by claim_directories
         if directory is None:
             return
         self.run_state.load(directory)

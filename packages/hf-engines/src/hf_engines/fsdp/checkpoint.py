@@ -6,6 +6,7 @@ number of ranks; the Megatron engine's counterpart is :mod:`hf_engines.megatron.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_state_dict,
@@ -24,13 +26,21 @@ from torch.optim.lr_scheduler import LRScheduler
 from transformers import PreTrainedModel
 
 from hf_engines.checkpointing import (
+    ENGINE_CONFIG_FILE,
+    HF_CONFIG_DIR,
+    CheckpointMismatchError,
     HFExport,
     load_state_file,
     rng_state,
     set_rng_state,
     write_hf_directory,
 )
-from hf_engines.fsdp.safe_dcp import SafeFileSystemReader, SafeLoadPlanner, check_metadata
+from hf_engines.fsdp.safe_dcp import (
+    SafeFileSystemReader,
+    SafeLoadPlanner,
+    check_metadata,
+    check_storage_sizes,
+)
 
 _DCP_DIR = "dcp"
 
@@ -87,8 +97,11 @@ def load_checkpoint(
     model_state = _without_frozen(model, model_state, frozen)
     # DCP loads into these dicts in place, resharding to this run's layout.
     # The safe reader and planner never unpickle code (see hf_engines.fsdp.safe_dcp); the
-    # check up front raises the named error itself instead of DCP's per-rank wrapper of it.
-    check_metadata(directory / _DCP_DIR / ".metadata")
+    # checks up front raise the named error themselves instead of DCP's per-rank wrapper of
+    # it: refused code, a damaged or truncated file, another model's shapes.
+    metadata = check_metadata(directory / _DCP_DIR / ".metadata")
+    check_storage_sizes(directory / _DCP_DIR, metadata)
+    check_same_model(directory, metadata, model_state, model)
     dcp.load(
         {"model": model_state, "optim": optim_state},
         storage_reader=SafeFileSystemReader(directory / _DCP_DIR),
@@ -106,6 +119,43 @@ def load_checkpoint(
     scheduler.load_state_dict(extra["scheduler"])
     set_rng_state(extra["rng"])
     return int(extra["global_step"])
+
+
+def check_same_model(
+    directory: Path, metadata: Metadata, model_state: dict[str, Any], model: torch.nn.Module
+) -> None:
+    """Raise :class:`CheckpointMismatchError` when the checkpoint in ``directory`` lacks a
+    tensor of ``model_state`` or holds it with another shape: a checkpoint of another model,
+    named with both models, instead of DCP's size-mismatch traceback."""
+    saved = metadata.state_dict_metadata
+    for name, value in model_state.items():
+        if not isinstance(value, torch.Tensor):
+            continue
+        entry = saved.get(f"model.{name}")
+        found = list(entry.size) if isinstance(entry, TensorStorageMetadata) else None
+        if found == list(value.shape):
+            continue
+        what = f"shape {found}" if found is not None else "no such tensor"
+        raise CheckpointMismatchError(
+            f"checkpoint {str(directory)!r} holds another model ({_saved_model(directory)}) "
+            f"than this run's ({getattr(model.config, 'name_or_path', '') or 'unnamed'!r}, "
+            f"model type {getattr(model.config, 'model_type', '?')!r}): {name} is "
+            f"{list(value.shape)} here, {what} in the checkpoint; resume from a checkpoint "
+            "of this model, or set trainer.resume_mode=disable (or another checkpoint_dir)"
+        )
+
+
+def _saved_model(directory: Path) -> str:
+    """How the checkpoint names its model: the saved engine config's path and model type."""
+    names = []
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        names.append(
+            repr(json.loads((directory / ENGINE_CONFIG_FILE).read_text())["model"]["path"])
+        )
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        hf_config = json.loads((directory / HF_CONFIG_DIR / "config.json").read_text())
+        names.append(f"model type {hf_config['model_type']!r}")
+    return ", ".join(names) or "unnamed"
 
 
 def _options(frozen: bool) -> StateDictOptions:

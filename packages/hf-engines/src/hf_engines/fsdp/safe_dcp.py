@@ -19,7 +19,12 @@ from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.planner import ReadItem
 
-from hf_engines.checkpointing import UnsafeCheckpointError, load_state_file
+from hf_engines.checkpointing import (
+    CorruptCheckpointError,
+    UnsafeCheckpointError,
+    corrupt_file_error,
+    load_state_file,
+)
 
 _ALLOWED_MODULES = ("torch.distributed.checkpoint.metadata",)
 _ALLOWED_GLOBALS = {
@@ -33,6 +38,10 @@ _ALLOWED_GLOBALS = {
 }
 
 
+class _RefusedGlobal(pickle.UnpicklingError):
+    """The metadata names a global outside the allowed list (code, not a damaged file)."""
+
+
 class _MetadataUnpickler(pickle.Unpickler):
     """Admits DCP's metadata classes, torch dtypes and the types listed above; nothing else."""
 
@@ -43,21 +52,51 @@ class _MetadataUnpickler(pickle.Unpickler):
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
             allowed = True
         if not allowed:
-            raise pickle.UnpicklingError(f"Unsupported global: {module}.{name}")
+            raise _RefusedGlobal(f"Unsupported global: {module}.{name}")
         return super().find_class(module, name)
 
 
-def check_metadata(path: Path) -> None:
-    """Read a DCP ``.metadata`` file with the restricted unpickler; raise if it holds code."""
+def check_metadata(path: Path) -> Metadata:
+    """Read a DCP ``.metadata`` file with the restricted unpickler and return it.
+
+    Raises :class:`UnsafeCheckpointError` when it names code, and
+    :class:`CorruptCheckpointError` when its bytes are not a whole metadata file (truncated,
+    overwritten): a damaged file is not blamed as code.
+    """
     try:
         with path.open("rb") as stream:
-            _MetadataUnpickler(stream).load()
-    except pickle.UnpicklingError as error:
+            metadata = _MetadataUnpickler(stream).load()
+    except _RefusedGlobal as error:
         raise UnsafeCheckpointError(
             f"refused to load checkpoint file {str(path)!r}: it references Python code or "
             f"objects beyond DCP's metadata ({error}). Checkpoints never run pickled code on "
             "load; re-save it with hf_engines (engine.save_checkpoint)"
         ) from error
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as error:
+        raise corrupt_file_error(path, error) from error
+    if not isinstance(metadata, Metadata):
+        raise corrupt_file_error(path, TypeError(f"holds a {type(metadata).__name__}"))
+    return metadata
+
+
+def check_storage_sizes(directory: Path, metadata: Metadata) -> None:
+    """Raise :class:`CorruptCheckpointError` when a data file of the DCP checkpoint in
+    ``directory`` is missing or shorter than ``metadata`` says (a truncated ``.distcp``):
+    found before DCP reads it, without reading the data."""
+    needed: dict[str, int] = {}
+    for info in (metadata.storage_data or {}).values():
+        end = int(info.offset) + int(info.length)
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), end)
+    for name, size in sorted(needed.items()):
+        file = directory / name
+        found = file.stat().st_size if file.is_file() else None
+        if found is None or found < size:
+            what = "is missing" if found is None else f"has {found} bytes"
+            raise CorruptCheckpointError(
+                f"checkpoint file {str(file)!r} {what}, but the checkpoint's .metadata needs "
+                f"at least {size}: it is truncated or was removed after it was saved; use "
+                "another checkpoint (an earlier global_step_<k>)"
+            )
 
 
 class SafeFileSystemReader(FileSystemReader):
