@@ -59,3 +59,34 @@ def first_line(text: str, limit: int = 160) -> str:
     """The first non-empty line of ``text``, cut to ``limit`` characters for the table."""
     line = next((part.strip() for part in text.splitlines() if part.strip()), "")
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+EXACT_MATCH_REWARD = (
+    "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+    "    return float(solution_str.strip() == ground_truth)\n"
+)
+"""A reward file in verl's signature: 1 for the exact reversed letters, else 0."""
+
+
+def tiny_grpo_task(scratch: Path) -> list[str]:
+    """A tiny random Llama, 16 reversed-letters rows and :data:`EXACT_MATCH_REWARD` written
+    into ``scratch``: the ``hybridflow grpo`` overrides naming them (a case adds its own
+    batch sizes, backend and outputs)."""
+    from hf_algos.data import write_rows
+    from hf_algos.examples.reverse_letters import (
+        ModelShape,
+        build_model_dir,
+        make_reverse_letters_rows,
+    )
+
+    shape = ModelShape(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2
+    )
+    model = build_model_dir(scratch / "model", shape, seed=0)
+    write_rows(make_reverse_letters_rows(16, 3, seed=0), scratch / "train.jsonl")
+    (scratch / "reward.py").write_text(EXACT_MATCH_REWARD)
+    return [
+        f"actor.engine.model.path={model}",
+        f"data.train_files=[{scratch / 'train.jsonl'}]",
+        f"reward.function_path={scratch / 'reward.py'}",
+    ]

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from faults import FaultCase, FaultResult, first_line, stopwatch
+from faults import FaultCase, FaultResult, first_line, stopwatch, tiny_grpo_task
 
 REPO = Path(__file__).resolve().parents[2]
 ALGOS_TESTS = REPO / "packages" / "hf-algos" / "tests"
@@ -142,32 +142,11 @@ def worker_killed_mid_training(scratch: Path) -> FaultResult:
     )
 
 
-_REWARD = """
-def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-    return float(solution_str.strip() == ground_truth)
-"""
-
-
 def _hybridflow_run(scratch: Path) -> list[str]:
     """The real ``hybridflow grpo`` command on a tiny model: 3 steps, a checkpoint each."""
-    from hf_algos.data import write_rows
-    from hf_algos.examples.reverse_letters import (
-        ModelShape,
-        build_model_dir,
-        make_reverse_letters_rows,
-    )
-
-    shape = ModelShape(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2
-    )
-    model = build_model_dir(scratch / "model", shape, seed=0)
-    write_rows(make_reverse_letters_rows(16, 3, seed=0), scratch / "train.jsonl")
-    (scratch / "reward.py").write_text(_REWARD)
     return [
         *(sys.executable, "-m", "hf_algos", "grpo"),
-        f"actor.engine.model.path={model}",
-        f"data.train_files=[{scratch / 'train.jsonl'}]",
-        f"reward.function_path={scratch / 'reward.py'}",
+        *tiny_grpo_task(scratch),
         *("data.train_batch_size=4", "rollout.n=2", "rollout.max_new_tokens=4"),
         *("actor.ppo_mini_batch_size=8", "trainer.loggers=[]", "trainer.save_freq=1"),
         *("trainer.backend=local", "trainer.progress_bar=false", "reward.num_workers=1"),

@@ -13,32 +13,13 @@ import sys
 import time
 from pathlib import Path
 
-from faults import FaultCase, FaultResult, first_line, stopwatch
-
-REWARD = (
-    "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-    "    return float(solution_str.strip() == ground_truth)\n"
-)
+from faults import FaultCase, FaultResult, first_line, stopwatch, tiny_grpo_task
 
 
 def _task(scratch: Path) -> list[str]:
     """A tiny model, 16 rows and a reward file in ``scratch``: the overrides of a run."""
-    from hf_algos.data import write_rows
-    from hf_algos.examples.reverse_letters import (
-        ModelShape,
-        build_model_dir,
-        make_reverse_letters_rows,
-    )
-
-    shape = ModelShape(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                       num_attention_heads=2)  # fmt: skip
-    model = build_model_dir(scratch / "model", shape, seed=0)
-    write_rows(make_reverse_letters_rows(16, 3, seed=0), scratch / "train.jsonl")
-    (scratch / "reward.py").write_text(REWARD)
     return [
-        f"actor.engine.model.path={model}",
-        f"data.train_files=[{scratch / 'train.jsonl'}]",
-        f"reward.function_path={scratch / 'reward.py'}",
+        *tiny_grpo_task(scratch),
         "data.train_batch_size=4",
         "data.max_prompt_length=4",
         "rollout.n=2",

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import psutil
-from faults import FaultCase, FaultResult, first_line, stopwatch
+from faults import FaultCase, FaultResult, first_line, stopwatch, tiny_grpo_task
 
 LEFTOVER_WAIT_S = 10.0
 """How long after the driver's exit its processes may take to end."""
@@ -25,25 +25,8 @@ LEFTOVER_WAIT_S = 10.0
 
 def _start_run(scratch: Path) -> subprocess.Popen[str]:
     """``hybridflow grpo`` for 1000 steps in ``scratch``, in a new session."""
-    from hf_algos.data import write_rows
-    from hf_algos.examples.reverse_letters import (
-        ModelShape,
-        build_model_dir,
-        make_reverse_letters_rows,
-    )
-
-    shape = ModelShape(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2
-    )
-    model = build_model_dir(scratch / "model", shape, seed=0)
-    write_rows(make_reverse_letters_rows(16, 3, seed=0), scratch / "train.jsonl")
-    (scratch / "reward.py").write_text(
-        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-        "    return float(solution_str.strip() == ground_truth)\n"
-    )
     overrides = [
-        f"actor.engine.model.path={model}", f"data.train_files=[{scratch / 'train.jsonl'}]",
-        f"reward.function_path={scratch / 'reward.py'}", "data.train_batch_size=4",
+        *tiny_grpo_task(scratch), "data.train_batch_size=4",
         "data.max_prompt_length=4", "rollout.n=4", "rollout.max_new_tokens=4",
         "actor.ppo_mini_batch_size=16", "trainer.total_training_steps=1000",
         "trainer.loggers=[jsonl]", "trainer.log_dir=logs", "trainer.checkpoint_dir=ckpt",
