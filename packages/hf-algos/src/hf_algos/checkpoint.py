@@ -257,6 +257,15 @@ class CheckpointManager:
                 worker.load_checkpoint(str(path / role))
         return state
 
+    def to_resume(self, resume_mode: str, resume_from: str | None) -> Path | None:
+        """The checkpoint a resume in ``resume_mode`` loads (``trainer.resume_mode``):
+        ``resume_from`` for ``path``, the :meth:`latest` under :attr:`root` for ``auto``
+        (``None`` when there is none), ``None`` for ``disable``."""
+        if resume_mode == "path":
+            assert resume_from is not None  # checked by TrainerSection
+            return Path(resume_from)
+        return self.latest() if resume_mode == "auto" else None
+
     def verify(self, directory: str | PathLike[str]) -> None:
         """Compare the files of checkpoint ``directory`` with its manifest (once per process).
 

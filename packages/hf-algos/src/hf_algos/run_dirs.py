@@ -51,10 +51,10 @@ def output_directories(trainer: Any, model_path: str | None = None) -> dict[str,
     """The directories a run writes, by key: checkpoints, logs, the export (when set) and
     the GGUF import cache (when ``model_path`` is a ``.gguf`` file). ``trainer`` is the
     ``trainer`` section (a :class:`~hf_algos.config.trainer.TrainerSection` or its tree)."""
-    from hf_algos.config.trainer import default_checkpoint_dir
+    from hf_algos.config.trainer import checkpoint_dir_of
 
-    checkpoint_dir = trainer.checkpoint_dir or default_checkpoint_dir(
-        trainer.project_name, trainer.experiment_name
+    checkpoint_dir = checkpoint_dir_of(
+        trainer.checkpoint_dir, trainer.project_name, trainer.experiment_name
     )
     found = {CHECKPOINT_KEY: str(checkpoint_dir), "trainer.log_dir": str(trainer.log_dir)}
     if trainer.export_dir is not None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.basecontainer import BaseContainer
+from omegaconf.errors import OmegaConfBaseException
 
 from hf_algos.config.data import check_data_paths
 from hf_algos.data.file_checks import check_file_bytes
@@ -58,7 +59,7 @@ def _paths(tree: DictConfig, key: str) -> list[tuple[Path, bool]]:
         if not plain:
             try:
                 text = node[index]
-            except Exception:  # an interpolation of what is not set yet: checked later
+            except OmegaConfBaseException:  # refers to what is not set yet: checked later
                 continue
         if isinstance(text, str) and not text.startswith("reasoning_gym:"):
             paths.append((Path(text).expanduser(), plain))

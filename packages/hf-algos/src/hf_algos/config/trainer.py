@@ -16,9 +16,10 @@ from hf_algos.config.validation import require_positive
 from hf_controller import ConfigurationError
 
 
-def default_checkpoint_dir(project_name: str, experiment_name: str) -> str:
-    """``trainer.checkpoint_dir``'s default: ``outputs/<project>/<experiment>/checkpoints``."""
-    return f"outputs/{project_name}/{experiment_name}/checkpoints"
+def checkpoint_dir_of(checkpoint_dir: str | None, project_name: str, experiment_name: str) -> str:
+    """``trainer.checkpoint_dir`` as given, else its per-experiment default
+    ``outputs/<project>/<experiment>/checkpoints``."""
+    return checkpoint_dir or f"outputs/{project_name}/{experiment_name}/checkpoints"
 
 
 @dataclass(frozen=True)
@@ -171,9 +172,7 @@ class TrainerSection:
     def resolved_checkpoint_dir(self) -> str:
         """``checkpoint_dir``, or its per-experiment default when unset (the default stays
         ``None`` in the config, since the schema's defaults are built before any override)."""
-        return self.checkpoint_dir or default_checkpoint_dir(
-            self.project_name, self.experiment_name
-        )
+        return checkpoint_dir_of(self.checkpoint_dir, self.project_name, self.experiment_name)
 
     @property
     def workers_per_node(self) -> int:

@@ -177,7 +177,7 @@ class Trainer:
         if not config.val_only:
             check_writable(CHECKPOINT_KEY, self.checkpoints.root)
             self._locks.append(lock_run_directory(self.checkpoints.root, CHECKPOINT_KEY))
-        checkpoint = self._resume_target()
+        checkpoint = self.checkpoints.to_resume(config.resume_mode, config.resume_from)
         if checkpoint is not None:  # eval may score another experiment's checkpoint
             check_resume_identity(
                 checkpoint, self.identity, config.resume_force, not config.val_only
@@ -186,16 +186,6 @@ class Trainer:
             fallback = "refuse" if config.val_only else config.resume_fallback
             checkpoint = self.checkpoints.resumable(checkpoint, fallback)
         self._resume_from = checkpoint
-
-    def _resume_target(self) -> Path | None:
-        """The checkpoint :meth:`resume` loads (``None``: a fresh start)."""
-        config = self.trainer_config
-        if config.resume_mode == "disable":
-            return None
-        if config.resume_mode == "path":
-            assert config.resume_from is not None  # checked by TrainerSection
-            return Path(config.resume_from)
-        return self.checkpoints.latest()
 
     def start_up(self) -> None:
         """The trainer's start-up sequence; the base builds the worker groups of

@@ -21,7 +21,6 @@ from pathlib import Path
 from hf_algos.checkpoint import CheckpointManager
 from hf_algos.config.loading import config_to_dict
 from hf_algos.config.root import RLConfig
-from hf_algos.config.trainer import TrainerSection
 from hf_algos.data.loader import CollatingDataset, all_batches
 from hf_algos.data.rl_dataset import rl_dataset
 from hf_algos.data.tokenizer import load_tokenizer
@@ -64,13 +63,15 @@ def generate_completions(config: RLConfig, prompts_file: str, output: Path, samp
     written = 0
     try:
         roles.init_models()
-        checkpoint = checkpoint_to_load(trainer)
+        # as a resumed run or ``hybridflow eval`` picks it; absolute, as the workers' working
+        # directory differs from the driver's
+        checkpoints = CheckpointManager(Path(trainer.resolved_checkpoint_dir).absolute())
+        checkpoint = checkpoints.to_resume(trainer.resume_mode, trainer.resume_from)
         if checkpoint is not None:  # another model's checkpoint is refused in one line
+            checkpoint = checkpoint.absolute()
             identity = run_identity(config_to_dict(config))
             check_resume_identity(checkpoint, identity, trainer.resume_force, False)
-            state = CheckpointManager(trainer.resolved_checkpoint_dir).load(
-                checkpoint, {"actor": roles.actor}
-            )
+            state = checkpoints.load(checkpoint, {"actor": roles.actor})
             print(f"generating with the actor of {checkpoint} (step {state['global_step']})")
         roles.sync_weights()
         batch_size = config.data.val_batch_size or config.data.train_batch_size
@@ -84,18 +85,6 @@ def generate_completions(config: RLConfig, prompts_file: str, output: Path, samp
     finally:
         roles.shutdown()
     return written
-
-
-def checkpoint_to_load(trainer: TrainerSection) -> Path | None:
-    """The checkpoint whose actor answers, as a resumed run or ``hybridflow eval`` picks it:
-    ``resume_from`` (``resume_mode=path``), else the latest in ``checkpoint_dir``
-    (``auto``), else none (``disable``, or no checkpoint yet)."""
-    if trainer.resume_mode == "path":
-        assert trainer.resume_from is not None  # checked by TrainerSection
-        return Path(trainer.resume_from).absolute()  # the workers' working directory differs
-    if trainer.resume_mode == "auto":
-        return CheckpointManager(Path(trainer.resolved_checkpoint_dir).absolute()).latest()
-    return None
 
 
 def enumerate_batches(
