@@ -16,9 +16,10 @@ Steps, each printed with its duration:
    ``-c tools/constraints.txt``, so pip resolves the declared version ranges for
    real and can never take a same-named project from an index instead;
 4. check that the package imports from that venv, not from ``packages/<p>/src``;
-5. run ``python -m pytest tests`` from ``packages/<p>`` with the venv's Python,
-   under the package's own pytest configuration. "No tests collected" (exit 5)
-   is a failure.
+5. run ``python -m pytest tests -m "not second_lane"`` from ``packages/<p>`` with the
+   venv's Python, under the package's own pytest configuration. "No tests collected"
+   (exit 5) is a failure. Tests marked ``second_lane`` (the slow multi-rank ones) run in
+   ``tools/test_all.sh``'s workspace lane instead, so the two lanes take about as long.
 
 The work directory is removed after a pass unless ``--keep`` is given, and kept
 after a failure so it can be inspected.
@@ -40,6 +41,8 @@ from pathlib import Path
 from workspace import REPO_ROOT, Package, Workspace, WorkspaceError, discover
 
 PYTEST_NO_TESTS = 5  # pytest's exit code when it collected nothing
+SECOND_LANE = "second_lane"
+"""The pytest marker of the tests ``tools/test_all.sh`` runs in its workspace lane."""
 
 
 class StepFailedError(Exception):
@@ -149,7 +152,7 @@ def run_tests(venv_python: Path, package: Package, root: Path) -> None:
         raise StepFailedError(f"{package.name} has no tests directory ({tests})")
     # --durations: the slowest tests in the log, to keep the whole CI under its budget
     command = [str(venv_python), "-m", "pytest", "tests", "-p", "no:cacheprovider"]
-    command += ["--durations=15"]
+    command += ["--durations=15", "-m", f"not {SECOND_LANE}"]
     code = run(command, cwd=package.path, env=child_env())
     if code == PYTEST_NO_TESTS:
         raise StepFailedError(

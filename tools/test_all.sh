@@ -8,7 +8,8 @@
 # After the set-up, the checks run in two lanes at once, each logging to .ci-work/lanes/:
 #   packages: lint, types, docs, versions, then each package's standalone CI;
 #   workspace: the vLLM venv and its tests, the GPU dry run, the cross-package tests, the
-#              fault suite and the short chaos soak.
+#              packages' tests marked second_lane (slow multi-rank ones), the fault suite
+#              and the short chaos soak.
 # One lane alone keeps about one of the two cores busy (its processes mostly wait on one
 # another), so two lanes take about half the time of one after the other. Each lane has its
 # own Ray temp directory, so neither can join the other's local cluster. A lane stops at its
@@ -81,6 +82,17 @@ lane_workspace() {
 
     section "pytest tests (cross-package, recipes and tools)"
     "$PY" -m pytest tests --durations=25
+
+    section "second-lane package tests: the slow multi-rank ones (marked second_lane)"
+    # tools/package_ci.py leaves them out of each package's standalone CI (the other lane);
+    # they run here against the workspace venv. Exit 5: a package has none.
+    local package code
+    for package in "${PACKAGES[@]}"; do
+        code=0
+        (cd "packages/$package" && "../../$PY" -m pytest tests -m second_lane --durations=10) \
+            || code=$?
+        if ((code != 0 && code != 5)); then return "$code"; fi
+    done
 
     section "fault-injection suite (the table of docs/reliability.md)"
     "$PY" tools/reliability/run_faults.py
