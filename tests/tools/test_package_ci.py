@@ -122,3 +122,17 @@ def test_wheels_builds_every_package_into_one_folder(workspace_root: Path, tmp_p
     names = sorted(p.name for p in dist.iterdir())
     assert [n.split("-")[0] for n in names] == ["hf_alpha", "hf_beta"]  # the old one replaced
     assert all(n.endswith(".whl") for n in names)
+
+
+def test_every_real_package_registers_the_second_lane_marker() -> None:
+    """Both lanes select on ``second_lane``; under --strict-markers an unregistered one fails."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    missing = []
+    for pyproject in sorted((root / "packages").glob("*/pyproject.toml")):
+        pytest_config = tomllib.loads(pyproject.read_text())["tool"]["pytest"]["ini_options"]
+        names = [marker.split(":")[0].strip() for marker in pytest_config.get("markers", [])]
+        if package_ci.SECOND_LANE not in names:
+            missing.append(pyproject.parent.name)
+    assert not missing, f"register the {package_ci.SECOND_LANE!r} marker in: {missing}"
