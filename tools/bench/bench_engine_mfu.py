@@ -14,6 +14,10 @@ NLL of the response tokens), AdamW and gradient clipping at 1.0, one micro-batch
 - **engine, fused AdamW / 4 blocks per unit / one unit (``blocks_per_unit=0``) without
   resharding, with and without fused AdamW**: the host-overhead variants
   (``optim.fused``, ``fsdp.blocks_per_unit``, ``fsdp.reshard_after_forward``);
+- **MegatronEngine, TP=1, bf16**: ``MegatronEngine.train_step`` at 1 rank with
+  ``model.dtype=bfloat16`` (megatron-core's local layers, parameters and AdamW state in bf16, as
+  the plain pure-bf16 loop below), so the GPU run times the engine the trainers use for
+  ``backend: megatron`` next to FSDP2 (stage ``megatron_mfu`` of tools/gpu/run_stages.py);
 - **plain autocast**: ``AutoModelForCausalLM`` in fp32 + ``torch.autocast(bfloat16)`` +
   ``torch.optim.AdamW`` (the same fp32-master mixed precision, written by hand);
 - **plain bf16**: the model and AdamW state entirely in bf16 (no fp32 master copy).
@@ -159,6 +163,24 @@ def engine_step(
         },
     )
     engine = FSDPEngine(config)
+    return lambda: engine.train_step(batch, nll_loss)["loss"]
+
+
+def megatron_step(args: argparse.Namespace, batch: DataProto) -> StepFn:
+    """A step function over a fresh MegatronEngine at TP=PP=1, parameters in bf16."""
+    from hf_engines.megatron import MegatronEngine
+
+    config = config_from_dict(
+        EngineConfig,
+        {
+            "backend": "megatron",
+            "model": {"hf_config": qwen_config(args), "seed": 0, "dtype": "bfloat16"},
+            "optim": {"lr": 1e-5, "grad_clip": 1.0},
+            "micro_batch": {"micro_batch_size": args.micro_batch},
+            "megatron": {"device": args.device, "layer_spec": "local"},
+        },
+    )
+    engine = MegatronEngine(config)
     return lambda: engine.train_step(batch, nll_loss)["loss"]
 
 
@@ -329,6 +351,7 @@ def main(argv: list[str]) -> None:
         name: functools.partial(engine_step, args, batch, fsdp, optim)
         for name, (fsdp, optim) in engine_variants.items()
     }
+    contenders["MegatronEngine, TP=1, bf16"] = lambda: megatron_step(args, batch)
     contenders["plain transformers, fp32 + autocast bf16"] = lambda: plain_step(args, batch, False)
     contenders["plain transformers, pure bf16"] = lambda: plain_step(args, batch, True)
     chosen = {

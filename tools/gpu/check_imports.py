@@ -34,6 +34,8 @@ MODULES = (
     "hf_algos.trainers.ppo",
     "hf_rollout.backends.vllm",
     "hf_engines.fsdp",
+    "megatron.core",
+    "hf_engines.megatron",
 )
 
 

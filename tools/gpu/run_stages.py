@@ -57,9 +57,9 @@ def stage_table(
     py = sys.executable
     gpu = device == "cuda"
     pytest = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    mfu = ["--json", str(work / "fsdp_mfu" / "mfu.json")]
+    small: list[str] = []
     if not gpu:
-        mfu += [
+        small = [
             "--device",
             "cpu",
             "--layers",
@@ -87,6 +87,9 @@ def stage_table(
             "--steps",
             "2",
         ]
+    mfu = ["--json", str(work / "fsdp_mfu" / "mfu.json"), *small]
+    megatron_mfu = ["--json", str(work / "megatron_mfu" / "mfu.json"), *small]
+    megatron_mfu += ["--only", "MegatronEngine", "FSDPEngine (bf16", "pure bf16"]
     return {
         "imports": Stage(
             [py, str(ROOT / "tools/gpu/check_imports.py"), device]
@@ -98,6 +101,14 @@ def stage_table(
         ),
         "fsdp_mfu": Stage(
             [py, str(ROOT / "tools/bench/bench_engine_mfu.py"), *mfu], 300, outputs=("mfu.json",)
+        ),
+        "megatron_tests": Stage(
+            [*pytest, "tests/test_megatron_engine_gpu.py"], 240, cwd=ROOT / "packages/hf-engines"
+        ),
+        "megatron_mfu": Stage(
+            [py, str(ROOT / "tools/bench/bench_engine_mfu.py"), *megatron_mfu],
+            300,
+            outputs=("mfu.json",),
         ),
         "vllm_smoke": Stage(
             [py, str(ROOT / "tools/gpu/smoke_vllm.py"), device, str(work / "vllm_smoke")],
