@@ -105,6 +105,9 @@ def main(paths: list[str]) -> None:
     mfu = results.get("fsdp_mfu", {}).get("mfu.json")
     if mfu:
         print("\nFSDP2 step vs plain loops:\n" + "\n".join(mfu_section(mfu)))
+    megatron = results.get("megatron_mfu", {}).get("mfu.json")
+    if megatron:
+        print("\nMegatronEngine (TP=1, bf16) beside FSDP2:\n" + "\n".join(mfu_section(megatron)))
     summary = results.get("grpo_real", {}).get("summary.json")
     if summary:
         print(
