@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.distributed as dist
 from megatron.core import parallel_state
@@ -9,6 +11,22 @@ from megatron.core import parallel_state
 from hf_engines.config import MegatronConfig
 from hf_engines.distributed import resolve_compute_device
 from hf_engines.megatron.cpu_compat import enable_cpu_execution
+
+MEGATRON_NOISE = (
+    "full scope is deprecated",
+    "When using async grad allreduce it is recommended to set the environment variable "
+    "CUDA_DEVICE_MAX_CONNECTIONS",
+    r"`torch.distributed.all_gather_into_tensor` is deprecated",
+)
+"""Warnings megatron-core 0.16 raises on every engine or every step that say nothing about the
+user's run: a default of its own config, a CUDA-only tuning hint, and torch's rename of a
+collective that megatron's tensor-parallel mappings still call."""
+
+
+def silence_megatron_noise() -> None:
+    """Ignore :data:`MEGATRON_NOISE` (each by its message's start) in this process."""
+    for message in MEGATRON_NOISE:
+        warnings.filterwarnings("ignore", message=message)
 
 
 def resolve_device(config: MegatronConfig) -> torch.device:
@@ -29,6 +47,7 @@ def initialize_parallel(config: MegatronConfig) -> torch.device:
             "(a worker group sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT for it)"
         )
     config.data_parallel_size(dist.get_world_size())  # raises naming the fix
+    silence_megatron_noise()
     device = resolve_device(config)
     if device.type == "cpu":
         enable_cpu_execution()
