@@ -84,3 +84,95 @@ def test_grpo_separate_placement_pipeline_parallel(
     history = run_rl(grpo(tiny_model_dir, tmp_path, steps, *megatron("actor", pp=2), *extra))
     assert len(history) == steps
     assert_finite(history, GRPO_METRICS)
+
+
+def test_ppo_megatron_critic_resumes_exactly_and_exports(
+    ray_session: Any, toy_task_scored: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Actor and critic on Megatron TP2: 2 steps with a checkpoint at 1, a run resumed from
+    it repeats step 2, and both roles' checkpoints export to loadable Hugging Face models."""
+    from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
+
+    from hf_algos.export import export_checkpoint
+
+    train, _ = task_files(tmp_path)
+    base = [
+        *common_overrides(tiny_model_dir, tmp_path, train, steps=2),
+        "algorithm.adv_estimator=gae",
+        "trainer.n_workers=2",
+        "actor.engine.micro_batch.micro_batch_size=2",
+        f"critic.engine.model.path={tiny_model_dir}",
+        "critic.ppo_mini_batch_size=4",
+        "critic.engine.micro_batch.micro_batch_size=2",
+        "critic.engine.optim.lr=1e-3",
+        *megatron("actor", tp=2),
+        *megatron("critic", tp=2),
+    ]
+    full = run_rl([*base, "trainer.save_freq=1", f"trainer.checkpoint_dir={tmp_path / 'a'}"])
+    resumed = run_rl(
+        [
+            *base,
+            "trainer.resume_mode=path",
+            f"trainer.resume_from={tmp_path / 'a' / 'global_step_1'}",
+            f"trainer.checkpoint_dir={tmp_path / 'b'}",
+        ]
+    )
+    assert_finite(full, [*GRPO_METRICS, "critic/vf_loss", "critic/values/mean"])
+    assert len(resumed) == 1 and comparable(resumed[0]) == comparable(full[1])
+    step = tmp_path / "a" / "global_step_2"
+    policy = AutoModelForCausalLM.from_pretrained(export_checkpoint(step, tmp_path / "policy"))
+    assert policy.config.num_hidden_layers == 2
+    values = export_checkpoint(step, tmp_path / "values", role="critic")
+    assert AutoModelForTokenClassification.from_pretrained(values).config.num_labels == 1
+
+
+def test_dpo_tensor_parallel(ray_session: Any, tiny_model_dir: Path, tmp_path: Path) -> None:
+    train, val = pair_files(tmp_path)
+    overrides = [
+        *dpo_overrides(tiny_model_dir, tmp_path, train, val),
+        "trainer.total_training_steps=1",
+        "trainer.test_freq=1",
+        "trainer.n_workers=2",
+        f"trainer.checkpoint_dir={tmp_path / 'ckpt'}",
+        *megatron("actor", tp=2),
+    ]
+    torch.set_num_threads(1)
+    with DPOTrainer(load_config(DPOConfig, overrides=overrides)) as trainer:
+        history = trainer.fit()
+    assert_finite(history, ["actor/dpo_loss", "actor/reward_margin", "actor/grad_norm"])
+    # the first step starts at the reference (on the same Megatron layout): loss log(2)
+    assert history[0]["actor/dpo_loss"] == pytest.approx(0.6931, abs=1e-3)
+    assert "val/dpo/reward_accuracy" in history[0]
+
+
+def test_sft_pipeline_parallel(ray_session: Any, tiny_model_dir: Path, tmp_path: Path) -> None:
+    train, _ = pair_files(tmp_path)
+    config = load_config(
+        SFTConfig,
+        overrides=[
+            f"actor.engine.model.path={tiny_model_dir}",
+            f"data.train_files=[{train}]",
+            "data.train_batch_size=4",
+            "actor.ppo_mini_batch_size=4",
+            "actor.engine.micro_batch.micro_batch_size=2",
+            "actor.engine.optim.lr=1e-2",
+            "trainer.total_training_steps=2",
+            "trainer.n_workers=2",
+            "trainer.loggers=[]",
+            "trainer.progress_bar=false",
+            f"trainer.checkpoint_dir={tmp_path / 'sft'}",
+            *megatron("actor", pp=2),
+        ],
+    )
+    torch.set_num_threads(1)
+    with SFTTrainer(config) as trainer:
+        history = trainer.fit()
+    assert_finite(history, ["actor/sft_nll", "actor/grad_norm"])
+    assert history[1]["actor/sft_nll"] < history[0]["actor/sft_nll"]
+
+
+def test_lora_on_megatron_is_refused_naming_fsdp(tiny_model_dir: Path, tmp_path: Path) -> None:
+    overrides = [*grpo(tiny_model_dir, tmp_path, 1, *megatron("actor", tp=2)), "actor.lora.rank=4"]
+    with pytest.raises(ConfigurationError, match=r"lora.rank=4 needs the FSDP2 engine.*"
+                       r"set backend='fsdp'"):  # fmt: skip
+        load_config(RLConfig, overrides=overrides)
