@@ -471,9 +471,9 @@ def _hf_config_dict(model: ModelConfig) -> dict[str, Any] | None:
     once the files exist."""
     if model.hf_config is not None:
         return dict(model.hf_config)
-    if model.path is not None and is_planned(model.path):
-        if not (Path(model.path) / "config.json").is_file():
-            return None
+    planned = model.path is not None and is_planned(model.path)
+    if planned and not (Path(str(model.path)) / "config.json").is_file():
+        return None
     directory = model.local_path()
     assert directory is not None  # guaranteed by ModelConfig
     loaded: dict[str, Any] = json.loads((Path(directory) / "config.json").read_text())

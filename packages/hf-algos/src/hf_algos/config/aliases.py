@@ -119,8 +119,10 @@ def _engine_layout(verl_role: str, role: str) -> tuple[Alias, ...]:
             note=_STRATEGY_NOTE,
             convert=_map(_STRATEGIES, f"{verl_role}.strategy"),
         ),
-        *(_renamed(f"{verl_role}.megatron.{k}", f"{role}.engine.megatron.{k}")
-          for k in _MEGATRON_SIZES),
+        *(
+            _renamed(f"{verl_role}.megatron.{k}", f"{role}.engine.megatron.{k}")
+            for k in _MEGATRON_SIZES
+        ),
     )
 
 
@@ -134,8 +136,10 @@ def _reference_layout() -> tuple[Alias, ...]:
             f"{_REF_NOTE}; {_STRATEGY_NOTE}",
             convert=_map(_STRATEGIES, f"{ref}.strategy"),
         ),
-        *(_shared(f"{ref}.megatron.{k}", f"actor.engine.megatron.{k}", _REF_NOTE)
-          for k in _MEGATRON_SIZES),
+        *(
+            _shared(f"{ref}.megatron.{k}", f"actor.engine.megatron.{k}", _REF_NOTE)
+            for k in _MEGATRON_SIZES
+        ),
     )
 
 
