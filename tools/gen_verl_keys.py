@@ -25,6 +25,7 @@ _WHAT = {
     "renamed": "same meaning",
     "same": "same key",
     "derived": "computed",
+    "shared": "must equal ours",
     "ignored": "ignored (warning)",
     "refused": "**refused**",
     "unsupported": "not supported",

@@ -264,6 +264,28 @@ def test_every_packaged_config_resolves_and_validates(
     assert not list(tmp_path.iterdir()), "--cfg wrote files"
 
 
+def test_cfg_checks_a_megatron_layout_on_a_planned_example_model(tmp_path: Path) -> None:
+    """``--cfg`` with ``backend=megatron`` passes on the quickstart, whose warm model is made
+    only by a run (the layout is checked when the config is built again once the model is
+    made, as FSDP's directory check is), and writes nothing; a layout an existing model
+    cannot take is refused."""
+    megatron = [
+        "actor.engine.backend=megatron",
+        "actor.engine.megatron.tensor_model_parallel_size=2",
+        "trainer.n_workers=2",
+    ]
+    shown = hybridflow("grpo", "--config-name", "quickstart", *megatron, "--cfg", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert "backend: megatron" in shown.stdout
+    assert not list(tmp_path.iterdir()), "--cfg wrote files"
+    build_model_dir(tmp_path / "model", TINY, seed=0)
+    odd = ["actor.engine.model.path=model", "actor.engine.megatron.tensor_model_parallel_size=3"]
+    refused = hybridflow("grpo", "--config-name", "quickstart", *megatron[::2], *odd, "--cfg",
+                         cwd=tmp_path)  # fmt: skip
+    assert refused.returncode == 2
+    assert "tensor_model_parallel_size=3 does not divide" in refused.stderr
+
+
 def test_eval_scores_a_model_and_keeps_every_generation(tmp_path: Path) -> None:
     run = hybridflow(
         "eval",

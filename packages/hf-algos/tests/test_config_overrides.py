@@ -365,3 +365,66 @@ def test_a_multi_stage_file_takes_hydra_overrides(
 
     assert not GlobalHydra.instance().is_initialized()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["stages.yaml"]
+
+
+def test_verl_megatron_layout_keys_reach_every_engine() -> None:
+    """verl's ``strategy`` and ``megatron.*`` sizes set the actor's and the critic's engines;
+    the reference's must match the actor's (it runs in the actor's engine layout)."""
+    ara, ref = "actor_rollout_ref.actor", "actor_rollout_ref.ref"
+    critic = [
+        "algorithm.adv_estimator=gae",
+        "+critic.engine.model.hf_config.model_type=llama",
+        "critic.ppo_mini_batch_size=8",
+    ]
+    layout = [
+        f"{ara}.strategy=megatron",
+        f"{ara}.megatron.tensor_model_parallel_size=2",
+        f"{ara}.megatron.pipeline_model_parallel_size=1",
+        f"{ref}.strategy=megatron",
+        f"{ref}.megatron.tensor_model_parallel_size=2",
+        "critic.strategy=megatron",
+        "critic.megatron.tensor_model_parallel_size=2",
+    ]
+    config = load(*critic, *layout, "trainer.n_workers=4")
+    actor = config.actor.engine
+    assert (actor.backend, actor.megatron.tensor_model_parallel_size) == ("megatron", 2)
+    assert actor.megatron.pipeline_model_parallel_size == 1
+    assert config.critic is not None
+    value = config.critic.engine
+    assert (value.backend, value.megatron.tensor_model_parallel_size) == ("megatron", 2)
+    assert load(f"{ara}.strategy=fsdp2", f"{ref}.strategy=fsdp").actor.engine.backend == "fsdp"
+    differs = (
+        r"ref.megatron.tensor_model_parallel_size=2 .*differs from actor.engine.megatron."
+        r"tensor_model_parallel_size=1.*set actor_rollout_ref.actor.megatron.tensor_model_"
+        r"parallel_size=2"
+    )
+    with pytest.raises(ConfigurationError, match=differs):
+        load(f"{ara}.strategy=megatron", f"{ref}.megatron.tensor_model_parallel_size=2")
+    with pytest.raises(ConfigurationError, match=r"ref.strategy='megatron' .* actor's engine"):
+        load(f"{ref}.strategy=megatron")
+    with pytest.raises(ConfigurationError, match=r"strategy='deepspeed' has no equivalent"):
+        load(f"{ara}.strategy=deepspeed")
+
+
+def test_megatron_layouts_that_cannot_work_are_refused() -> None:
+    """Sizes that do not divide the workers, a critic laid out unlike the actor (they share
+    processes), and LoRA (FSDP only) are refused naming the fix."""
+    actor = ["actor.engine.backend=megatron", "trainer.n_workers=2"]
+    with pytest.raises(ConfigurationError, match=r"= 4 does not divide trainer.n_workers=2"):
+        load(*actor, "actor.engine.megatron.tensor_model_parallel_size=2",
+             "actor.engine.megatron.pipeline_model_parallel_size=2")  # fmt: skip
+    critic = [
+        "algorithm.adv_estimator=gae",
+        "+critic.engine.model.hf_config.model_type=llama",
+        "critic.ppo_mini_batch_size=8",
+        "critic.engine.backend=megatron",
+        "actor.engine.megatron.tensor_model_parallel_size=2",
+    ]
+    with pytest.raises(ConfigurationError, match=r"\(1, 1\) differ from actor.*\(2, 1\).*"
+                       r"critic.engine.backend=fsdp"):  # fmt: skip
+        load(*actor, *critic)
+    same = load(*actor, *critic, "critic.engine.megatron.tensor_model_parallel_size=2")
+    assert same.critic is not None and same.critic.engine.megatron.tensor_model_parallel_size == 2
+    with pytest.raises(ConfigurationError, match=r"lora.rank=4 needs the FSDP2 engine.*"
+                       r"set backend='fsdp'"):  # fmt: skip
+        load(*actor, "actor.lora.rank=4")

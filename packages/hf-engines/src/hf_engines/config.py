@@ -464,10 +464,16 @@ class MegatronConfig:
                 )
 
 
-def _hf_config_dict(model: ModelConfig) -> dict[str, Any]:
-    """The model's Hugging Face config as a plain dict (``config.json`` or ``hf_config``)."""
+def _hf_config_dict(model: ModelConfig) -> dict[str, Any] | None:
+    """The model's Hugging Face config as a plain dict (``config.json`` or ``hf_config``);
+    ``None`` for a planned model path (:func:`dry_checks`) whose files are not made yet: like
+    :class:`ModelConfig`'s own checks, the layout is checked when the config is built again
+    once the files exist."""
     if model.hf_config is not None:
         return dict(model.hf_config)
+    planned = model.path is not None and is_planned(model.path)
+    if planned and not (Path(str(model.path)) / "config.json").is_file():
+        return None
     directory = model.local_path()
     assert directory is not None  # guaranteed by ModelConfig
     loaded: dict[str, Any] = json.loads((Path(directory) / "config.json").read_text())
@@ -498,7 +504,9 @@ class EngineConfig:
     def __post_init__(self) -> None:
         _check_choice("backend", self.backend, ("fsdp", "megatron"))
         if self.backend == "megatron":
-            self.megatron.validate_model(_hf_config_dict(self.model))
+            hf_config = _hf_config_dict(self.model)
+            if hf_config is not None:  # None: a planned model, checked when it exists
+                self.megatron.validate_model(hf_config)
             _check_megatron_optimizer(self.optim, self.megatron)
 
 

@@ -7,6 +7,9 @@ Each :class:`Alias` says what a verl key path becomes here:
 * ``same``: verl's path is ours already (listed so ``docs/from-verl.md`` shows it);
 * ``derived``: computed from several keys (``trainer.n_gpus_per_node`` x ``trainer.nnodes``
   workers, on GPUs);
+* ``shared``: a setting verl gives each role but one of ours covers for several (the
+  reference runs in the actor's engine layout): the value must equal ours, else an error
+  names the key to set;
 * ``ignored``: a performance knob that has no effect here (a warning says so);
 * ``refused``: the key exists in both but means something else; the error explains the
   difference and the value to use;
@@ -27,7 +30,7 @@ from typing import Any, Literal
 
 from hf_controller import ConfigurationError
 
-AliasKind = Literal["renamed", "same", "derived", "ignored", "refused", "unsupported"]
+AliasKind = Literal["renamed", "same", "derived", "shared", "ignored", "refused", "unsupported"]
 
 VERL_ROOTS = ("actor_rollout_ref", "async_training", "custom_reward_function", "reward_model")
 """Top-level sections only verl has: every key under them must be in the table."""
@@ -93,6 +96,51 @@ def _ignored(verl: str, note: str) -> Alias:
 
 def _unsupported(verl: str, note: str, accepted: tuple[Any, ...] = ()) -> Alias:
     return Alias(verl, "unsupported", (), note, accepted=accepted)
+
+
+def _shared(verl: str, ours: str, note: str, **kw: Any) -> Alias:
+    return Alias(verl, "shared", (ours,), note, **kw)
+
+
+_STRATEGIES = {"fsdp": "fsdp", "fsdp2": "fsdp", "megatron": "megatron"}
+"""verl's ``strategy`` -> our ``engine.backend``."""
+_STRATEGY_NOTE = "fsdp / fsdp2 -> fsdp (FSDP2), megatron -> megatron"
+_MEGATRON_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size")
+"""verl's ``megatron.*`` layout keys we map (expert parallelism: not here)."""
+_REF_NOTE = "the reference runs in the actor's engine layout: must equal the actor's value"
+
+
+def _engine_layout(verl_role: str, role: str) -> tuple[Alias, ...]:
+    """verl's ``strategy`` and ``megatron.*`` sizes of one trained role -> its engine."""
+    return (
+        _renamed(
+            f"{verl_role}.strategy",
+            f"{role}.engine.backend",
+            note=_STRATEGY_NOTE,
+            convert=_map(_STRATEGIES, f"{verl_role}.strategy"),
+        ),
+        *(
+            _renamed(f"{verl_role}.megatron.{k}", f"{role}.engine.megatron.{k}")
+            for k in _MEGATRON_SIZES
+        ),
+    )
+
+
+def _reference_layout() -> tuple[Alias, ...]:
+    """verl's reference ``strategy`` / ``megatron.*``: the actor's, or an error."""
+    ref = "actor_rollout_ref.ref"
+    return (
+        _shared(
+            f"{ref}.strategy",
+            "actor.engine.backend",
+            f"{_REF_NOTE}; {_STRATEGY_NOTE}",
+            convert=_map(_STRATEGIES, f"{ref}.strategy"),
+        ),
+        *(
+            _shared(f"{ref}.megatron.{k}", f"actor.engine.megatron.{k}", _REF_NOTE)
+            for k in _MEGATRON_SIZES
+        ),
+    )
 
 
 _OPTIMIZERS = {"AdamW": "adamw", "Muon": "muon"}
@@ -192,9 +240,11 @@ VERL_ALIASES: tuple[Alias, ...] = (
     _ignored(f"{_ARA}.use_dynamic_bsz", "set actor.engine.micro_batch.max_tokens to pack"),
     _ignored(f"{_ARA}.fsdp_config.param_offload", "see actor.engine.offload"),
     _ignored(f"{_ARA}.fsdp_config.optimizer_offload", "see actor.engine.offload"),
+    *_engine_layout(_ARA, "actor"),
     # reference
     _ignored("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", "uses the actor's"),
     _ignored("actor_rollout_ref.ref.fsdp_config.param_offload", "the reference shares the actor's"),
+    *_reference_layout(),
     # rollout
     _renamed(
         f"{_ROLL}.name",
@@ -251,6 +301,7 @@ VERL_ALIASES: tuple[Alias, ...] = (
     _renamed("critic.model.path", "critic.engine.model.path"),
     _renamed("critic.ppo_micro_batch_size_per_gpu", "critic.engine.micro_batch.micro_batch_size"),
     *(_same(f"critic.{k}") for k in ("ppo_epochs", "cliprange_value")),
+    *_engine_layout("critic", "critic"),
     # reward
     _renamed("custom_reward_function.path", "reward.function_path"),
     _renamed("custom_reward_function.name", "reward.function_name"),
@@ -411,6 +462,8 @@ class AliasTracker:
     """verl's ``trainer.n_gpus_per_node`` when given."""
     mini_batch_prompts: tuple[int, str] | None = None
     """verl's ``actor_rollout_ref.actor.ppo_mini_batch_size`` (prompts) and its source."""
+    shared: list[tuple[str, Any, str, str]] = field(default_factory=list)
+    """``shared`` keys given: (verl key, value, our key it must equal, source)."""
 
     def record(self, given: str, ours: str, value: Any, source: str) -> None:
         """Note that ``given`` set ``ours``; the same key given twice differently is an error."""
@@ -425,7 +478,25 @@ class AliasTracker:
     def derived(self, tree: Any) -> dict[str, Any]:
         """Values computed from several keys once all sources are merged (see
         :meth:`workers` and :meth:`mini_batch_rows`)."""
+        self.check_shared(tree)
         return {**self.workers(tree), **self.mini_batch_rows(tree)}
+
+    def check_shared(self, tree: Any) -> None:
+        """Every ``shared`` key given equals the value of ours it stands for, or raise."""
+        from omegaconf import OmegaConf
+
+        for given, value, ours, source in self.shared:
+            actual = OmegaConf.select(tree, ours, throw_on_resolution_failure=False)
+            if actual is not None and actual != value:
+                verl_ours = next(
+                    (a.verl for a in VERL_ALIASES if a.kind == "renamed" and a.ours == (ours,)),
+                    ours,
+                )
+                raise ConfigurationError(
+                    f"{given}={value!r} (from {source}) differs from {ours}={actual!r}: "
+                    f"HybridFlow's reference runs in the actor's engine layout; set "
+                    f"{verl_ours}={value!r} (or {ours}) for both, or drop {given}"
+                )
 
     def mini_batch_rows(self, tree: Any) -> dict[str, Any]:
         """verl's actor mini-batch, counted in prompts, as our rows: x ``rollout.n``."""
@@ -486,6 +557,10 @@ def _apply(
         )
     if alias.kind == "ignored":
         warnings.warn(f"verl key {key} has no effect here: {alias.note}", stacklevel=3)
+        return []
+    if alias.kind == "shared":
+        converted = alias.convert(value) if alias.convert is not None else value
+        tracker.shared.append((key, converted, alias.ours[0], source))
         return []
     if alias.kind == "derived":
         if alias.verl == "trainer.n_gpus_per_node":

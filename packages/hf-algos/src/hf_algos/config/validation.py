@@ -54,6 +54,43 @@ def check_mini_batches(role: str, rows: int, world_size: int, rows_name: str) ->
         )
 
 
+def check_megatron_layouts(
+    actor: ActorSection, critic: CriticSection | None, trainer: TrainerSection
+) -> None:
+    """Megatron layouts the run's workers can take: each engine's tensor x pipeline size
+    divides ``trainer.n_workers`` (the training pool: actor, reference, critic), and a
+    Megatron critic uses the actor's sizes, since they share worker processes and
+    megatron-core keeps one parallel state per process. (The reference always runs in the
+    actor's layout; LoRA on Megatron is refused by :func:`hf_engines.config.check_lora_backend`.)
+    """
+    engines = {"actor.engine": actor.engine}
+    if critic is not None:
+        engines["critic.engine"] = critic.engine
+    layouts: dict[str, tuple[int, int]] = {}
+    for key, engine in engines.items():
+        if engine.backend != "megatron":
+            continue
+        tp = engine.megatron.tensor_model_parallel_size
+        pp = engine.megatron.pipeline_model_parallel_size
+        if trainer.n_workers % (tp * pp):
+            raise ConfigurationError(
+                f"{key}.megatron.tensor_model_parallel_size={tp} x pipeline_model_parallel_"
+                f"size={pp} = {tp * pp} does not divide trainer.n_workers={trainer.n_workers} "
+                f"(each data-parallel replica takes {tp * pp} workers); use a multiple of "
+                f"{tp * pp} workers or smaller sizes"
+            )
+        layouts[key] = (tp, pp)
+    if len(set(layouts.values())) > 1:
+        (tp, pp), (critic_tp, critic_pp) = layouts["actor.engine"], layouts["critic.engine"]
+        raise ConfigurationError(
+            f"critic.engine.megatron (tensor, pipeline) sizes ({critic_tp}, {critic_pp}) differ "
+            f"from actor.engine.megatron's ({tp}, {pp}): the critic shares the actor's worker "
+            "processes and megatron-core keeps one parallel layout per process; give the "
+            f"critic tensor_model_parallel_size={tp} and pipeline_model_parallel_size={pp}, "
+            "or critic.engine.backend=fsdp"
+        )
+
+
 def check_estimator(
     algorithm: AlgorithmSection, critic: CriticSection | None, rollout: RolloutSection
 ) -> AdvantageEstimator:
@@ -113,6 +150,7 @@ def validate_rl_config(
     rows = data.train_batch_size * rollout.n
     rows_name = f"data.train_batch_size x rollout.n = {data.train_batch_size} x {rollout.n}"
     check_mini_batches("actor", rows, trainer.n_workers, rows_name)
+    check_megatron_layouts(actor, critic, trainer)
     check_estimator(algorithm, critic, rollout)
     if (actor.use_kl_loss or algorithm.use_kl_in_reward) and not reference:
         raise ConfigurationError(
@@ -286,6 +324,7 @@ def validate_dpo_config(
         check_mini_batches(
             "dpo", pairs, trainer.n_workers, f"data.train_batch_size = {pairs} pairs"
         )
+    check_megatron_layouts(actor, None, trainer)
     check_tokenizer_source(data, actor)
     _check_loop(trainer, bool(data.val_files))
 
@@ -296,5 +335,6 @@ def validate_sft_config(
     """Checks across the sections of an :class:`~hf_algos.config.SFTConfig`."""
     require_positive("max_response_length", max_response_length)
     check_mini_batches("actor", data.train_batch_size, trainer.n_workers, "data.train_batch_size")
+    check_megatron_layouts(actor, None, trainer)
     check_tokenizer_source(data, actor)
     _check_loggers(trainer)

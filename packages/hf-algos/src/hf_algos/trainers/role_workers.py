@@ -133,12 +133,18 @@ def actor_class_with_loss(
 
 
 def reference_class(actor: ActorSection, trainer: TrainerSection) -> RayClassWithInitArgs | None:
-    """A frozen copy of the actor's initial model; ``None`` with LoRA, whose actor is its
-    own reference (the base model with the adapters off)."""
+    """A frozen copy of the actor's initial model in the actor's engine layout (backend,
+    FSDP or Megatron sizes: it shares the actor's processes, and Megatron's parallel state
+    is one per process); ``None`` with LoRA, whose actor is its own reference (the base
+    model with the adapters off)."""
     if actor.lora.enabled:
         return None
     engine = EngineConfig(
-        model=actor.engine.model, fsdp=actor.engine.fsdp, micro_batch=actor.engine.micro_batch
+        model=actor.engine.model,
+        fsdp=actor.engine.fsdp,
+        micro_batch=actor.engine.micro_batch,
+        backend=actor.engine.backend,
+        megatron=actor.engine.megatron,
     )
     return RayClassWithInitArgs(ReferenceWorker, engine_on_device(engine, trainer, "actor.engine"))
 
