@@ -5,8 +5,8 @@ shards one layer at a time (``iter_full_params``): in the ``hybrid`` placement i
 rollout engine in the same processes, in the ``separate`` placement over the weight channel.
 Then the rollout's greedy answers equal those of the actor's exported model (transformers,
 one process), and the log-probs the rollout reports for them equal the actor's own
-(``compute_log_prob``) within fp32 tolerance, while the log-probs of the weights before the
-push do not.
+(``compute_log_prob``) within fp32 tolerance, while those of the rollout reset to the
+initial weights before the push do not.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from transformers import AutoModelForCausalLM
 from hf_algos.config import RLConfig, load_config
 from hf_algos.trainers import PPOTrainer
 from hf_algos.trainers.sampling import sampling_config
-from hf_algos.trainers.worker_io import for_worker, generate
+from hf_algos.trainers.worker_io import for_worker, generate, generation_phase
 from hf_protocol import DataProto, fields
 
 from .trainer_helpers import common_overrides, task_files
@@ -64,15 +64,18 @@ def hf_greedy(model_dir: Path, batch: DataProto, new_tokens: int, eos: int) -> t
     return torch.nn.utils.rnn.pad_sequence(answers, batch_first=True, padding_value=-1)
 
 
-def rollout_vs_actor(trainer: PPOTrainer, export_dir: Path) -> dict[str, Any]:
-    """Greedy answers and log-probs before and after a push, the actor's log-probs and the
-    exported model's greedy answers."""
+def rollout_vs_actor(trainer: PPOTrainer, initial: Path, export_dir: Path) -> dict[str, Any]:
+    """Greedy answers and log-probs of the rollout holding the ``initial`` model, then after
+    a push; the actor's log-probs and the exported model's greedy answers."""
     config = trainer.config
     sampling = sampling_config(config.rollout, trainer.tokenizer, greedy=True)
     prompts = trainer.loader.next_batch()
-    before = generate(trainer.roles.rollout, prompts, sampling, {})
-    trainer.roles.sync_weights()
-    after = generate(trainer.roles.rollout, prompts, sampling, {})
+    state = AutoModelForCausalLM.from_pretrained(initial, dtype=torch.float32).state_dict()
+    trainer.roles.rollout.update_weights(state)  # back to the weights before training
+    with generation_phase(trainer.roles, False, {}):  # hybrid: wakes the rollout up
+        before = generate(trainer.roles.rollout, prompts, sampling, {})
+        trainer.roles.sync_weights()
+        after = generate(trainer.roles.rollout, prompts, sampling, {})
     request = for_worker(after)
     request.meta_info[fields.TEMPERATURE] = sampling.effective_temperature
     actor = trainer.roles.actor.compute_log_prob(request)
@@ -109,10 +112,13 @@ def test_push_from_megatron_shards_gives_the_rollout_the_actor(
     torch.set_num_threads(1)
     with PPOTrainer(load_config(RLConfig, overrides=overrides)) as trainer:
         trainer.fit()
-        got = rollout_vs_actor(trainer, tmp_path / "export")
+        got = rollout_vs_actor(trainer, tiny_model_dir, tmp_path / "export")
 
+    gap = float((got["rollout"] - got["actor"]).abs().max())
+    print(f"{layout}: largest |rollout - actor| log-prob gap {gap:.2e}")
     torch.testing.assert_close(got["rollout"], got["actor"], atol=ATOL, rtol=0)
-    assert (got["before"] - got["actor"]).abs().max() > 100 * ATOL  # the push changed them
+    # the step moved the weights, and the push brought the move to the rollout
+    assert (got["before"] - got["actor"]).abs().max() > 100 * ATOL
     width = got["hf"].shape[1]
     answers = got["responses"][:, :width]
     assert torch.equal(answers, got["hf"][:, : answers.shape[1]]), (answers, got["hf"])
