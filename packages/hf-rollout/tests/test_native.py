@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from hf_protocol import DataProto
+from hf_protocol import DataProto, fields
 from hf_rollout import RolloutConfig, SamplingConfig
 from hf_rollout.backends.native import NativeRollout
 from hf_rollout.testing import make_prompts, random_prompt_ids
@@ -184,15 +184,42 @@ def test_samples_share_one_prefill_with_the_same_result(
     tiny_models: dict[str, Path], lean: bool
 ) -> None:
     """n samples per prompt prefill each prompt once and copy its cache row: the same
-    tokens as sampling once from each prompt repeated n times (same seed, same stream)."""
+    tokens as sampling once from each prompt repeated n times (the engine's generator
+    restarted from one seed: the same stream)."""
     ids = random_prompt_ids(4, seed=5)
     engine = engine_for(tiny_models["qwen2"], engine_kwargs={"lean_forward": lean})
-    shared = engine.generate(make_prompts(ids, PAD), SamplingConfig(n=3, max_new_tokens=6, seed=11))
+    engine.reseed(11)
+    shared = engine.generate(make_prompts(ids, PAD), SamplingConfig(n=3, max_new_tokens=6))
+    engine.reseed(11)
     repeated = engine.generate(
         make_prompts([p for p in ids for _ in range(3)], PAD),
-        SamplingConfig(n=1, max_new_tokens=6, seed=11),
+        SamplingConfig(n=1, max_new_tokens=6),
     )
     assert torch.equal(shared.batch["responses"], repeated.batch["responses"])
     torch.testing.assert_close(
         shared.batch["rollout_log_probs"], repeated.batch["rollout_log_probs"]
     )
+
+
+def test_seeded_rows_sample_the_same_however_the_request_is_split(
+    tiny_models: dict[str, Path],
+) -> None:
+    """With a request seed each prompt row draws from its own stream, keyed by its
+    ``prompt_index``: two halves sent apart (as two rollout workers get them) sample exactly
+    what the whole request samples."""
+    ids = random_prompt_ids(6, seed=3)
+    engine = engine_for(tiny_models["qwen2"])
+    sampling = SamplingConfig(n=2, max_new_tokens=6, seed=21, temperature=1.5)
+
+    def request(rows: range) -> DataProto:
+        prompts = make_prompts([ids[i] for i in rows], PAD)
+        assert prompts.batch is not None
+        prompts.batch[fields.PROMPT_INDEX] = torch.tensor(list(rows))
+        return prompts
+
+    whole = engine.generate(request(range(6)), sampling)
+    halves = [engine.generate(request(rows), sampling) for rows in (range(4), range(4, 6))]
+    joined = torch.cat([half.batch["responses"] for half in halves])
+    assert torch.equal(whole.batch["responses"], joined)
+    unindexed = engine.generate(make_prompts(ids[4:], PAD), sampling)  # rows counted from 0
+    assert not torch.equal(unindexed.batch["responses"], halves[1].batch["responses"])

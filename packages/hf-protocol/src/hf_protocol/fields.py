@@ -108,6 +108,13 @@ masked importance ratio of ``old_log_probs`` over ``rollout_log_probs``), 0 on p
 by the trainer when ``algorithm.rollout_correction.mode`` is not ``off``; read by the actor's
 policy loss, which multiplies each token's loss by it."""
 
+PROMPT_INDEX: Final = "prompt_index"
+"""``(B,)`` int64: the position of each prompt row in the whole generation request, before
+it is split over rollout workers. The rollout derives each row's random stream from the
+sampling seed and this index, so the samples do not depend on how many workers share the
+rows. Written by the trainer's generation request; read by the rollout worker and engines
+(without it, each worker offsets the seed by its rank and counts rows from 0)."""
+
 # --- Non-tensors (numpy object columns, one entry per row) --------------------------------
 
 RAW_PROMPT: Final = "raw_prompt"

@@ -5,8 +5,11 @@ Shapes: ``B`` rows, ``V`` vocabulary.
 
 from __future__ import annotations
 
+import hashlib
+
 import torch
 
+from hf_protocol import DataProto, fields
 from hf_rollout.config import SamplingConfig
 
 
@@ -73,3 +76,45 @@ def sample_next_tokens(
         probs = torch.softmax(filtered, dim=-1)
         tokens = draw_from_probs(probs, uniform)
     return tokens, log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def row_seed(seed: int, index: int) -> int:
+    """The seed of the prompt row at ``index`` of a request sampled with ``seed``: a hash of
+    both (below ``2**31``, which every backend accepts), so rows get unrelated streams."""
+    digest = hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % (1 << 31)
+
+
+def prompt_seeds(prompts: DataProto, seed: int, rows: int) -> list[int]:
+    """One seed per prompt row of ``prompts`` (``rows`` of them): :func:`row_seed` of its
+    :data:`~hf_protocol.fields.PROMPT_INDEX` when the request carries one, else of its
+    position in ``prompts``. With the index the samples do not depend on how the request
+    was split over rollout workers."""
+    index = None
+    if prompts.batch is not None and fields.PROMPT_INDEX in prompts.batch:
+        index = prompts.batch[fields.PROMPT_INDEX].tolist()
+        if len(index) != rows:
+            raise ValueError(
+                f"{fields.PROMPT_INDEX} has {len(index)} entries for {rows} prompt rows; "
+                "send one index per prompt row"
+            )
+    return [row_seed(seed, i if index is None else int(index[i])) for i in range(rows)]
+
+
+class RowStreams:
+    """Uniform draws for ``B * n`` sampled rows, one generator per prompt row.
+
+    Row ``b * n + j`` (sample ``j`` of prompt ``b``, consecutive as the rollout repeats
+    them) takes the ``j``-th of the ``n`` numbers that prompt ``b``'s generator gives at
+    each step. Every row draws at every step, so dropping finished rows keeps the streams.
+    """
+
+    def __init__(self, seeds: list[int], n: int, device: torch.device) -> None:
+        self.generators = [torch.Generator(device=device).manual_seed(s) for s in seeds]
+        self.n = n
+        self.device = device
+
+    def uniform(self) -> torch.Tensor:
+        """The next step's ``(B * n,)`` uniform numbers in ``[0, 1)``."""
+        draws = [torch.rand(self.n, generator=g, device=self.device) for g in self.generators]
+        return torch.cat(draws)

@@ -32,7 +32,8 @@ class RolloutWorker(Worker):
     Responses are right-padded to ``max_new_tokens`` so the shards of all ranks have one
     width; raw token-list prompts are left-padded to ``meta_info["max_prompt_length"]``
     when given (set it when several ranks get raw prompts, for the same reason). Per-call
-    seeds and the engine's generator are offset by the rank, so ranks draw differently.
+    seeds (of requests without a ``prompt_index`` column) and the engine's generator are
+    offset by the rank, so ranks draw differently.
 
     In the ``separate`` placement the weights arrive over a :class:`~hf_rollout.WeightChannel`
     (:meth:`join_weight_channel` once, then :meth:`receive_weights` per sync, issued
@@ -66,9 +67,13 @@ class RolloutWorker(Worker):
             reseed(self.config.seed + self.rank)
 
     def _sampling_for(self, prompts: DataProto) -> SamplingConfig:
-        """This rank's sampling: the request's, with its seed offset by the rank."""
+        """This rank's sampling: the request's. A request without a
+        :data:`~hf_protocol.fields.PROMPT_INDEX` column gets its seed offset by the rank (its
+        rows are numbered from 0 on every rank); with it, the engine seeds each row from its
+        index, and the samples do not depend on the number of workers."""
         sampling = request_sampling(prompts)
-        if sampling.seed is not None:
+        indexed = prompts.batch is not None and fields.PROMPT_INDEX in prompts.batch
+        if sampling.seed is not None and not indexed:
             sampling = dataclasses.replace(sampling, seed=sampling.seed + self.rank)
         return sampling
 

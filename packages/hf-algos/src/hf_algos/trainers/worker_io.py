@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+import torch
 from tensordict import TensorDict
 
 from hf_algos.tracking import merge_worker_metrics, timed
@@ -72,6 +73,9 @@ def generate(
     object itself travels to the workers in ``meta_info["sampling"]``); the non-tensor
     columns ride along."""
     request = prompts.select(batch_keys=list(PROMPT_FIELDS))
+    # each row's random stream follows its index here, not its worker: same samples on any
+    # number of rollout workers
+    tensors(request)[fields.PROMPT_INDEX] = torch.arange(len(prompts))
     request.non_tensor_batch = dict(prompts.non_tensor_batch)
     request.meta_info = {fields.SAMPLING: sampling}
     output = rollout.generate_sequences(request)

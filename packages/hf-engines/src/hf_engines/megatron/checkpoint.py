@@ -115,12 +115,16 @@ def iter_hf_params(
     num_query_groups: int,
     head_dim: int,
     value_head: bool,
+    tied_head: bool,
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Turn full megatron tensors (global names, model order) into HF ``(name, tensor)``.
 
     Buffers one decoder layer at a time (q/k/v come from one fused tensor) and yields in
-    the order of ``hf_names`` (the HF model's ``state_dict()`` order). A tied ``lm_head``
-    is yielded last with the embedding tensor, as transformers lists it.
+    the order of ``hf_names`` (the HF model's ``state_dict()`` order). With ``tied_head``
+    (no output layer: ``lm_head`` is the embedding) the embedding tensor is kept until it
+    is yielded again, last, as ``lm_head.weight``, as transformers lists it; otherwise it
+    is dropped as soon as the consumer is done with it, so at most one decoder layer (or
+    one outer tensor) of gathered weights is alive at a time.
     """
     head = "score.weight" if value_head else "lm_head.weight"
     order = {name: index for index, name in enumerate(hf_names)}
@@ -147,13 +151,15 @@ def iter_hf_params(
             buffer[match.group(2)] = tensor
             continue
         hf_name = head if name == "output_layer.weight" else _OUTER[name]
-        if hf_name == "model.embed_tokens.weight":
+        if tied_head and hf_name == "model.embed_tokens.weight":
             embedding = tensor
         yielded.add(hf_name)
         yield hf_name, tensor
+        del tensor  # the consumer may drop it: this frame must not keep it alive
     if buffer:
         yield from flush()
-    if head in order and head not in yielded:
+        buffer = {}
+    if tied_head and head in order and head not in yielded:
         assert embedding is not None
         yielded.add(head)
         yield head, embedding

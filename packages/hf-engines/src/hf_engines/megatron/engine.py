@@ -242,14 +242,19 @@ class MegatronEngine:
         """Yield ``(name, full tensor)`` one at a time, names as in the HF ``state_dict()``.
 
         Collective over the model-parallel group: every rank must consume the whole
-        iterator. One decoder layer is gathered at a time.
+        iterator. Tensors are gathered (over tensor-parallel ranks, then broadcast along the
+        pipeline) one at a time and converted one decoder layer at a time, so a rank holds
+        at most about one layer of full tensors beyond its own shards (plus the embedding
+        when ``lm_head`` is tied to it), never the whole model.
         """
+        tied_head = "output_layer.weight" not in self._shapes and not self._value
         return checkpoint.iter_hf_params(
             iter_full_tensors(self.model, self._shapes, self._layers),
             self._hf_names,
             self._groups,
             head_dim(self.hf_config),
             self._value,
+            tied_head,
         )
 
     def export_hf(

@@ -28,7 +28,7 @@ The kept cache is dropped by ``update_weights``, ``sleep`` and ``shutdown``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -56,7 +56,7 @@ from hf_rollout.base import (
     stop_ids_for,
 )
 from hf_rollout.config import RolloutConfig, SamplingConfig
-from hf_rollout.sampling import sample_next_tokens
+from hf_rollout.sampling import RowStreams, prompt_seeds, sample_next_tokens
 
 _KWARGS = {"attn_implementation", "compact_fraction", "lean_forward"}
 _LOG = logging.getLogger(__name__)
@@ -205,22 +205,33 @@ class NativeRollout:
                 sampling.effective_temperature, self.pad_token_id,
             )  # fmt: skip
         budget = min(sampling.max_new_tokens, self.config.max_model_len - longest)
-        generator = self.generator
-        if sampling.seed is not None:
-            generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
+        uniforms = self._uniforms(prompts, sampling, input_ids.shape[0], rows)
         if self.prefix_cache is None or not counts_from_zero(attention_mask, prompt_tensors[2]):
             ids, mask, pos = self._dense_prefill(prompt_tensors)
             tokens, mask, log_probs, _ = self._decode(
-                ids, mask, pos, sampling, budget, generator, repeat=sampling.n
+                ids, mask, pos, sampling, budget, uniforms, repeat=sampling.n
             )
         else:
             tokens, mask, log_probs = self._decode_reusing(
-                prompt_tensors, sampling, budget, generator
+                prompt_tensors, sampling, budget, uniforms
             )
         return build_rollout_output(
             prompts, prompt_tensors, tokens.cpu(), mask.cpu(), log_probs.cpu(), sampling.n,
             sampling.effective_temperature, self.pad_token_id,
         )  # fmt: skip
+
+    def _uniforms(
+        self, prompts: DataProto, sampling: SamplingConfig, prompt_rows: int, rows: int
+    ) -> Callable[[], torch.Tensor]:
+        """Each decode step's ``(rows,)`` uniform draws: with a request seed, one stream per
+        prompt row (:class:`~hf_rollout.sampling.RowStreams` of
+        :func:`~hf_rollout.sampling.prompt_seeds`, so a row samples the same whichever worker
+        and batch it is in); without one, the engine's own generator."""
+        if sampling.seed is not None:
+            seeds = prompt_seeds(prompts, sampling.seed, prompt_rows)
+            return RowStreams(seeds, sampling.n, self.device).uniform
+        generator = self.generator
+        return lambda: torch.rand(rows, generator=generator, device=self.device)
 
     def _dense_prefill(
         self, prompt_tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -237,7 +248,7 @@ class NativeRollout:
         prompt_tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
         sampling: SamplingConfig,
         budget: int,
-        generator: torch.Generator,
+        uniforms: Callable[[], torch.Tensor],
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """:meth:`_decode` with prefix reuse: prompts that extend kept sequences prefill only
         their new tokens; every generated sequence is kept afterwards."""
@@ -261,7 +272,7 @@ class NativeRollout:
             ids, mask, pos = self._dense_prefill(prompt_tensors)
             repeat = sampling.n
         tokens, out_mask, log_probs, snapshots = self._decode(
-            ids, mask, pos, sampling, budget, generator, past=past, keep=True, repeat=repeat
+            ids, mask, pos, sampling, budget, uniforms, past=past, keep=True, repeat=repeat
         )
         lengths = out_mask.sum(dim=1).tolist()
         for out_rows, snapshot in snapshots:
@@ -284,7 +295,7 @@ class NativeRollout:
         position_ids: torch.Tensor,
         sampling: SamplingConfig,
         budget: int,
-        generator: torch.Generator,
+        uniforms: Callable[[], torch.Tensor],
         past: PastKV | None = None,
         keep: bool = False,
         repeat: int = 1,
@@ -314,7 +325,7 @@ class NativeRollout:
         for step in range(budget):
             uniform = None
             if not sampling.is_greedy:  # drawn for every row, so compaction keeps streams
-                uniform = torch.rand(rows, generator=generator, device=self.device)[active]
+                uniform = uniforms()[active]
             tokens, log_probs = sample_next_tokens(logits, sampling, uniform)
             # Rows finished earlier (not yet compacted away) keep decoding; mask them out.
             out_tokens[active, step] = tokens.masked_fill(finished, self.pad_token_id)

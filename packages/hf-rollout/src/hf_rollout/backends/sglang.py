@@ -58,6 +58,7 @@ from hf_rollout.base import (
     stop_ids_for,
 )
 from hf_rollout.config import RolloutConfig, SamplingConfig
+from hf_rollout.sampling import prompt_seeds, row_seed
 
 logger = logging.getLogger(__name__)
 
@@ -171,10 +172,13 @@ class SGLangRollout:
         stop_ids = in_vocab(stop_ids_for(sampling, self.eos_ids), self.vocab_size)
         requests: list[list[int]] = []
         params: list[dict[str, Any]] = []
+        rows = input_ids.shape[0]
+        row_seeds = None if sampling.seed is None else prompt_seeds(prompts, sampling.seed, rows)
         for row, (ids, mask) in enumerate(zip(input_ids, attention_mask, strict=True)):
             tokens = ids[mask.bool()].tolist()
             for sample in range(sampling.n):
-                seed = None if sampling.seed is None else sampling.seed + row * sampling.n + sample
+                # per prompt row (its index in the whole request) and sample
+                seed = None if row_seeds is None else row_seed(row_seeds[row], sample)
                 requests.append(tokens)
                 params.append(sglang_sampling_params(sampling, stop_ids, budget, seed))
         results = self.engine.generate(

@@ -68,6 +68,7 @@ from hf_rollout.base import (
     stop_ids_for,
 )
 from hf_rollout.config import RolloutConfig, SamplingConfig
+from hf_rollout.sampling import prompt_seeds
 
 logger = logging.getLogger(__name__)
 
@@ -310,13 +311,12 @@ class VLLMRollout:
         token_lists = [
             ids[mask.bool()].tolist() for ids, mask in zip(input_ids, attention_mask, strict=True)
         ]
-        # One seed per prompt, so prompts do not share their random draws.
-        params = [
-            vllm_sampling_params(
-                sampling, stop_ids, budget, None if sampling.seed is None else sampling.seed + row
-            )
-            for row in range(len(token_lists))
-        ]
+        # One seed per prompt row (of its index in the whole request), so prompts do not
+        # share their random draws and a row samples the same on any worker.
+        seeds: list[int | None] = [None] * len(token_lists)
+        if sampling.seed is not None:
+            seeds = list(prompt_seeds(prompts, sampling.seed, len(token_lists)))
+        params = [vllm_sampling_params(sampling, stop_ids, budget, seed) for seed in seeds]
         requests = [{"prompt_token_ids": tokens} for tokens in token_lists]
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         samples: list[list[int]] = []
