@@ -1,7 +1,8 @@
 """The Megatron-core training engine: a ``GPTModel`` split by tensor / pipeline parallelism.
 
-Data parallelism is plain replication: every data-parallel replica holds the whole (TP/PP
-sharded) model and its own optimizer state; gradients are summed over replicas before the step.
+Data parallelism replicates the (TP/PP sharded) model; gradients are summed over replicas
+before the step. The optimizer state is replicated too, or split over the replicas with
+``megatron.use_distributed_optimizer`` (:mod:`~hf_engines.megatron.zero`).
 All ranks of one tensor / pipeline group must be handed the same batch; each data-parallel
 replica gets its own shard. The process group must be initialised by the caller.
 """
@@ -36,6 +37,7 @@ from hf_engines.megatron.parallel import initialize_parallel, pipeline_rank_of_s
 from hf_engines.megatron.pipeline import StageInput, prepare, response_outputs, run_schedule
 from hf_engines.megatron.shard_load import load_shards, shard_source
 from hf_engines.megatron.weights import iter_full_tensors, load_full_weights
+from hf_engines.megatron.zero import ParameterOwners
 from hf_engines.micro_batch import (
     add_metrics,
     batch_tensors,
@@ -90,7 +92,14 @@ class MegatronEngine:
         optim = config.optim
         # optim.name='muon' (tensor_model_parallel_size=1 only, checked by EngineConfig):
         # Muon on the layers' 2-D matrices, AdamW on the rest (hf_engines.optim).
-        self.optimizer = build_optimizer(self.model, optim, self.model.decoder.layers)
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        self._owners = ParameterOwners(trainable) if config.megatron.use_distributed_optimizer else None
+        self.optimizer = build_optimizer(
+            self.model,
+            optim,
+            self.model.decoder.layers,
+            params=trainable if self._owners is None else self._owners.mine,
+        )
         self.scheduler = build_lr_scheduler(
             self.optimizer,
             optim.warmup_steps,
@@ -206,9 +215,11 @@ class MegatronEngine:
         # A non-finite norm is the same on every rank: skip the update, keep ranks aligned.
         if math.isfinite(grad_norm):
             self.optimizer.step()
+            if self._owners is not None:  # distributed optimizer: each rank stepped its share
+                self._owners.broadcast()
         lr = float(self.scheduler.get_last_lr()[0])
         self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.model.zero_grad(set_to_none=True)
         self._global_step += 1
         result = global_step_metrics(
             local["loss"],
