@@ -41,7 +41,13 @@ LAYOUTS: list[tuple[str, str, int, int, dict[str, Any]]] = [
     ("Megatron TP=2", "megatron", 2, 2, {"tensor_model_parallel_size": 2}),
     ("Megatron TP=3", "megatron", 3, 3, {"tensor_model_parallel_size": 3}),
     ("Megatron PP=2", "megatron", 2, 2, {"pipeline_model_parallel_size": 2}),
-    ("Megatron DP=2 + distributed optimizer", "megatron", 2, 2, {"use_distributed_optimizer": True}),
+    (
+        "Megatron DP=2 + distributed optimizer",
+        "megatron",
+        2,
+        2,
+        {"use_distributed_optimizer": True},
+    ),
 ]
 
 

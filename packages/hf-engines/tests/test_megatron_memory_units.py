@@ -29,7 +29,9 @@ SMOLLM2_SHAPE = {
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
-def test_meta_model_has_no_storage_and_keeps_ties(tiny_models: dict[str, Path], family: str) -> None:
+def test_meta_model_has_no_storage_and_keeps_ties(
+    tiny_models: dict[str, Path], family: str
+) -> None:
     model = build_meta_hf_model(ModelConfig(path=str(tiny_models[family])))
     assert all(p.is_meta for p in model.parameters())
     state = model.state_dict()
@@ -64,7 +66,9 @@ def test_partition_balances_sizes() -> None:
 
 def test_tensor_parallel_refusal_names_the_sizes_that_work() -> None:
     """SmolLM2-135M's 9 heads and 3 KV heads split over 1 or 3 ranks, not 2."""
-    with pytest.raises(ConfigurationError, match="num_attention_heads=9; sizes that divide this model: 1, 3"):
+    with pytest.raises(
+        ConfigurationError, match="num_attention_heads=9; sizes that divide this model: 1, 3"
+    ):
         MegatronConfig(tensor_model_parallel_size=2).validate_model(SMOLLM2_SHAPE)
     MegatronConfig(tensor_model_parallel_size=3).validate_model(SMOLLM2_SHAPE)
     with pytest.raises(ConfigurationError, match="sizes that divide this model: 1, 2, 3, 5, 6"):

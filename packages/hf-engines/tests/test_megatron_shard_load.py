@@ -64,9 +64,12 @@ def test_per_shard_load_equals_full_load(
         for name, tensor in per_shard.items():
             assert torch.equal(tensor, from_full[name]), (family, rank["rank"], name)
         assert rank["tp_attributes"] == rank["full_tp_attributes"]
-    # the last stage of the tied model holds its own copy of the embeddings
-    last = loads[family][-1]["per_shard"]
-    assert ("output_layer.weight" in last) == (family == "qwen2")
+    # ranks 0, 1: stage 0 (TP ranks 0, 1); ranks 2, 3: stage 1. With tied embeddings the
+    # last stage's output layer is its copy of the first stage's embedding shard.
+    for tp_rank in (0, 1):
+        first = loads[family][tp_rank]["per_shard"]["embedding.word_embeddings.weight"]
+        last = loads[family][2 + tp_rank]["per_shard"]["output_layer.weight"]
+        assert torch.equal(first, last) == (family == "qwen2")
 
 
 @pytest.mark.timeout(900)

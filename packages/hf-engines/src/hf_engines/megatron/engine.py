@@ -93,7 +93,9 @@ class MegatronEngine:
         # optim.name='muon' (tensor_model_parallel_size=1 only, checked by EngineConfig):
         # Muon on the layers' 2-D matrices, AdamW on the rest (hf_engines.optim).
         trainable = [p for p in self.model.parameters() if p.requires_grad]
-        self._owners = ParameterOwners(trainable) if config.megatron.use_distributed_optimizer else None
+        self._owners = (
+            ParameterOwners(trainable) if config.megatron.use_distributed_optimizer else None
+        )
         self.optimizer = build_optimizer(
             self.model,
             optim,

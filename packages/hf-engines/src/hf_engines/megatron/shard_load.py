@@ -121,9 +121,7 @@ def _layer_shards(reader: _SliceReader, layer: int, groups: int) -> dict[str, to
     """Decoder layer ``layer``'s local megatron tensors (layer-local names) for this rank."""
     prefix = f"model.layers.{layer}."
     hf_layer = {
-        name[len(prefix) :]: reader.read(name)
-        for name in reader.names()
-        if name.startswith(prefix)
+        name[len(prefix) :]: reader.read(name) for name in reader.names() if name.startswith(prefix)
     }
     return hf_layer_to_mcore(hf_layer, groups // reader.tp_size)
 

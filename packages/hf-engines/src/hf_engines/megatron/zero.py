@@ -66,7 +66,9 @@ class ParameterOwners:
             for bucket in _buckets(params):
                 flat = _flatten_dense_tensors([p.data for p in bucket])
                 dist.broadcast(flat, src=self._ranks[owner], group=self._group)
-                for param, value in zip(bucket, _unflatten_dense_tensors(flat, bucket), strict=True):
+                for param, value in zip(
+                    bucket, _unflatten_dense_tensors(flat, bucket), strict=True
+                ):
                     param.data.copy_(value)
 
 
