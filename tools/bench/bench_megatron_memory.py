@@ -12,7 +12,10 @@ optimizer step on a small batch (so AdamW's moments exist) and reports:
   transformers and megatron (some 0.5 GB that no parallelism divides) included.
 
 TP=2 cannot split SmolLM2's 9 attention heads / 3 KV heads; the table shows the engine's
-refusal instead. Usage (repository root, dev venv)::
+refusal instead. With PP=2 both pipeline ends hold the tied embeddings (21% of SmolLM2);
+the distributed optimizer splits that copy's optimizer state between them.
+
+Usage (repository root, dev venv)::
 
     python tools/bench/bench_megatron_memory.py --output /tmp/megatron_memory.md
 """
@@ -41,6 +44,13 @@ LAYOUTS: list[tuple[str, str, int, int, dict[str, Any]]] = [
     ("Megatron TP=2", "megatron", 2, 2, {"tensor_model_parallel_size": 2}),
     ("Megatron TP=3", "megatron", 3, 3, {"tensor_model_parallel_size": 3}),
     ("Megatron PP=2", "megatron", 2, 2, {"pipeline_model_parallel_size": 2}),
+    (
+        "Megatron PP=2 + distributed optimizer",
+        "megatron",
+        2,
+        2,
+        {"pipeline_model_parallel_size": 2, "use_distributed_optimizer": True},
+    ),
     (
         "Megatron DP=2 + distributed optimizer",
         "megatron",

@@ -1,8 +1,8 @@
 """Scenarios run as N gloo ranks by test_megatron_shard_load.py (``launch_ranks``), not collected.
 
 Usage: ``python shard_load_scenarios.py load MODEL_DIR OUT_DIR TP PP`` compares this rank's
-per-shard load with the full load; ``python shard_load_scenarios.py zero MODEL_DIR OUT_DIR``
-trains data-parallel with and without the distributed optimizer (checkpoint and resume
+per-shard load with the full load; ``python shard_load_scenarios.py zero MODEL_DIR OUT_DIR PP``
+trains (DP=2, or PP=2) with and without the distributed optimizer (checkpoint and resume
 included). Each rank writes ``OUT_DIR/rank<r>.pt`` with what the tests compare.
 """
 
@@ -111,11 +111,15 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
     )
 
 
-def run_zero(model_dir: str, out: Path) -> dict[str, Any]:
-    """DP=2 training with and without the distributed optimizer, and a resume of each."""
+def run_zero(model_dir: str, out: Path, pp: int) -> dict[str, Any]:
+    """Training with and without the distributed optimizer, and a resume of each.
+
+    On 2 ranks: DP=2 with ``pp=1``; with ``pp=2`` the two pipeline ends split the optimizer
+    state of a tied embedding.
+    """
     result: dict[str, Any] = {}
     for distributed in (False, True):
-        config = make_config(model_dir, 1, 1, use_distributed_optimizer=distributed)
+        config = make_config(model_dir, 1, pp, use_distributed_optimizer=distributed)
         engine = MegatronEngine(config)
         losses = train(engine, range(CHECKPOINT_AFTER))
         engine.save_checkpoint(out / f"ckpt-{distributed}")
@@ -137,7 +141,7 @@ def main() -> None:
     if scenario == "load":
         result = run_load(model_dir, out, int(sys.argv[4]), int(sys.argv[5]))
     elif scenario == "zero":
-        result = run_zero(model_dir, out)
+        result = run_zero(model_dir, out, int(sys.argv[4]))
     else:
         raise SystemExit(f"unknown scenario {scenario!r}; use load or zero")
     result["rank"] = dist.get_rank()

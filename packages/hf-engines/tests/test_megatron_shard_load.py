@@ -1,8 +1,9 @@
 """Memory that divides: per-shard loading and the distributed optimizer, on gloo ranks (CPU).
 
-Three launches (scenarios in shard_load_scenarios.py): TP=2 x PP=2 on 4 ranks for the tiny
+Four launches (scenarios in shard_load_scenarios.py): TP=2 x PP=2 on 4 ranks for the tiny
 Qwen2 (tied embeddings, q/k/v biases) and Llama, each comparing every rank's per-shard load
-with the full load; and DP=2 training with and without the distributed optimizer.
+with the full load; and training with and without the distributed optimizer on 2 ranks, at
+DP=2 (Llama) and at PP=2 (Qwen2, whose tied embedding copies split their optimizer state).
 """
 
 from __future__ import annotations
@@ -47,10 +48,15 @@ def loads(
 
 
 @pytest.fixture(scope="module")
-def zero(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """Both DP=2 ranks' runs with and without the distributed optimizer."""
+def zero(
+    tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, list[dict[str, Any]]]:
+    """Both ranks' runs with and without the distributed optimizer, at DP=2 and at PP=2."""
     root = tmp_path_factory.mktemp("zero")
-    return _launch(2, ["zero", str(tiny_models["llama"])], root / "out")
+    return {
+        "dp2": _launch(2, ["zero", str(tiny_models["llama"]), "1"], root / "dp2"),
+        "pp2": _launch(2, ["zero", str(tiny_models["qwen2"]), "2"], root / "pp2"),
+    }
 
 
 @pytest.mark.timeout(900)
@@ -79,25 +85,42 @@ def test_each_rank_holds_a_quarter_of_the_model(loads: dict[str, list[dict[str, 
         assert rank["stage_bytes"] <= rank["model_bytes"] / 4 * 1.1, rank["stage_bytes"]
 
 
-@pytest.mark.timeout(400)
-def test_distributed_optimizer_matches_replicated(zero: list[dict[str, Any]]) -> None:
-    for rank in zero:
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("layout", ["dp2", "pp2"])
+def test_distributed_optimizer_matches_replicated(
+    zero: dict[str, list[dict[str, Any]]], layout: str
+) -> None:
+    for rank in zero[layout]:
         torch.testing.assert_close(rank["zero"], rank["plain"], rtol=1e-6, atol=0)
         for name, value in rank["plain_params"].items():
             torch.testing.assert_close(rank["zero_params"][name], value, rtol=1e-6, atol=1e-7)
-    assert zero[0]["zero"] == zero[1]["zero"]
+    assert zero[layout][0]["zero"] == zero[layout][1]["zero"]
 
 
-@pytest.mark.timeout(400)
-def test_distributed_optimizer_halves_the_state(zero: list[dict[str, Any]]) -> None:
-    for rank in zero:
+def test_distributed_optimizer_halves_the_state(zero: dict[str, list[dict[str, Any]]]) -> None:
+    ranks = zero["dp2"]
+    for rank in ranks:
         assert rank["zero_state_bytes"] <= rank["plain_state_bytes"] / 2 * 1.05
-    total = sum(rank["zero_state_bytes"] for rank in zero)
-    assert total == zero[0]["plain_state_bytes"]  # every moment is kept exactly once
+    total = sum(rank["zero_state_bytes"] for rank in ranks)
+    assert total == ranks[0]["plain_state_bytes"]  # every moment is kept exactly once
 
 
-@pytest.mark.timeout(400)
-def test_distributed_optimizer_resume_replays(zero: list[dict[str, Any]]) -> None:
-    for rank in zero:
+def test_pipeline_ends_split_the_tied_embedding_state(
+    zero: dict[str, list[dict[str, Any]]],
+) -> None:
+    """Qwen2 at PP=2: each end keeps moments for half its embedding copy's rows."""
+    for rank in zero["pp2"]:
+        embedding = rank["plain_params"].get(
+            "embedding.word_embeddings.weight", rank["plain_params"].get("output_layer.weight")
+        )
+        saved = 2 * embedding.numel() * embedding.element_size() // 2  # two moments, half
+        assert rank["zero_state_bytes"] == rank["plain_state_bytes"] - saved
+
+
+@pytest.mark.parametrize("layout", ["dp2", "pp2"])
+def test_distributed_optimizer_resume_replays(
+    zero: dict[str, list[dict[str, Any]]], layout: str
+) -> None:
+    for rank in zero[layout]:
         assert rank["zero_resumed"] == rank["zero"][2:]
         assert rank["plain_resumed"] == rank["plain"][2:]

@@ -37,7 +37,7 @@ from hf_engines.megatron.parallel import initialize_parallel, pipeline_rank_of_s
 from hf_engines.megatron.pipeline import StageInput, prepare, response_outputs, run_schedule
 from hf_engines.megatron.shard_load import load_shards, shard_source
 from hf_engines.megatron.weights import iter_full_tensors, load_full_weights
-from hf_engines.megatron.zero import ParameterOwners
+from hf_engines.megatron.zero import DistributedOptimizer
 from hf_engines.micro_batch import (
     add_metrics,
     batch_tensors,
@@ -92,15 +92,14 @@ class MegatronEngine:
         optim = config.optim
         # optim.name='muon' (tensor_model_parallel_size=1 only, checked by EngineConfig):
         # Muon on the layers' 2-D matrices, AdamW on the rest (hf_engines.optim).
-        trainable = [p for p in self.model.parameters() if p.requires_grad]
-        self._owners = (
-            ParameterOwners(trainable) if config.megatron.use_distributed_optimizer else None
+        self._zero = (
+            DistributedOptimizer(self.model) if config.megatron.use_distributed_optimizer else None
         )
         self.optimizer = build_optimizer(
             self.model,
             optim,
             self.model.decoder.layers,
-            params=trainable if self._owners is None else self._owners.mine,
+            params=None if self._zero is None else self._zero.params,
         )
         self.scheduler = build_lr_scheduler(
             self.optimizer,
@@ -216,9 +215,10 @@ class MegatronEngine:
         grad_norm = clip_gradients(self.model, self.config.optim.grad_clip)
         # A non-finite norm is the same on every rank: skip the update, keep ranks aligned.
         if math.isfinite(grad_norm):
-            self.optimizer.step()
-            if self._owners is not None:  # distributed optimizer: each rank stepped its share
-                self._owners.broadcast()
+            if self._zero is None:
+                self.optimizer.step()
+            else:  # distributed optimizer: each rank steps its share, then they exchange
+                self._zero.step(self.optimizer)
         lr = float(self.scheduler.get_last_lr()[0])
         self.scheduler.step()
         self.model.zero_grad(set_to_none=True)

@@ -6,6 +6,11 @@ only, so AdamW's two moments cost ``1 / data_parallel_size`` of the replicated o
 Gradients are still summed on every replica (the clipping norm needs them all); after the
 step each owner broadcasts its updated parameters to the other replicas.
 
+With pipeline parallelism and tied embeddings the first and last stages each hold a copy
+of the embeddings, updated identically; the distributed optimizer also splits that copy's
+state between them (:class:`TiedEmbeddingHalves`: each stage steps half the rows and sends
+them to the other), so neither stage keeps moments for the whole vocabulary.
+
 Whole tensors rather than megatron's flat buffer ranges keep every optimizer exact
 (AdamW is elementwise, Muon orthogonalises whole matrices) and need only broadcasts, which
 gloo has (megatron-core's ``DistributedOptimizer`` needs reduce-scatter over its own
@@ -19,6 +24,7 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 from megatron.core import parallel_state
+from megatron.core.models.gpt import GPTModel
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 
@@ -91,3 +97,75 @@ def _buckets(params: Sequence[torch.nn.Parameter]) -> list[list[torch.nn.Paramet
         buckets[-1].append(param)
         filled += param.numel()
     return buckets
+
+
+class TiedEmbeddingHalves:
+    """The optimizer's view of a tied embedding copy: this pipeline end's half of the rows.
+
+    The first stage steps rows ``[0, h)``, the last stage rows ``[h, V)`` of its (TP-local)
+    copy; :meth:`finish` sends each half to the other end. Both copies' gradients are
+    already summed over the two ends, so the result equals stepping the whole tensor.
+    """
+
+    def __init__(self, weight: torch.nn.Parameter) -> None:
+        self.weight = weight
+        self._group = parallel_state.get_embedding_group()
+        self._ranks = dist.get_process_group_ranks(self._group)
+        rows = weight.shape[0]
+        self._spans = [(0, (rows + 1) // 2), ((rows + 1) // 2, rows)]
+        self._mine = 0 if parallel_state.is_pipeline_first_stage() else 1
+        self.param = torch.nn.Parameter(self._rows(self._mine))
+
+    @classmethod
+    def of(cls, model: GPTModel) -> TiedEmbeddingHalves | None:
+        """The halves for ``model``'s stage, or None without a tied copy on two stages."""
+        tied = model.share_embeddings_and_output_weights
+        pipeline = parallel_state.get_pipeline_model_parallel_world_size() > 1
+        if not (tied and pipeline and parallel_state.is_rank_in_embedding_group()):
+            return None
+        return cls(model.shared_embedding_or_output_weight())
+
+    def _rows(self, span: int) -> torch.Tensor:
+        start, stop = self._spans[span]
+        return self.weight.data[start:stop]
+
+    def prepare(self) -> None:
+        """Point the optimizer's half at the weight's rows and their (reduced) gradient."""
+        start, stop = self._spans[self._mine]
+        self.param.data = self._rows(self._mine)  # re-linked: .to() may have moved the weight
+        assert self.weight.grad is not None
+        self.param.grad = self.weight.grad[start:stop]
+
+    @torch.no_grad()
+    def finish(self) -> None:
+        """Exchange the updated halves between the two ends (collective over both)."""
+        self.param.grad = None
+        for span, owner in enumerate(self._ranks):
+            dist.broadcast(self._rows(span), src=owner, group=self._group)
+
+
+class DistributedOptimizer:
+    """Which parameters this rank's optimizer steps, and the exchange that completes a step.
+
+    Splits over data-parallel replicas (:class:`ParameterOwners`) and, with pipeline
+    parallelism and tied embeddings, the embedding copies' rows over the two pipeline ends
+    (:class:`TiedEmbeddingHalves`).
+    """
+
+    def __init__(self, model: GPTModel) -> None:
+        self.tied = TiedEmbeddingHalves.of(model)
+        params = [p for p in model.parameters() if p.requires_grad]
+        if self.tied is not None:
+            params = [self.tied.param if p is self.tied.weight else p for p in params]
+        self.owners = ParameterOwners(params)
+        self.params = self.owners.mine
+        """The parameters for this rank's optimizer."""
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        """``optimizer.step()`` on this rank's share, then the exchanges (collective)."""
+        if self.tied is not None:
+            self.tied.prepare()
+        optimizer.step()
+        self.owners.broadcast()
+        if self.tied is not None:
+            self.tied.finish()
