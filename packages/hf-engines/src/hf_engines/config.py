@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import json
+import math
 import typing
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -402,6 +403,10 @@ class MegatronConfig:
     ``auto`` (Transformer Engine when it is installed and CUDA is used, else local)."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Compute device: ``auto`` picks CUDA when the process group backend is NCCL."""
+    use_distributed_optimizer: bool = False
+    """Split the optimizer state over data-parallel ranks (ZeRO-1): each rank steps a share
+    of the parameters and broadcasts them after the step. Same updates, ``1 / DP`` of the
+    optimizer memory; parameters and gradients stay replicated."""
 
     def __post_init__(self) -> None:
         _check_positive("megatron.tensor_model_parallel_size", self.tensor_model_parallel_size)
@@ -458,9 +463,11 @@ class MegatronConfig:
         )
         for name, value, size, option in checks:
             if value % size != 0:
+                common = math.gcd(*(check[1] for check in checks if check[3] == option))
+                fits = [n for n in range(1, common + 1) if common % n == 0]
                 raise ConfigurationError(
-                    f"{option}={size} does not divide the model's {name}={value}; choose a "
-                    f"{option} that divides {value}"
+                    f"{option}={size} does not divide the model's {name}={value}; sizes that "
+                    f"divide this model: {', '.join(map(str, fits))}"
                 )
 
 

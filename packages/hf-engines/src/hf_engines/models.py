@@ -72,6 +72,28 @@ def build_hf_model(config: ModelConfig) -> PreTrainedModel:
     return model
 
 
+def build_meta_hf_model(config: ModelConfig) -> PreTrainedModel:
+    """The model's structure on the meta device: names, shapes, dtypes and ties, no storage.
+
+    What a per-shard load needs to know about the model without materialising its weights
+    (each rank then reads only its own slices from the checkpoint files).
+    """
+    hf_config = load_hf_config(config)
+    auto_class = (
+        AutoModelForCausalLM if config.head == "causal_lm" else AutoModelForTokenClassification
+    )
+    with torch.device("meta"):
+        model = auto_class.from_config(
+            hf_config,
+            dtype=getattr(torch, config.dtype),
+            attn_implementation=config.attn_implementation,
+            trust_remote_code=config.trust_remote_code,
+        )
+    if not isinstance(model, PreTrainedModel):
+        raise TypeError(f"expected a transformers PreTrainedModel, got {type(model).__name__}")
+    return model
+
+
 def transformer_blocks(model: PreTrainedModel) -> list[torch.nn.Module]:
     """The repeated blocks of ``model`` (its ``_no_split_modules`` classes), in order.
 

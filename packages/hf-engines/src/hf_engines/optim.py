@@ -40,15 +40,19 @@ def build_optimizer(
     config: OptimConfig,
     blocks: Iterable[torch.nn.Module] | None = None,
     foreach: bool | None = None,
+    params: Sequence[torch.nn.Parameter] | None = None,
 ) -> torch.optim.Optimizer:
     """The optimizer ``config`` names, over the trainable parameters of ``model``.
+
+    ``params`` narrows it to those parameters (a distributed optimizer's share).
 
     ``blocks`` are the transformer blocks whose 2-D parameters Muon steps (default: the
     Hugging Face model's own, :func:`hf_engines.models.transformer_blocks`); unused with
     ``adamw``. ``foreach`` is AdamW's option (``None``: torch's choice) unless
     ``config.fused`` asks for the fused kernel.
     """
-    params = [param for param in model.parameters() if param.requires_grad]
+    if params is None:
+        params = [param for param in model.parameters() if param.requires_grad]
     adamw_options: dict[str, Any] = {
         "betas": config.betas,
         "eps": config.eps,

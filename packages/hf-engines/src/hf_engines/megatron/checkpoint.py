@@ -40,11 +40,13 @@ _OUTER = {
 }
 
 
-def _layout(config: MegatronConfig) -> dict[str, int]:
+def _layout(config: MegatronConfig) -> dict[str, int | bool]:
     return {
         "world_size": dist.get_world_size(),
         "tensor_model_parallel_size": config.tensor_model_parallel_size,
         "pipeline_model_parallel_size": config.pipeline_model_parallel_size,
+        # each rank's optimizer file holds its share only when the optimizer is distributed
+        "use_distributed_optimizer": config.use_distributed_optimizer,
     }
 
 
@@ -91,6 +93,8 @@ def load(
     meta = json.loads(meta_file.read_text())
     layout = _layout(config)
     saved = {key: meta.get(key) for key in layout}
+    if saved["use_distributed_optimizer"] is None:  # saved before the option existed
+        saved["use_distributed_optimizer"] = False
     if meta.get("format") != _FORMAT or saved != layout:
         raise ValueError(
             f"checkpoint {directory} was saved with {saved} ({meta.get('format')}); this run "

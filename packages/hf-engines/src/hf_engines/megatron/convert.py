@@ -116,6 +116,17 @@ def _sub(state: Mapping[str, Tensor], prefix: str) -> dict[str, Tensor]:
     return {name[len(prefix) :]: t for name, t in state.items() if name.startswith(prefix)}
 
 
+def same_storage(a: Tensor, b: Tensor) -> bool:
+    """Whether ``a`` and ``b`` view one storage (tied weights), also for meta tensors.
+
+    Meta tensors have no data pointer (every one reads 0), but tied parameters still share
+    one storage object, which ``state_dict()``'s detached views keep.
+    """
+    if a.is_meta or b.is_meta:
+        return a.is_meta and b.is_meta and a.untyped_storage()._cdata == b.untyped_storage()._cdata
+    return a.data_ptr() == b.data_ptr()
+
+
 def hf_to_mcore(
     hf_state: Mapping[str, Tensor], num_layers: int, num_query_groups: int, value_head: bool
 ) -> dict[str, Tensor]:
@@ -131,7 +142,7 @@ def hf_to_mcore(
         out.update({f"decoder.layers.{layer}.{name}": t for name, t in converted.items()})
     out["decoder.final_layernorm.weight"] = hf_state["model.norm.weight"]
     head = hf_state.get("score.weight" if value_head else "lm_head.weight")
-    if head is not None and (value_head or head.data_ptr() != embed.data_ptr()):
+    if head is not None and (value_head or not same_storage(head, embed)):
         out["output_layer.weight"] = head
     if value_head and "score.bias" in hf_state:
         out["output_layer.bias"] = hf_state["score.bias"]

@@ -15,6 +15,11 @@ CUDA-only calls in its code paths:
 Both redirections are applied by :func:`enable_cpu_execution` only when CUDA is not
 available, so they never change a GPU run; megatron's own files are never edited. Nothing
 else in this package touches megatron internals.
+
+One more CUDA call sits in model construction: with pipeline parallelism and tied
+embeddings, ``GPTModel`` moves the shared embedding with ``weight.data.cuda()`` before
+all-reducing the first and last stages' copies. :func:`tensor_cuda_stays_on_cpu` makes
+``Tensor.cuda`` return the tensor itself for the duration of that build only.
 """
 
 from __future__ import annotations
@@ -63,6 +68,28 @@ class CpuRNGStatesTracker(mp_random.CudaRNGStatesTracker):
         finally:
             self.states_[name] = torch.get_rng_state()
             torch.set_rng_state(outer)
+
+
+@contextlib.contextmanager
+def tensor_cuda_stays_on_cpu() -> Iterator[None]:
+    """Within the block, ``tensor.cuda()`` returns ``tensor`` when CUDA is not available.
+
+    For building a pipeline-parallel ``GPTModel`` with tied embeddings on the CPU (megatron
+    calls ``.cuda()`` on the shared embedding there). Does nothing when CUDA is available.
+    """
+    if torch.cuda.is_available():
+        yield
+        return
+    original = torch.Tensor.cuda
+
+    def stay(self: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        return self
+
+    torch.Tensor.cuda = stay  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        torch.Tensor.cuda = original  # type: ignore[method-assign]
 
 
 def enable_cpu_execution() -> None:

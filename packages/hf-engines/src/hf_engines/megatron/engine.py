@@ -1,7 +1,8 @@
 """The Megatron-core training engine: a ``GPTModel`` split by tensor / pipeline parallelism.
 
-Data parallelism is plain replication: every data-parallel replica holds the whole (TP/PP
-sharded) model and its own optimizer state; gradients are summed over replicas before the step.
+Data parallelism replicates the (TP/PP sharded) model; gradients are summed over replicas
+before the step. The optimizer state is replicated too, or split over the replicas with
+``megatron.use_distributed_optimizer`` (:mod:`~hf_engines.megatron.zero`).
 All ranks of one tensor / pipeline group must be handed the same batch; each data-parallel
 replica gets its own shard. The process group must be initialised by the caller.
 """
@@ -34,7 +35,9 @@ from hf_engines.megatron.grads import clip_gradients, reduce_gradients
 from hf_engines.megatron.model import build_gpt_model, head_dim
 from hf_engines.megatron.parallel import initialize_parallel, pipeline_rank_of_stage
 from hf_engines.megatron.pipeline import StageInput, prepare, response_outputs, run_schedule
+from hf_engines.megatron.shard_load import load_shards, shard_source
 from hf_engines.megatron.weights import iter_full_tensors, load_full_weights
+from hf_engines.megatron.zero import DistributedOptimizer
 from hf_engines.micro_batch import (
     add_metrics,
     batch_tensors,
@@ -43,7 +46,7 @@ from hf_engines.micro_batch import (
     split_micro_batches,
     with_totals,
 )
-from hf_engines.models import build_hf_model
+from hf_engines.models import build_hf_model, build_meta_hf_model
 from hf_engines.optim import build_optimizer
 from hf_engines.schedule import build_lr_scheduler
 from hf_protocol import DataProto, fields
@@ -53,8 +56,10 @@ class MegatronEngine:
     """A :class:`~hf_engines.engine.TrainingEngine` over megatron-core (TP / PP / DP).
 
     Build it on every rank with the same ``config`` (``backend='megatron'``). Weights come
-    from the Hugging Face model named by ``config.model`` (loaded, or randomly initialised
-    with its seed) and are converted to megatron's layout on the fly.
+    from the Hugging Face model named by ``config.model`` and are converted to megatron's
+    layout on the fly. From a directory of safetensors files each rank reads only its own
+    slices (:mod:`~hf_engines.megatron.shard_load`); a model without them (random weights
+    from ``hf_config``, ``*.bin`` files, a new value head) is built whole on every rank.
     """
 
     def __init__(self, config: EngineConfig) -> None:
@@ -65,22 +70,37 @@ class MegatronEngine:
         self.config = config
         self.device = initialize_parallel(config.megatron)
         seed_model_parallel_rng(config.model.seed)
-        hf_model = build_hf_model(config.model)
+        hf_model = build_meta_hf_model(config.model)
         self.hf_config = hf_model.config
         self._hf_class = type(hf_model)
         self._hf_names = list(hf_model.state_dict())
         self._value = config.model.head == "value"
         self._groups = self.hf_config.num_key_value_heads or self.hf_config.num_attention_heads
         self._layers = self.hf_config.num_hidden_layers
+        tied = bool(getattr(self.hf_config, "tie_word_embeddings", False))
+        source = shard_source(config.model, self._hf_names, tied)
+        if source is None:  # no safetensors holding every tensor: build the whole model
+            hf_model = build_hf_model(config.model)
         full = hf_to_mcore(hf_model.state_dict(), self._layers, self._groups, self._value)
         self._shapes = {name: (tuple(t.shape), t.dtype) for name, t in full.items()}
         self.model = build_gpt_model(self.hf_config, config.model, config.megatron, self.device)
-        load_full_weights(self.model, full)
+        if source is None:
+            load_full_weights(self.model, full)
+        else:
+            load_shards(self.model, source, self._groups, self._value)
         del hf_model, full
         optim = config.optim
         # optim.name='muon' (tensor_model_parallel_size=1 only, checked by EngineConfig):
         # Muon on the layers' 2-D matrices, AdamW on the rest (hf_engines.optim).
-        self.optimizer = build_optimizer(self.model, optim, self.model.decoder.layers)
+        self._zero = (
+            DistributedOptimizer(self.model) if config.megatron.use_distributed_optimizer else None
+        )
+        self.optimizer = build_optimizer(
+            self.model,
+            optim,
+            self.model.decoder.layers,
+            params=None if self._zero is None else self._zero.params,
+        )
         self.scheduler = build_lr_scheduler(
             self.optimizer,
             optim.warmup_steps,
@@ -195,10 +215,13 @@ class MegatronEngine:
         grad_norm = clip_gradients(self.model, self.config.optim.grad_clip)
         # A non-finite norm is the same on every rank: skip the update, keep ranks aligned.
         if math.isfinite(grad_norm):
-            self.optimizer.step()
+            if self._zero is None:
+                self.optimizer.step()
+            else:  # distributed optimizer: each rank steps its share, then they exchange
+                self._zero.step(self.optimizer)
         lr = float(self.scheduler.get_last_lr()[0])
         self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.model.zero_grad(set_to_none=True)
         self._global_step += 1
         result = global_step_metrics(
             local["loss"],

@@ -13,6 +13,7 @@ from torch.nn import functional
 from transformers import PretrainedConfig
 
 from hf_engines.config import MegatronConfig, ModelConfig
+from hf_engines.megatron.cpu_compat import tensor_cuda_stays_on_cpu
 
 
 def _rope_theta(hf_config: PretrainedConfig) -> float:
@@ -131,24 +132,20 @@ def build_gpt_model(
     dtype = getattr(torch, model.dtype)
     config = transformer_config(hf_config, parallel, dtype)
     tied = bool(getattr(hf_config, "tie_word_embeddings", False)) and model.head == "causal_lm"
-    if tied and parallel.pipeline_model_parallel_size > 1 and device.type == "cpu":
-        raise ValueError(
-            "pipeline parallelism with tied embeddings (tie_word_embeddings=True) does not run "
-            "on the CPU: megatron calls .cuda() while tying the first and last stages' copies; "
-            "use megatron.pipeline_model_parallel_size=1 (tensor parallelism works) or CUDA"
+    # Pipeline stages with tied embeddings: megatron moves the shared copy with .cuda().
+    with tensor_cuda_stays_on_cpu():
+        gpt = GPTModel(
+            config=config,
+            transformer_layer_spec=layer_spec(config, parallel.layer_spec, device),
+            vocab_size=hf_config.vocab_size,
+            max_sequence_length=hf_config.max_position_embeddings,
+            pre_process=parallel_state.is_pipeline_first_stage(),
+            post_process=parallel_state.is_pipeline_last_stage(),
+            parallel_output=False,
+            share_embeddings_and_output_weights=tied,
+            position_embedding_type="rope",
+            rotary_base=int(_rope_theta(hf_config)),
         )
-    gpt = GPTModel(
-        config=config,
-        transformer_layer_spec=layer_spec(config, parallel.layer_spec, device),
-        vocab_size=hf_config.vocab_size,
-        max_sequence_length=hf_config.max_position_embeddings,
-        pre_process=parallel_state.is_pipeline_first_stage(),
-        post_process=parallel_state.is_pipeline_last_stage(),
-        parallel_output=False,
-        share_embeddings_and_output_weights=tied,
-        position_embedding_type="rope",
-        rotary_base=int(_rope_theta(hf_config)),
-    )
     if model.head == "value" and gpt.post_process:
         gpt.output_layer = ValueHead(config.hidden_size, dtype)
     return gpt.to(device)

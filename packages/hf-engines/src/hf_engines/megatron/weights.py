@@ -43,25 +43,44 @@ def load_full_weights(model: GPTModel, full: Mapping[str, torch.Tensor]) -> None
     """Copy this rank's shard of every tensor of ``full`` (global megatron names) into ``model``.
 
     Every parameter of the stage must be found in ``full`` (an error names what is missing).
+    With tied embeddings the last pipeline stage's output layer takes the embeddings.
     """
     tp_rank = parallel_state.get_tensor_model_parallel_rank()
     tp_size = parallel_state.get_tensor_model_parallel_world_size()
     state = model.state_dict(keep_vars=True)
+    tied = {"output_layer.weight": "embedding.word_embeddings.weight"}
     for local, global_name in local_to_global_names(model).items():
-        if global_name not in full:
+        source = global_name
+        if source not in full and model.share_embeddings_and_output_weights:
+            source = tied.get(global_name, global_name)
+        if source not in full:
             raise KeyError(
                 f"no weight for megatron parameter {global_name!r}; the converter produced "
                 f"{sorted(full)[:8]}..."
             )
-        shard = tp_shard(global_name, full[global_name], tp_rank, tp_size)
-        target = state[local]
-        if tuple(target.shape) != tuple(shard.shape):
-            raise ValueError(
-                f"{global_name}: converted shard {tuple(shard.shape)} does not fit the "
-                f"model's {tuple(target.shape)}"
-            )
+        copy_shard(state[local], tp_shard(global_name, full[source], tp_rank, tp_size), global_name)
+
+
+def copy_shard(target: torch.Tensor, shard: torch.Tensor, global_name: str) -> None:
+    """Copy this rank's ``shard`` of megatron tensor ``global_name`` into parameter ``target``.
+
+    Also marks ``target`` as split over tensor-parallel ranks or replicated (see
+    :func:`_mark_tensor_parallel`). A shard of the wrong shape is an error naming both shapes.
+    """
+    if tuple(target.shape) != tuple(shard.shape):
+        raise ValueError(
+            f"{global_name}: converted shard {tuple(shard.shape)} does not fit the "
+            f"model's {tuple(target.shape)}"
+        )
+    with torch.no_grad():
         target.copy_(shard)
-        _mark_tensor_parallel(target, global_name, shard.shape != full[global_name].shape)
+    value_head = global_name.endswith("output_layer.weight") and shard.shape[0] == 1
+    split = (
+        parallel_state.get_tensor_model_parallel_world_size() > 1
+        and tp_split_dim(global_name) is not None
+        and not value_head
+    )
+    _mark_tensor_parallel(target, global_name, split)
 
 
 def _mark_tensor_parallel(param: torch.Tensor, global_name: str, split: bool) -> None:
