@@ -267,9 +267,15 @@ class FSDPConfig:
     whole gradient, and ``cpu_offload`` is off), else ``every_micro_batch``."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Compute device: ``auto`` picks CUDA when the process group backend is NCCL."""
+    ulysses_sequence_parallel_size: int = 1
+    """Ranks that split each micro-batch's packed tokens between them (Ulysses sequence
+    parallelism): every attention layer swaps sequence shards for head shards with an
+    all-to-all. Divides the world size and the model's attention and key/value heads;
+    verl's ``ulysses_sequence_parallel_size``. FSDP still shards over all ranks."""
 
     def __post_init__(self) -> None:
         _check_positive("fsdp.dp_replicate", self.dp_replicate)
+        _check_positive("fsdp.ulysses_sequence_parallel_size", self.ulysses_sequence_parallel_size)
         if self.dp_shard != -1:
             _check_positive("fsdp.dp_shard", self.dp_shard)
         _check_choice("fsdp.param_dtype", self.param_dtype, _DTYPES)

@@ -34,6 +34,8 @@ from hf_engines.fsdp.sharding import (
     shard_model,
     syncs_at_last_micro_batch,
 )
+from hf_engines.fsdp.sp_forward import forward_sequence_parallel
+from hf_engines.fsdp.ulysses import enable_ulysses, sequence_parallel_group
 from hf_engines.fsdp.unpad import PaddingMode, choose_padding_mode
 from hf_engines.micro_batch import (
     add_metrics,
@@ -56,7 +58,9 @@ class FSDPEngine:
 
     Every rank of the default process group holds one shard of the model and of the
     optimizer state (AdamW, or Muon with AdamW: ``optim.name``). Build it on every rank
-    with the same ``config``. With ``lora`` enabled the base weights are frozen and only
+    with the same ``config``. With ``fsdp.ulysses_sequence_parallel_size`` > 1 each group of
+    that many ranks runs its micro-batches as one packed sequence split between them
+    (:mod:`hf_engines.fsdp.sp_forward`); every rank still gets and returns its own rows. With ``lora`` enabled the base weights are frozen and only
     the adapters train (see :mod:`hf_engines.lora`).
     """
 
@@ -70,8 +74,14 @@ class FSDPEngine:
         self.config = config
         self.device = resolve_device(config.fsdp)
         self.mesh = build_mesh(config.fsdp, self.device.type)
+        self.sp_group = sequence_parallel_group(
+            config.fsdp.ulysses_sequence_parallel_size, self.device.type
+        )
+        """This rank's Ulysses group (``fsdp.ulysses_sequence_parallel_size``), or ``None``."""
         model = build_hf_model(config.model)
         self._model_class = type(model)  # before fully_shard renames the class
+        if self.sp_group is not None:
+            enable_ulysses(model, config)
         self.lora = lora if lora is not None and lora.enabled else None
         """The adapters' config, or ``None`` when every weight trains."""
         self._peft: Any = None
@@ -130,6 +140,10 @@ class FSDPEngine:
         inputs = {key: tensors[key].to(self.device) for key in _MODEL_INPUTS}
         responses = inputs.pop(fields.RESPONSES)
         value_head = self.config.model.head == "value"
+        if self.sp_group is not None:
+            return forward_sequence_parallel(
+                self.model, inputs, responses, value_head, temperature, self.sp_group
+            )
         return forward_micro_batch(
             self.model, inputs, responses, value_head, temperature, self.padding_mode
         )
