@@ -79,7 +79,7 @@ def run_actor(model_dir: str, sp: int) -> dict[str, Any]:
 def run_critic(model_dir: str, sp: int) -> dict[str, Any]:
     """Values of a probe and value-loss steps of a value-head engine."""
     engine = engine_for(model_dir, sp, "value")
-    probe = make_toy_batch(5, seed=7)
+    probe = make_toy_batch(6, seed=7)  # 2/2/1/1 rows over four ranks
     values = engine.compute_values(shard(probe))
     losses = [engine.train_step(shard(probe), toy_value_loss)["loss"] for _ in range(STEPS)]
     return {"values": values, "losses": losses}
