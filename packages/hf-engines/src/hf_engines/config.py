@@ -392,6 +392,24 @@ def check_lora_backend(lora: LoRAConfig, engine: EngineConfig, role: str) -> Non
         )
 
 
+def check_sequence_parallel(engine: EngineConfig, world_size: int, role: str) -> None:
+    """Raise naming the fix when ``fsdp.ulysses_sequence_parallel_size`` cannot split
+    ``world_size`` ranks (the heads are checked when the model is built)."""
+    size = engine.fsdp.ulysses_sequence_parallel_size
+    if size == 1:
+        return
+    if engine.backend != "fsdp":
+        raise ConfigurationError(
+            f"{role}: fsdp.ulysses_sequence_parallel_size={size} is for the FSDP2 engine, but "
+            f"backend={engine.backend!r}; set backend='fsdp' or leave the size at 1"
+        )
+    if world_size % size:
+        raise ConfigurationError(
+            f"{role}: fsdp.ulysses_sequence_parallel_size={size} does not divide the "
+            f"{world_size} workers (trainer.n_workers); choose a divisor of {world_size}"
+        )
+
+
 _MEGATRON_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 
 
