@@ -1,11 +1,12 @@
 """One forward pass of a micro-batch under Ulysses sequence parallelism.
 
-Each rank of an SP group packs its own rows' real tokens (as ``fsdp.unpad`` does); the
-group concatenates the packed rows in rank order, pads the result to a multiple of the
-group size, and each rank runs the model on its ``1/sp`` slice (attention sees the whole
-sequence through :func:`~hf_engines.fsdp.ulysses.ulysses_attention`). The outputs at the
-scored positions are gathered back, and each rank keeps those of its own rows: the
-engine's inputs and outputs per rank are the same as without sequence parallelism.
+The ranks of an SP group that contribute rows (the engine runs one rank's micro-batch at a
+time) pack their real tokens (as ``fsdp.unpad`` does); the group concatenates the packed
+rows in rank order, pads the result to a multiple of the group size, and each rank runs
+the model on its ``1/sp`` slice (attention sees every token through
+:func:`~hf_engines.fsdp.ulysses.ulysses_attention`). The outputs at the scored positions
+are gathered back, and each rank keeps those of its own rows: the engine's inputs and
+outputs per rank are the same as without sequence parallelism.
 
 Shapes: ``N`` packed tokens of the group, ``P`` that padded to a multiple of ``sp``,
 ``S = P / sp`` tokens per rank.
@@ -34,8 +35,8 @@ class SequenceShard:
     """Shape ``(1, S)``."""
     position_ids: torch.Tensor
     """Shape ``(1, S)``: each sequence's own positions (RoPE needs nothing else)."""
-    attention_mask: torch.Tensor
-    """Shape ``(1, 1, P, P)`` bool: causal within each packed sequence, for the whole group."""
+    bounds: tuple[int, ...]
+    """Where each packed sequence of the group starts in the ``P`` tokens, then ``P``."""
     local_index: torch.Tensor
     """Shape ``(k,)``: positions of the slice whose outputs some rank scores."""
     targets: torch.Tensor
@@ -55,13 +56,6 @@ def _gather_varlen(local: torch.Tensor, group: ProcessGroup) -> list[torch.Tenso
     parts = [torch.empty_like(padded) for _ in range(size)]
     dist.all_gather(parts, padded.contiguous(), group=group)
     return [part[:, :count] for part, count in zip(parts, counts, strict=True)]
-
-
-def _packed_causal_mask(position_ids: torch.Tensor) -> torch.Tensor:
-    """``(P,)`` positions restarting at 0 per sequence -> ``(1, 1, P, P)`` bool mask."""
-    sequence = (position_ids == 0).cumsum(0)
-    same = sequence.unsqueeze(0) == sequence.unsqueeze(1)
-    return torch.tril(same).view(1, 1, *same.shape)
 
 
 def shard_sequence(packed: PackedRows, group: ProcessGroup) -> SequenceShard:
@@ -84,12 +78,34 @@ def shard_sequence(packed: PackedRows, group: ProcessGroup) -> SequenceShard:
     return SequenceShard(
         input_ids=local[0].unsqueeze(0),
         position_ids=local[1].unsqueeze(0),
-        attention_mask=_packed_causal_mask(tokens[1]),
+        bounds=(*torch.nonzero(tokens[1] == 0).squeeze(-1).tolist(), tokens.shape[1]),
         local_index=local_index,
         # A scored position predicts the next packed token, a real token of its row.
         targets=tokens[0, start + local_index + 1].unsqueeze(0),
         own_index=packed.predict_index + offset,
     )
+
+
+def _pack(inputs: dict[str, torch.Tensor], response_length: int, contribute: bool) -> PackedRows:
+    """This rank's rows packed (``fsdp.unpad.pack_rows``), or no tokens at all."""
+    ids = inputs[fields.INPUT_IDS]
+    if not contribute:
+        empty = ids.new_zeros(0)
+        return PackedRows(empty.view(1, 0), empty.view(1, 0), empty, empty, empty)
+    packed = pack_rows(
+        ids,
+        inputs[fields.ATTENTION_MASK],
+        inputs[fields.POSITION_IDS],
+        response_length,
+        require_scored=False,
+    )
+    if packed is None:
+        raise ValueError(
+            "sequence parallelism packs the rows, but a row's position_ids are not "
+            "0, 1, ..., L-1 over its real tokens; build position_ids from the attention mask "
+            "(cumsum - 1) or set fsdp.ulysses_sequence_parallel_size=1"
+        )
+    return packed
 
 
 def forward_sequence_parallel(
@@ -99,30 +115,24 @@ def forward_sequence_parallel(
     value_head: bool,
     temperature: float,
     group: ProcessGroup,
+    contribute: bool = True,
 ) -> ModelOutputs:
     """Outputs at this rank's response positions, ``(B, R)`` float32 each, as
-    :func:`~hf_engines.fsdp.forward.forward_micro_batch` gives them (entropy included)."""
+    :func:`~hf_engines.fsdp.forward.forward_micro_batch` gives them (entropy included).
+
+    Every rank of ``group`` calls it together. With ``contribute=False`` this rank adds no
+    tokens and gets zeros, but still computes its slice of the others' tokens; back-
+    propagating those zeros (times anything) keeps the group's collectives in step.
+    """
     shape = (responses.shape[0], responses.shape[1])
-    packed = pack_rows(
-        inputs[fields.INPUT_IDS],
-        inputs[fields.ATTENTION_MASK],
-        inputs[fields.POSITION_IDS],
-        shape[1],
-        require_scored=False,
-    )
-    if packed is None:
-        raise ValueError(
-            "sequence parallelism packs the rows, but a row's position_ids are not "
-            "0, 1, ..., L-1 over its real tokens; build position_ids from the attention mask "
-            "(cumsum - 1) or set fsdp.ulysses_sequence_parallel_size=1"
-        )
+    packed = _pack(inputs, shape[1], contribute)
     shard = shard_sequence(packed, group)
     model_inputs = {
         "input_ids": shard.input_ids,
         "position_ids": shard.position_ids,
-        "attention_mask": shard.attention_mask,
         "use_cache": False,
         "ulysses_group": group,
+        "ulysses_bounds": shard.bounds,
     }
     if value_head:
         local = model(**model_inputs).logits[0, shard.local_index, 0].float().unsqueeze(0)

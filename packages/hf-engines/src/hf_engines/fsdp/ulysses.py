@@ -22,7 +22,7 @@ from torch.distributed import ProcessGroup
 from torch.distributed.device_mesh import init_device_mesh
 from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.masking_utils import AttentionMaskInterface
 
 from hf_engines.config import ConfigurationError, EngineConfig
 
@@ -99,23 +99,43 @@ def ulysses_attention(
     attention_mask: torch.Tensor | None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """SDPA over the whole sequence, on ``heads/sp`` heads per rank.
+    """Causal SDPA over each packed sequence of the whole group, on ``heads/sp`` heads.
 
-    ``query``/``key``/``value``: ``(1, heads, S, D)``, the local sequence shard.
-    ``attention_mask``: the whole sequence's ``(1, 1, sp*S, sp*S)`` boolean mask.
-    Returns ``(1, S, heads, D)``, as every transformers attention function does.
+    ``query``/``key``/``value``: ``(1, heads, S, D)``, the local slice. The keywords
+    ``ulysses_group`` (the SP group) and ``ulysses_bounds`` (where each packed sequence
+    starts in the group's ``sp*S`` tokens, then ``sp*S``) come from the model's forward.
+    Each sequence attends causally on its own (SDPA's memory-efficient kernels, no
+    ``(sp*S)**2`` mask). Returns ``(1, S, heads, D)``, as transformers expects.
     """
     group = kwargs.pop("ulysses_group", None)
-    if group is None:
+    bounds = kwargs.pop("ulysses_bounds", None)
+    if group is None or bounds is None or attention_mask is not None:
         raise RuntimeError(
-            f"attention {ATTENTION_NAME!r} needs the ulysses_group keyword; run the model "
-            "through hf_engines.fsdp.sp_forward, not directly"
+            f"attention {ATTENTION_NAME!r} needs the ulysses_group and ulysses_bounds "
+            "keywords and no attention mask; run the model through "
+            "hf_engines.fsdp.sp_forward, not directly"
         )
     # Scatter heads, gather the sequence: (1, heads/sp, sp*S, D).
     query, key, value = (all_to_all(t, 1, 2, group) for t in (query, key, value))
-    output, _ = sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    # output (1, sp*S, heads/sp, D): scatter the sequence, gather heads back.
-    return all_to_all(output, 1, 2, group), None
+    parts = [
+        sdpa_attention_forward(
+            module,
+            query[:, :, start:stop],
+            key[:, :, start:stop],
+            value[:, :, start:stop],
+            None,
+            is_causal=True,
+            **kwargs,
+        )[0]
+        for start, stop in zip(bounds[:-1], bounds[1:], strict=True)
+    ]
+    # (1, sp*S, heads/sp, D): scatter the sequence, gather the heads back.
+    return all_to_all(torch.cat(parts, dim=1), 1, 2, group), None
+
+
+def _no_mask(**kwargs: Any) -> None:
+    """The mask function of :data:`ATTENTION_NAME`: it attends per packed sequence."""
+    return None
 
 
 def sequence_parallel_group(size: int, device_type: str) -> ProcessGroup | None:
@@ -142,8 +162,8 @@ def enable_ulysses(model: PreTrainedModel, config: EngineConfig) -> None:
     if kernel not in _SUPPORTED_KERNELS:
         raise ConfigurationError(
             f"fsdp.ulysses_sequence_parallel_size={size} supports model.attn_implementation "
-            f"{' or '.join(_SUPPORTED_KERNELS)}, not {kernel!r} (it attends with SDPA over a "
-            "block-diagonal mask); set model.attn_implementation=sdpa"
+            f"{' or '.join(_SUPPORTED_KERNELS)}, not {kernel!r} (it attends with SDPA, one "
+            "packed sequence at a time); set model.attn_implementation=sdpa"
         )
     if config.model.remove_padding not in ("auto", "pack"):
         raise ConfigurationError(
@@ -159,5 +179,5 @@ def enable_ulysses(model: PreTrainedModel, config: EngineConfig) -> None:
             "a common divisor"
         )
     AttentionInterface.register(ATTENTION_NAME, ulysses_attention)
-    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
+    AttentionMaskInterface.register(ATTENTION_NAME, _no_mask)
     model.set_attn_implementation(ATTENTION_NAME)
