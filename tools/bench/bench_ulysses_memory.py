@@ -153,8 +153,7 @@ def report(results: dict[tuple[int, int], dict[str, float]], command: str) -> st
 def main() -> None:
     """Measure every ``--tokens`` length at sp=1 and sp=2 and print (or write) the table."""
     if sys.argv[1:2] == ["--rank"]:
-        model_dir, tokens, sp, out = sys.argv[2:6]
-        run_rank(model_dir, int(tokens), int(sp), out)
+        run_rank(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[2048, 8192])

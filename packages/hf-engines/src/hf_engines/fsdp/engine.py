@@ -34,7 +34,7 @@ from hf_engines.fsdp.sharding import (
     shard_model,
     syncs_at_last_micro_batch,
 )
-from hf_engines.fsdp.sp_forward import forward_sequence_parallel
+from hf_engines.fsdp.sp_forward import forward_sequence_parallel, zero_loss
 from hf_engines.fsdp.ulysses import enable_ulysses, sequence_parallel_group
 from hf_engines.fsdp.unpad import PaddingMode, choose_padding_mode
 from hf_engines.micro_batch import (
@@ -267,7 +267,7 @@ class FSDPEngine:
             micro = with_totals(micro, tokens, sequences)
             for outputs, mine in self._passes(micro, temperature):
                 if not mine:  # another SP rank's rows: back-propagate its zeros with it
-                    next(iter(outputs.values())).sum().mul(0.0).backward()
+                    zero_loss(outputs).backward()
                     continue
                 share, metrics = loss_fn(outputs, micro)
                 # The alignment repeats (real=False) only keep the collectives in step.

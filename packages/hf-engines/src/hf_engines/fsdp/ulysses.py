@@ -14,6 +14,7 @@ the model's forward passes down to every attention layer.
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import torch
@@ -37,7 +38,7 @@ class _AllToAll(torch.autograd.Function):
     along ``gather_dim``; the backward is the same exchange the other way round."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any, x: torch.Tensor, scatter_dim: int, gather_dim: int, group: ProcessGroup
     ) -> torch.Tensor:
         ctx.dims, ctx.group = (scatter_dim, gather_dim), group
@@ -48,7 +49,7 @@ class _AllToAll(torch.autograd.Function):
         return torch.cat(received.unbind(0), dim=gather_dim)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         scatter_dim, gather_dim = ctx.dims
         return _AllToAll.apply(grad, gather_dim, scatter_dim, ctx.group), None, None, None
 
@@ -63,7 +64,7 @@ def all_to_all(
         raise ValueError(
             f"dimension {scatter_dim} of {tuple(x.shape)} does not split over {size} ranks"
         )
-    return _AllToAll.apply(x, scatter_dim, gather_dim, group)  # type: ignore[no-any-return]
+    return _AllToAll.apply(x, scatter_dim, gather_dim, group)
 
 
 class _GatherShards(torch.autograd.Function):
@@ -72,14 +73,14 @@ class _GatherShards(torch.autograd.Function):
     keeps its own shard's."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, dim: int, group: ProcessGroup) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: torch.Tensor, dim: int, group: ProcessGroup) -> torch.Tensor:
         ctx.dim, ctx.group = dim, group
         parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
         dist.all_gather(parts, x.contiguous(), group=group)
         return torch.cat(parts, dim=dim)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         total = grad.contiguous()
         dist.all_reduce(total, group=ctx.group)
         size, rank = dist.get_world_size(ctx.group), dist.get_rank(ctx.group)
@@ -88,7 +89,7 @@ class _GatherShards(torch.autograd.Function):
 
 def gather_shards(x: torch.Tensor, dim: int, group: ProcessGroup) -> torch.Tensor:
     """The group's shards of ``x`` concatenated along ``dim``, in rank order (autograd-aware)."""
-    return _GatherShards.apply(x, dim, group)  # type: ignore[no-any-return]
+    return _GatherShards.apply(x, dim, group)
 
 
 def ulysses_attention(
@@ -127,7 +128,7 @@ def ulysses_attention(
             is_causal=True,
             **kwargs,
         )[0]
-        for start, stop in zip(bounds[:-1], bounds[1:], strict=True)
+        for start, stop in pairwise(bounds)
     ]
     # (1, sp*S, heads/sp, D): scatter the sequence, gather the heads back.
     return all_to_all(torch.cat(parts, dim=1), 1, 2, group), None
