@@ -268,9 +268,15 @@ class FSDPConfig:
     whole gradient, and ``cpu_offload`` is off), else ``every_micro_batch``."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Compute device: ``auto`` picks CUDA when the process group backend is NCCL."""
+    ulysses_sequence_parallel_size: int = 1
+    """Ranks that split each micro-batch's packed tokens between them (Ulysses sequence
+    parallelism): every attention layer swaps sequence shards for head shards with an
+    all-to-all. Divides the world size and the model's attention and key/value heads;
+    verl's ``ulysses_sequence_parallel_size``. FSDP still shards over all ranks."""
 
     def __post_init__(self) -> None:
         _check_positive("fsdp.dp_replicate", self.dp_replicate)
+        _check_positive("fsdp.ulysses_sequence_parallel_size", self.ulysses_sequence_parallel_size)
         if self.dp_shard != -1:
             _check_positive("fsdp.dp_shard", self.dp_shard)
         _check_choice("fsdp.param_dtype", self.param_dtype, _DTYPES)
@@ -384,6 +390,24 @@ def check_lora_backend(lora: LoRAConfig, engine: EngineConfig, role: str) -> Non
         raise ConfigurationError(
             f"{role}: LoRA adapts causal-LM policies; model.head={engine.model.head!r} would "
             "leave a new value head frozen at its random initialisation; set lora.rank=0"
+        )
+
+
+def check_sequence_parallel(engine: EngineConfig, world_size: int, role: str) -> None:
+    """Raise naming the fix when ``fsdp.ulysses_sequence_parallel_size`` cannot split
+    ``world_size`` ranks (the heads are checked when the model is built)."""
+    size = engine.fsdp.ulysses_sequence_parallel_size
+    if size == 1:
+        return
+    if engine.backend != "fsdp":
+        raise ConfigurationError(
+            f"{role}: fsdp.ulysses_sequence_parallel_size={size} is for the FSDP2 engine, but "
+            f"backend={engine.backend!r}; set backend='fsdp' or leave the size at 1"
+        )
+    if world_size % size:
+        raise ConfigurationError(
+            f"{role}: fsdp.ulysses_sequence_parallel_size={size} does not divide the "
+            f"{world_size} workers (trainer.n_workers); choose a divisor of {world_size}"
         )
 
 

@@ -306,6 +306,19 @@ VERL_ALIASES: tuple[Alias, ...] = (
     _renamed("critic.ppo_micro_batch_size_per_gpu", "critic.engine.micro_batch.micro_batch_size"),
     *(_same(f"critic.{k}") for k in ("ppo_epochs", "cliprange_value")),
     *_engine_layout("critic", "critic"),
+    # Ulysses sequence parallelism (FSDP engine)
+    _renamed(
+        f"{_ARA}.ulysses_sequence_parallel_size",
+        "actor.engine.fsdp.ulysses_sequence_parallel_size",
+    ),
+    _ignored(
+        "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
+        "the reference uses the actor's (actor.engine.fsdp.ulysses_sequence_parallel_size)",
+    ),
+    _renamed(
+        "critic.ulysses_sequence_parallel_size",
+        "critic.engine.fsdp.ulysses_sequence_parallel_size",
+    ),
     # reward
     _renamed("custom_reward_function.path", "reward.function_path"),
     _renamed("custom_reward_function.name", "reward.function_name"),

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from hf_algos.config.correction import check_rollout_correction
 from hf_algos.config.multiturn import check_multi_turn
 from hf_controller import ConfigurationError
+from hf_engines.config import check_sequence_parallel
 
 if TYPE_CHECKING:  # the sections import require_positive from here
     from hf_algos.advantages.registry import AdvantageEstimator
@@ -151,6 +152,9 @@ def validate_rl_config(
     rows_name = f"data.train_batch_size x rollout.n = {data.train_batch_size} x {rollout.n}"
     check_mini_batches("actor", rows, trainer.n_workers, rows_name)
     check_megatron_layouts(actor, critic, trainer)
+    check_sequence_parallel(actor.engine, trainer.n_workers, "actor")
+    if critic is not None:
+        check_sequence_parallel(critic.engine, trainer.n_workers, "critic")
     check_estimator(algorithm, critic, rollout)
     if (actor.use_kl_loss or algorithm.use_kl_in_reward) and not reference:
         raise ConfigurationError(
@@ -303,6 +307,7 @@ def validate_dpo_config(
             "rollout.multi_turn.enable=true is for the RL trainers (PPO / GRPO); DPO pairs "
             "single responses: set rollout.multi_turn.enable=false"
         )
+    check_sequence_parallel(actor.engine, trainer.n_workers, "actor")
     pairs = data.train_batch_size
     if dpo.online and rollout.n < 2:
         raise ConfigurationError(
@@ -336,5 +341,6 @@ def validate_sft_config(
     require_positive("max_response_length", max_response_length)
     check_mini_batches("actor", data.train_batch_size, trainer.n_workers, "data.train_batch_size")
     check_megatron_layouts(actor, None, trainer)
+    check_sequence_parallel(actor.engine, trainer.n_workers, "actor")
     check_tokenizer_source(data, actor)
     _check_loggers(trainer)

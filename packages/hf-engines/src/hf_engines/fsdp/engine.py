@@ -34,6 +34,8 @@ from hf_engines.fsdp.sharding import (
     shard_model,
     syncs_at_last_micro_batch,
 )
+from hf_engines.fsdp.sp_forward import forward_sequence_parallel, zero_loss
+from hf_engines.fsdp.ulysses import enable_ulysses, sequence_parallel_group
 from hf_engines.fsdp.unpad import PaddingMode, choose_padding_mode
 from hf_engines.micro_batch import (
     add_metrics,
@@ -56,7 +58,10 @@ class FSDPEngine:
 
     Every rank of the default process group holds one shard of the model and of the
     optimizer state (AdamW, or Muon with AdamW: ``optim.name``). Build it on every rank
-    with the same ``config``. With ``lora`` enabled the base weights are frozen and only
+    with the same ``config``. With ``fsdp.ulysses_sequence_parallel_size`` > 1 each group of
+    that many ranks runs each member's micro-batches in turn, their packed tokens split
+    between them (:mod:`hf_engines.fsdp.sp_forward`); every rank still gets and returns its
+    own rows. With ``lora`` enabled the base weights are frozen and only
     the adapters train (see :mod:`hf_engines.lora`).
     """
 
@@ -70,8 +75,14 @@ class FSDPEngine:
         self.config = config
         self.device = resolve_device(config.fsdp)
         self.mesh = build_mesh(config.fsdp, self.device.type)
+        self.sp_group = sequence_parallel_group(
+            config.fsdp.ulysses_sequence_parallel_size, self.device.type
+        )
+        """This rank's Ulysses group (``fsdp.ulysses_sequence_parallel_size``), or ``None``."""
         model = build_hf_model(config.model)
         self._model_class = type(model)  # before fully_shard renames the class
+        if self.sp_group is not None:
+            enable_ulysses(model, config)
         self.lora = lora if lora is not None and lora.enabled else None
         """The adapters' config, or ``None`` when every weight trains."""
         self._peft: Any = None
@@ -121,8 +132,14 @@ class FSDPEngine:
 
     # ------------------------------------------------------------------ forward
 
-    def _forward(self, micro_batch: DataProto, temperature: float) -> ModelOutputs:
-        """Run the model on one micro-batch; outputs at the response positions only."""
+    def _forward(
+        self, micro_batch: DataProto, temperature: float, contribute: bool = True
+    ) -> ModelOutputs:
+        """Run the model on one micro-batch; outputs at the response positions only.
+
+        Under sequence parallelism the whole SP group runs it; ``contribute=False``: this
+        rank's rows sit out (see :meth:`_passes`).
+        """
         tensors = batch_tensors(micro_batch)
         missing = [key for key in _MODEL_INPUTS if key not in tensors]
         if missing:
@@ -130,9 +147,31 @@ class FSDPEngine:
         inputs = {key: tensors[key].to(self.device) for key in _MODEL_INPUTS}
         responses = inputs.pop(fields.RESPONSES)
         value_head = self.config.model.head == "value"
+        if self.sp_group is not None:
+            return forward_sequence_parallel(
+                self.model, inputs, responses, value_head, temperature, self.sp_group, contribute
+            )
         return forward_micro_batch(
             self.model, inputs, responses, value_head, temperature, self.padding_mode
         )
+
+    def _passes(
+        self, micro_batch: DataProto, temperature: float
+    ) -> Iterator[tuple[ModelOutputs, bool]]:
+        """Forward passes for one micro-batch: ``(outputs, mine)``.
+
+        Without sequence parallelism one pass, this rank's. With it one pass per rank of
+        the SP group, in rank order: each rank's micro-batch in turn, split over the whole
+        group, so a rank holds ``1/sp`` of one micro-batch's activations at a time. In the
+        others' passes (``mine=False``) this rank's outputs are zeros that only keep the
+        group's collectives in step.
+        """
+        if self.sp_group is None:
+            yield self._forward(micro_batch, temperature), True
+            return
+        me = dist.get_rank(self.sp_group)
+        for owner in range(dist.get_world_size(self.sp_group)):
+            yield self._forward(micro_batch, temperature, owner == me), owner == me
 
     def _aligned_micro_batches(self, batch: DataProto) -> list[tuple[DataProto, bool]]:
         """Micro-batches of this rank, padded with repeats to the largest count over ranks.
@@ -156,9 +195,9 @@ class FSDPEngine:
         outputs: list[ModelOutputs] = []
         try:
             for micro, real in self._aligned_micro_batches(batch):
-                out = self._forward(micro, temperature)
-                if real:
-                    outputs.append(out)
+                for out, mine in self._passes(micro, temperature):
+                    if real and mine:
+                        outputs.append(out)
         finally:
             self.model.train()
         return outputs
@@ -226,14 +265,18 @@ class FSDPEngine:
                 last, keep = index == len(aligned) - 1, not self.config.fsdp.reshard_after_forward
                 defer_gradient_sync(cast(FSDPModule, self.model), last, keep)
             micro = with_totals(micro, tokens, sequences)
-            share, metrics = loss_fn(self._forward(micro, temperature), micro)
-            # The alignment repeats (real=False) only keep the collectives in step.
-            (share * (world_size if real else 0.0)).backward()
-            if real:
-                local_loss += float(share.detach())
-                counted = response_counts([micro])[0] > 0  # a filler's metrics mean nothing
-                with_tokens += int(counted)
-                add_metrics(sums, metrics, counted)
+            for outputs, mine in self._passes(micro, temperature):
+                if not mine:  # another SP rank's rows: back-propagate its zeros with it
+                    zero_loss(outputs).backward()
+                    continue
+                share, metrics = loss_fn(outputs, micro)
+                # The alignment repeats (real=False) only keep the collectives in step.
+                (share * (world_size if real else 0.0)).backward()
+                if real:
+                    local_loss += float(share.detach())
+                    counted = response_counts([micro])[0] > 0  # a filler's metrics: nothing
+                    with_tokens += int(counted)
+                    add_metrics(sums, metrics, counted)
         grad_norm = self._clip_gradients()
         # A non-finite norm (the same on every rank) would poison the weights: skip the
         # update, but keep the schedule and step count moving so every rank stays aligned.

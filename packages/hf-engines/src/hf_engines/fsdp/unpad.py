@@ -88,12 +88,13 @@ def pack_rows(
     attention_mask: torch.Tensor,
     position_ids: torch.Tensor,
     response_length: int,
+    require_scored: bool = True,
 ) -> PackedRows | None:
     """Pack the real tokens of ``(B, T)`` rows into one ``(1, N)`` row.
 
     Returns ``None`` when packing would change the result: a row whose real tokens do not
     carry positions ``0, 1, ..., L-1`` (its boundaries could not be told from a restart),
-    or a micro-batch without any scored response token.
+    or (with ``require_scored``) a micro-batch without any scored response token.
     """
     mask = attention_mask.bool()
     if position_ids.dim() != 2 or not torch.equal(
@@ -101,7 +102,7 @@ def pack_rows(
     ):
         return None
     scored = scored_response_mask(attention_mask, response_length)
-    if not scored.any():
+    if require_scored and not scored.any():
         return None
     packed_index = mask.flatten().long().cumsum(0).view_as(mask) - 1
     total = mask.shape[1]

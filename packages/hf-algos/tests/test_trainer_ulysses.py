@@ -1,0 +1,105 @@
+"""GRPO with Ulysses sequence parallelism (sp=2 on 2 workers) against 1 worker, per step.
+
+Both runs sample with one rollout worker (``placement=separate``, ``rollout_workers=1``):
+a rollout worker seeds its sampler with the step seed plus its rank, so a run with two
+rollout workers would draw other samples than a run with one. With the same samples,
+sequence parallelism must leave every step's loss, gradient norm and reward as on one
+worker (fp32; the sums run in other orders, hence the relative tolerance).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from hf_algos.config import RLConfig, load_config
+from hf_algos.trainers import PPOTrainer
+from hf_controller import ConfigurationError
+
+from .trainer_helpers import common_overrides, task_files
+
+pytestmark = [pytest.mark.timeout(600), pytest.mark.second_lane]
+
+STEPS = 10
+RELATIVE = 1e-4
+COMPARED = ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "critic/score/mean")
+
+
+def grpo_overrides(model: Path, root: Path, train: Path) -> list[str]:
+    """GRPO on the toy task for :data:`STEPS` steps, one rollout worker, an entropy bonus
+    (so the untrained model's zero advantages still give a gradient)."""
+    return [
+        *common_overrides(model, root, train, steps=STEPS),
+        "algorithm.adv_estimator=grpo",
+        "actor.entropy_coeff=0.01",
+        "actor.engine.micro_batch.micro_batch_size=2",
+        "trainer.placement=separate",
+        "trainer.rollout_workers=1",
+        "trainer.resume_mode=disable",
+    ]
+
+
+def test_sp_size_must_divide_the_workers(tiny_model_dir: Path, tmp_path: Path) -> None:
+    train, _ = task_files(tmp_path)
+    overrides = [
+        *grpo_overrides(tiny_model_dir, tmp_path, train),
+        "trainer.n_workers=3",
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+    ]
+    with pytest.raises(ConfigurationError, match="does not divide the 3 workers"):
+        load_config(RLConfig, overrides=overrides)
+
+
+def test_verl_keys_set_the_actor_and_critic_sizes(tiny_model_dir: Path, tmp_path: Path) -> None:
+    train, _ = task_files(tmp_path)
+    config = load_config(
+        RLConfig,
+        overrides=[
+            *grpo_overrides(tiny_model_dir, tmp_path, train),
+            "trainer.n_workers=2",
+            "algorithm.adv_estimator=gae",
+            f"critic.engine.model.path={tiny_model_dir}",
+            "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+            "critic.ulysses_sequence_parallel_size=2",
+        ],
+    )
+    assert config.actor.engine.fsdp.ulysses_sequence_parallel_size == 2
+    assert config.critic is not None
+    assert config.critic.engine.fsdp.ulysses_sequence_parallel_size == 2
+
+
+def fit(overrides: list[str]) -> list[dict[str, float]]:
+    """Every step's metrics of a GRPO run."""
+    torch.set_num_threads(1)
+    with PPOTrainer(load_config(RLConfig, overrides=overrides)) as trainer:
+        return trainer.fit()
+
+
+def test_grpo_sp2_on_2_workers_matches_1_worker_per_step(
+    ray_session: Any, toy_task_scored: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    train, _ = task_files(tmp_path)
+    base = grpo_overrides(tiny_model_dir, tmp_path, train)
+    one = fit([*base, f"trainer.log_dir={tmp_path / 'one'}"])
+    sp = fit(
+        [
+            *base,
+            f"trainer.log_dir={tmp_path / 'sp'}",
+            "trainer.n_workers=2",
+            "actor.engine.fsdp.ulysses_sequence_parallel_size=2",
+        ]
+    )
+    assert len(one) == len(sp) == STEPS
+    assert one[0]["actor/grad_norm"] > 0
+    for step, (want, got) in enumerate(zip(one, sp, strict=True), start=1):
+        for key in COMPARED:
+            assert got[key] == pytest.approx(want[key], rel=RELATIVE, abs=1e-7), (step, key)
+    pairs = list(zip(one, sp, strict=True))
+    worst = {
+        key: max(abs(b[key] - a[key]) / max(abs(a[key]), 1e-12) for a, b in pairs)
+        for key in COMPARED
+    }
+    print(f"largest relative difference over {STEPS} steps: {worst}")  # shown with -s
