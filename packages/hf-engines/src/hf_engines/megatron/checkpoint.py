@@ -41,11 +41,14 @@ _OUTER = {
 
 
 def _layout(config: MegatronConfig) -> dict[str, int]:
-    return {
+    layout = {
         "world_size": dist.get_world_size(),
         "tensor_model_parallel_size": config.tensor_model_parallel_size,
         "pipeline_model_parallel_size": config.pipeline_model_parallel_size,
     }
+    if config.expert_model_parallel_size > 1:  # absent from dense runs' (older) checkpoints
+        layout["expert_model_parallel_size"] = config.expert_model_parallel_size
+    return layout
 
 
 def save(
