@@ -365,3 +365,17 @@ def test_a_multi_stage_file_takes_hydra_overrides(
 
     assert not GlobalHydra.instance().is_initialized()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["stages.yaml"]
+
+
+def test_verl_expert_parallel_size_reaches_the_megatron_engine() -> None:
+    moe = [
+        "actor.engine.backend=megatron",
+        "actor.engine.model.hf_config.model_type=qwen3_moe",
+        "+actor.engine.model.hf_config.num_experts=4",
+    ]
+    config = load(*moe, "actor_rollout_ref.actor.megatron.expert_model_parallel_size=2")
+    assert config.actor.engine.megatron.expert_model_parallel_size == 2
+    with pytest.raises(ConfigurationError, match="needs a mixture-of-experts model"):
+        load("actor.engine.backend=megatron", "actor.engine.megatron.expert_model_parallel_size=2")
+    with pytest.raises(ConfigurationError, match="does not divide the model's num_experts=4"):
+        load(*moe, "actor.engine.megatron.expert_model_parallel_size=3")

@@ -195,6 +195,19 @@ VERL_ALIASES: tuple[Alias, ...] = (
     # reference
     _ignored("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", "uses the actor's"),
     _ignored("actor_rollout_ref.ref.fsdp_config.param_offload", "the reference shares the actor's"),
+    # mixture of experts: expert parallelism (Megatron engine)
+    _renamed(
+        f"{_ARA}.megatron.expert_model_parallel_size",
+        "actor.engine.megatron.expert_model_parallel_size",
+    ),
+    _ignored(
+        "actor_rollout_ref.ref.megatron.expert_model_parallel_size",
+        "the reference uses the actor's layout (actor.engine.megatron.expert_model_parallel_size)",
+    ),
+    _renamed(
+        "critic.megatron.expert_model_parallel_size",
+        "critic.engine.megatron.expert_model_parallel_size",
+    ),
     # rollout
     _renamed(
         f"{_ROLL}.name",
