@@ -379,3 +379,9 @@ def test_verl_expert_parallel_size_reaches_the_megatron_engine() -> None:
         load("actor.engine.backend=megatron", "actor.engine.megatron.expert_model_parallel_size=2")
     with pytest.raises(ConfigurationError, match="does not divide the model's num_experts=4"):
         load(*moe, "actor.engine.megatron.expert_model_parallel_size=3")
+
+
+def test_router_replay_is_an_fsdp_actor_option() -> None:
+    assert load("actor.router_replay=true").actor.router_replay
+    with pytest.raises(ConfigurationError, match="router_replay=true runs on the FSDP engine"):
+        load("actor.router_replay=true", "actor.engine.backend=megatron")
