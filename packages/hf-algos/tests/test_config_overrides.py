@@ -428,3 +428,21 @@ def test_megatron_layouts_that_cannot_work_are_refused() -> None:
     with pytest.raises(ConfigurationError, match=r"lora.rank=4 needs the FSDP2 engine.*"
                        r"set backend='fsdp'"):  # fmt: skip
         load(*actor, "actor.lora.rank=4")
+def test_verl_expert_parallel_size_reaches_the_megatron_engine() -> None:
+    moe = [
+        "actor.engine.backend=megatron",
+        "actor.engine.model.hf_config.model_type=qwen3_moe",
+        "+actor.engine.model.hf_config.num_experts=4",
+    ]
+    config = load(*moe, "actor_rollout_ref.actor.megatron.expert_model_parallel_size=2")
+    assert config.actor.engine.megatron.expert_model_parallel_size == 2
+    with pytest.raises(ConfigurationError, match="needs a mixture-of-experts model"):
+        load("actor.engine.backend=megatron", "actor.engine.megatron.expert_model_parallel_size=2")
+    with pytest.raises(ConfigurationError, match="does not divide the model's num_experts=4"):
+        load(*moe, "actor.engine.megatron.expert_model_parallel_size=3")
+
+
+def test_router_replay_is_an_fsdp_actor_option() -> None:
+    assert load("actor.router_replay=true").actor.router_replay
+    with pytest.raises(ConfigurationError, match="router_replay=true runs on the FSDP engine"):
+        load("actor.router_replay=true", "actor.engine.backend=megatron")

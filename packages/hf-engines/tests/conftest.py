@@ -16,11 +16,10 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Directories of tiny random Llama, Qwen2 (tied embeddings) and Qwen3 models."""
+    """Directories of tiny random Llama, Qwen2 (tied embeddings), Qwen3 and Qwen3-MoE models."""
     root = tmp_path_factory.mktemp("tiny-models")
-    return {
-        family: build_tiny_model(root / family, family) for family in ("llama", "qwen2", "qwen3")
-    }
+    families = ("llama", "qwen2", "qwen3", "qwen3_moe")
+    return {family: build_tiny_model(root / family, family) for family in families}
 
 
 @pytest.fixture(scope="session")

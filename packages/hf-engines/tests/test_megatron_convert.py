@@ -24,7 +24,7 @@ def _engine_config(model_dir: Path, **megatron: object) -> EngineConfig:
     )
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "qwen3_moe"])
 @pytest.mark.parametrize("tp", [1, 2])
 def test_round_trip_through_tensor_parallel_shards_is_exact(
     tiny_models: dict[str, Path], family: str, tp: int
@@ -109,3 +109,34 @@ def test_fsdp_backend_ignores_the_megatron_layout(tiny_models: dict[str, Path]) 
         },
     )
     assert config.backend == "fsdp"
+
+
+def test_moe_experts_convert_one_megatron_mlp_per_expert(tiny_models: dict[str, Path]) -> None:
+    pytest.importorskip("megatron.core", reason="needs the megatron extra (megatron-core)")
+    from hf_engines.megatron.convert import hf_layer_to_mcore
+    from hf_engines.megatron.moe import expert_index, with_expert_index
+
+    state = AutoModelForCausalLM.from_pretrained(tiny_models["qwen3_moe"]).state_dict()
+    layer = {k[len("model.layers.1.") :]: t for k, t in state.items() if ".layers.1." in k}
+    converted = hf_layer_to_mcore(layer, 2)
+    gate_up = layer["mlp.experts.gate_up_proj"]
+    assert torch.equal(converted["mlp.router.weight"], layer["mlp.gate.weight"])
+    for expert in range(4):
+        fc1 = converted[f"mlp.experts.local_experts.{expert}.linear_fc1.weight"]
+        assert torch.equal(fc1, gate_up[expert])  # gate rows then up rows, as megatron's fc1
+    name = "decoder.layers.0.mlp.experts.local_experts.1.linear_fc2.weight"
+    assert expert_index(name) == 1 and expert_index("decoder.layers.0.mlp.router.weight") is None
+    assert with_expert_index(name, 3) == name.replace(".1.", ".3.")
+
+
+def test_expert_parallel_size_is_checked_against_the_model(tiny_models: dict[str, Path]) -> None:
+    moe = tiny_models["qwen3_moe"]
+    assert _engine_config(moe, expert_model_parallel_size=2).megatron.expert_model_parallel_size
+    with pytest.raises(ConfigurationError, match="does not divide the model's num_experts=4"):
+        _engine_config(moe, expert_model_parallel_size=3)
+    with pytest.raises(ConfigurationError, match="tensor_model_parallel_size=1 only"):
+        _engine_config(moe, tensor_model_parallel_size=2)
+    with pytest.raises(ConfigurationError, match="needs a mixture-of-experts model"):
+        _engine_config(tiny_models["llama"], expert_model_parallel_size=2)
+    with pytest.raises(ConfigurationError, match="does not divide the 3 data-parallel ranks"):
+        MegatronConfig(expert_model_parallel_size=2).data_parallel_size(3)

@@ -411,7 +411,7 @@ def check_sequence_parallel(engine: EngineConfig, world_size: int, role: str) ->
         )
 
 
-_MEGATRON_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+_MEGATRON_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe")
 
 
 @dataclass(frozen=True)
@@ -422,6 +422,9 @@ class MegatronConfig:
     """Ranks each layer's weight matrices are split over (heads and MLP columns)."""
     pipeline_model_parallel_size: int = 1
     """Stages the transformer layers are split over, consecutive layers per stage."""
+    expert_model_parallel_size: int = 1
+    """Ranks a mixture-of-experts layer's experts are split over (each holds
+    ``num_experts / size`` whole experts); the ranks come out of the data-parallel ones."""
     layer_spec: Literal["auto", "local", "transformer_engine"] = "auto"
     """Layer implementation: megatron's ``local`` modules, ``transformer_engine`` ones, or
     ``auto`` (Transformer Engine when it is installed and CUDA is used, else local)."""
@@ -435,6 +438,7 @@ class MegatronConfig:
     def __post_init__(self) -> None:
         _check_positive("megatron.tensor_model_parallel_size", self.tensor_model_parallel_size)
         _check_positive("megatron.pipeline_model_parallel_size", self.pipeline_model_parallel_size)
+        _check_positive("megatron.expert_model_parallel_size", self.expert_model_parallel_size)
         _check_choice(
             "megatron.layer_spec", self.layer_spec, ("auto", "local", "transformer_engine")
         )
@@ -450,7 +454,14 @@ class MegatronConfig:
                 f"size={self.pipeline_model_parallel_size} = {model_parallel}; use a multiple "
                 f"of {model_parallel} ranks or smaller parallel sizes"
             )
-        return world_size // model_parallel
+        data_parallel = world_size // model_parallel
+        if data_parallel % self.expert_model_parallel_size != 0:
+            raise ConfigurationError(
+                f"megatron.expert_model_parallel_size={self.expert_model_parallel_size} does not "
+                f"divide the {data_parallel} data-parallel ranks (world_size={world_size}); "
+                "expert-parallel ranks come out of the data-parallel ones, choose a divisor"
+            )
+        return data_parallel
 
     def validate_model(self, hf_config: Mapping[str, Any]) -> None:
         """Check that a Hugging Face config (as a dict) splits over this layout."""
@@ -493,6 +504,31 @@ class MegatronConfig:
                     f"{option}={size} does not divide the model's {name}={value}; sizes that "
                     f"divide this model: {', '.join(map(str, fits))}"
                 )
+        self._validate_experts(hf_config)
+
+    def _validate_experts(self, hf_config: Mapping[str, Any]) -> None:
+        """Check the expert-parallel size against a mixture-of-experts config (or its lack)."""
+        ep = self.expert_model_parallel_size
+        # config.json spells it num_local_experts (transformers' attribute map), dicts may not
+        experts = int(hf_config.get("num_experts") or hf_config.get("num_local_experts") or 0)
+        if experts == 0:
+            if ep > 1:
+                raise ConfigurationError(
+                    f"megatron.expert_model_parallel_size={ep} needs a mixture-of-experts model "
+                    f"(model_type={hf_config.get('model_type')!r} has no experts); set it to 1"
+                )
+            return
+        if experts % ep != 0:
+            raise ConfigurationError(
+                f"megatron.expert_model_parallel_size={ep} does not divide the model's "
+                f"num_experts={experts}; choose a divisor of {experts}"
+            )
+        if self.tensor_model_parallel_size > 1:
+            raise ConfigurationError(
+                "mixture-of-experts models run with megatron.tensor_model_parallel_size=1 only "
+                f"(got {self.tensor_model_parallel_size}); split the experts with "
+                "megatron.expert_model_parallel_size instead"
+            )
 
 
 def _hf_config_dict(model: ModelConfig) -> dict[str, Any] | None:

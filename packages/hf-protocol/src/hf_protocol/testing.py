@@ -73,9 +73,20 @@ TINY_DECODER_CONFIGS: dict[str, dict[str, Any]] = {
     # Tied embeddings exercise the export path that must not write lm_head twice.
     "qwen2": {"model_type": "qwen2", "tie_word_embeddings": True, **_TINY_DECODER},
     "qwen3": {"model_type": "qwen3", "head_dim": 8, **_TINY_DECODER},
+    # A mixture of experts: every layer's MLP is 4 experts (16 channels each), top-2 routed.
+    "qwen3_moe": {
+        "model_type": "qwen3_moe",
+        "head_dim": 8,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 16,
+        "norm_topk_prob": True,
+        **_TINY_DECODER,
+    },
 }
 """Tiny decoder configs by family (``transformers`` config fields): hidden 32, 2 layers,
-4 heads (2 key/value), vocab 128. Models built from them get random weights."""
+4 heads (2 key/value), vocab 128; ``qwen3_moe`` has 4 experts, top-2. Models built from
+them get random weights."""
 
 
 def tiny_decoder_config(family: str, **overrides: Any) -> dict[str, Any]:

@@ -105,8 +105,12 @@ def _shared(verl: str, ours: str, note: str, **kw: Any) -> Alias:
 _STRATEGIES = {"fsdp": "fsdp", "fsdp2": "fsdp", "megatron": "megatron"}
 """verl's ``strategy`` -> our ``engine.backend``."""
 _STRATEGY_NOTE = "fsdp / fsdp2 -> fsdp (FSDP2), megatron -> megatron"
-_MEGATRON_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size")
-"""verl's ``megatron.*`` layout keys we map (expert parallelism: not here)."""
+_MEGATRON_SIZES = (
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "expert_model_parallel_size",
+)
+"""verl's ``megatron.*`` layout keys we map."""
 _REF_NOTE = "the reference runs in the actor's engine layout: must equal the actor's value"
 
 
@@ -311,9 +315,10 @@ VERL_ALIASES: tuple[Alias, ...] = (
         f"{_ARA}.ulysses_sequence_parallel_size",
         "actor.engine.fsdp.ulysses_sequence_parallel_size",
     ),
-    _ignored(
+    _shared(
         "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
-        "the reference uses the actor's (actor.engine.fsdp.ulysses_sequence_parallel_size)",
+        "actor.engine.fsdp.ulysses_sequence_parallel_size",
+        _REF_NOTE,
     ),
     _renamed(
         "critic.ulysses_sequence_parallel_size",

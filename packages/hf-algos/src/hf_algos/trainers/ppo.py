@@ -89,8 +89,9 @@ from hf_algos.trainers.worker_io import (
     rename_prefix,
     tensors,
 )
-from hf_controller import RayClassWithInitArgs
+from hf_controller import ConfigurationError, RayClassWithInitArgs
 from hf_protocol import DataProto, fields
+from hf_protocol.routing import ROUTED_EXPERTS
 from hf_rollout import SamplingConfig
 
 logger = logging.getLogger(__name__)
@@ -283,7 +284,8 @@ class PPOTrainer(Trainer):
                 tensors(batch)[fields.OLD_LOG_PROBS] = tensors(batch)[fields.ROLLOUT_LOG_PROBS]
         else:
             with timed("old_log_prob", timing):
-                absorb(batch, roles.actor.compute_log_prob(for_worker(batch)), metrics)
+                request = for_worker(batch, self._actor_fields(batch, MODEL_FIELDS))
+                absorb(batch, roles.actor.compute_log_prob(request), metrics)
             metrics.update(apply_rollout_correction(batch, correction))
 
         # 3. The reference policy's log-probs (a KL term reads them) and the critic's values.
@@ -377,6 +379,18 @@ class PPOTrainer(Trainer):
         _, metrics = apply_kl_penalty(batch, self.kl_ctrl, self.config.algorithm.kl_penalty)
         return metrics
 
+    def _actor_fields(self, batch: DataProto, keys: tuple[str, ...]) -> tuple[str, ...]:
+        """``keys``, plus the rollout's ``routed_experts`` with ``actor.router_replay``."""
+        if not self.config.actor.router_replay:
+            return keys
+        if ROUTED_EXPERTS not in tensors(batch).keys():  # noqa: SIM118 (a TensorDict)
+            raise ConfigurationError(
+                "actor.router_replay=true but the rollout recorded no routed_experts; it is "
+                "recorded by rollout.backend=native for mixture-of-experts models with "
+                "rollout.prefix_cache_rows=0 (set actor.router_replay=false otherwise)"
+            )
+        return (*keys, ROUTED_EXPERTS)
+
     def update(self, batch: DataProto, metrics: Metrics, timing: dict[str, float]) -> None:
         """The critic's update, then the actor's (each a worker-group call)."""
         if self.use_critic:
@@ -387,7 +401,8 @@ class PPOTrainer(Trainer):
             keys: tuple[str, ...] = ACTOR_UPDATE_FIELDS
             if batch.meta_info.get(fields.OLD_LOG_PROBS_FROM_UPDATE):  # the loss corrects
                 keys = (*keys, fields.ROLLOUT_LOG_PROBS)
-            absorb(None, self.roles.actor.update_actor(for_worker(batch, keys)), metrics)
+            update = for_worker(batch, self._actor_fields(batch, keys))
+            absorb(None, self.roles.actor.update_actor(update), metrics)
             rename_prefix(metrics, "actor/rollout_correction/", "rollout_correction/")
 
     def batch_metrics(self, batch: DataProto, timing: dict[str, float]) -> Metrics:

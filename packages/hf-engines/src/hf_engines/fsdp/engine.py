@@ -49,6 +49,7 @@ from hf_engines.models import build_hf_model, transformer_blocks
 from hf_engines.optim import build_optimizer
 from hf_engines.schedule import build_lr_scheduler
 from hf_protocol import DataProto, fields
+from hf_protocol.routing import ROUTED_EXPERTS, replay_routing
 
 _MODEL_INPUTS = (fields.INPUT_IDS, fields.ATTENTION_MASK, fields.POSITION_IDS, fields.RESPONSES)
 
@@ -151,6 +152,13 @@ class FSDPEngine:
             return forward_sequence_parallel(
                 self.model, inputs, responses, value_head, temperature, self.sp_group, contribute
             )
+        if ROUTED_EXPERTS in tensors:
+            # Router replay (R3): route every token to the experts the rollout recorded,
+            # on the rows as recorded (the padded forward; see hf_protocol.routing).
+            with replay_routing(self.model, tensors[ROUTED_EXPERTS]):
+                return forward_micro_batch(
+                    self.model, inputs, responses, value_head, temperature, "off"
+                )
         return forward_micro_batch(
             self.model, inputs, responses, value_head, temperature, self.padding_mode
         )

@@ -41,13 +41,16 @@ _OUTER = {
 
 
 def _layout(config: MegatronConfig) -> dict[str, int | bool]:
-    return {
+    layout: dict[str, int | bool] = {
         "world_size": dist.get_world_size(),
         "tensor_model_parallel_size": config.tensor_model_parallel_size,
         "pipeline_model_parallel_size": config.pipeline_model_parallel_size,
         # each rank's optimizer file holds its share only when the optimizer is distributed
         "use_distributed_optimizer": config.use_distributed_optimizer,
     }
+    if config.expert_model_parallel_size > 1:  # absent from dense runs' (older) checkpoints
+        layout["expert_model_parallel_size"] = config.expert_model_parallel_size
+    return layout
 
 
 def save(

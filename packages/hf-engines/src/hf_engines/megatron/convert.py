@@ -10,6 +10,7 @@ Three pure steps, each exact (only copies, splits and concatenations):
   shards (columns for ``linear_qkv`` / ``linear_fc1`` / embeddings / output layer, rows of
   ``linear_proj`` / ``linear_fc2``; norms are replicated).
 
+Qwen3-MoE layers' routed experts are converted by :mod:`hf_engines.megatron.moe`.
 Names are those of megatron's local layer spec; the Transformer Engine spec keeps the two
 pre-norms inside the following linear layer, see :func:`te_name`.
 """
@@ -19,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import torch
+
+from hf_engines.megatron.moe import hf_moe_to_mcore, is_moe_layer, mcore_moe_to_hf
 
 Tensor = torch.Tensor
 
@@ -86,6 +89,9 @@ def hf_layer_to_mcore(hf_layer: Mapping[str, Tensor], num_query_groups: int) -> 
         if f"self_attn.q_proj.{kind}" in hf_layer:
             q, k, v = (hf_layer[f"self_attn.{p}_proj.{kind}"] for p in "qkv")
             out[f"self_attention.linear_qkv.{kind}"] = _fuse_qkv(q, k, v, num_query_groups)
+    if is_moe_layer(hf_layer):
+        out.update(hf_moe_to_mcore(hf_layer))
+        return out
     gate, up = hf_layer["mlp.gate_proj.weight"], hf_layer["mlp.up_proj.weight"]
     out["mlp.linear_fc1.weight"] = torch.cat([gate, up], dim=0)
     return out
@@ -106,6 +112,9 @@ def mcore_layer_to_hf(
     for hf_name, mc_name in _LAYER_NORMS.items():
         if mc_name in mcore_layer:
             out[hf_name] = mcore_layer[mc_name]
+    if "mlp.router.weight" in mcore_layer:
+        out.update(mcore_moe_to_hf(mcore_layer))
+        return out
     gate, up = mcore_layer["mlp.linear_fc1.weight"].chunk(2, dim=0)
     out["mlp.gate_proj.weight"] = gate.contiguous()
     out["mlp.up_proj.weight"] = up.contiguous()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 from os import PathLike
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from hf_engines.megatron.convert import hf_to_mcore
 from hf_engines.megatron.cpu_compat import seed_model_parallel_rng
 from hf_engines.megatron.grads import clip_gradients, reduce_gradients
 from hf_engines.megatron.model import build_gpt_model, head_dim
+from hf_engines.megatron.moe import align_micro_batches, pad_rows
 from hf_engines.megatron.parallel import initialize_parallel, pipeline_rank_of_stage
 from hf_engines.megatron.pipeline import StageInput, prepare, response_outputs, run_schedule
 from hf_engines.megatron.shard_load import load_shards, shard_source
@@ -53,7 +55,7 @@ from hf_protocol import DataProto, fields
 
 
 class MegatronEngine:
-    """A :class:`~hf_engines.engine.TrainingEngine` over megatron-core (TP / PP / DP).
+    """A :class:`~hf_engines.engine.TrainingEngine` over megatron-core (TP / PP / EP / DP).
 
     Build it on every rank with the same ``config`` (``backend='megatron'``). Weights come
     from the Hugging Face model named by ``config.model`` and are converted to megatron's
@@ -125,13 +127,24 @@ class MegatronEngine:
         log_probs, entropy = response_log_probs(logits, item.responses, temperature)
         return {"log_probs": log_probs, "entropy": entropy}
 
-    def _inputs(self, batch: DataProto) -> list[StageInput]:
+    def _inputs(self, batch: DataProto) -> tuple[list[StageInput], int]:
+        """The prepared micro-batches and how many are real; with expert parallelism they
+        are padded and filled up to the expert-parallel group's (see :mod:`.moe`)."""
         if len(batch) == 0:
             raise ValueError("got an empty batch; every data-parallel rank needs at least one row")
-        return [
+        inputs = [
             prepare(micro, self.device)
             for micro in split_micro_batches(batch, self.config.micro_batch)
         ]
+        return align_micro_batches(
+            inputs,
+            lambda item: (item.input_ids.shape[0], item.input_ids.shape[1]),
+            lambda item, rows, length: replace(
+                item, input_ids=pad_rows(item.input_ids, rows, length)
+            ),
+            lambda item: prepare(_filler(item.micro_batch), self.device),
+            self.device,
+        )
 
     @torch.no_grad()
     def _forward_only(
@@ -144,10 +157,12 @@ class MegatronEngine:
         def keep(output: torch.Tensor, item: StageInput) -> None:
             collected.append(self._head(output, item, temperature))
 
+        inputs, real = self._inputs(batch)
         try:
-            run_schedule(self.model, self._inputs(batch), keep, self.hf_config.hidden_size, False)
+            run_schedule(self.model, inputs, keep, self.hf_config.hidden_size, False)
         finally:
             self.model.train()
+        collected = collected[:real]  # drop the fillers' outputs
         shape = tuple(batch_tensors(batch)[fields.RESPONSES].shape)
         results = []
         for key in keys:
@@ -192,7 +207,7 @@ class MegatronEngine:
         shares as they are makes the step equal one over the whole mini-batch at once.
         """
         temperature = float(mini_batch.meta_info.get(fields.TEMPERATURE, 1.0))
-        inputs = self._inputs(mini_batch)
+        inputs, _ = self._inputs(mini_batch)  # fillers have no response tokens
         counts = response_counts([item.micro_batch for item in inputs])
         tokens, sequences = self._data_parallel_sums(*counts)
         if tokens == 0:
@@ -313,6 +328,16 @@ class MegatronEngine:
             return
         self.model.to(self.device)
         move_optimizer_state(self.optimizer, self.device)
+
+
+def _filler(micro_batch: DataProto) -> DataProto:
+    """The first row of ``micro_batch`` with ``response_mask`` zeroed: no loss, no gradient."""
+    rows = micro_batch.slice(0, 1)
+    tensors = batch_tensors(rows).clone()
+    tensors[fields.RESPONSE_MASK] = torch.zeros_like(tensors[fields.RESPONSE_MASK])
+    return DataProto(
+        batch=tensors, non_tensor_batch=dict(rows.non_tensor_batch), meta_info=rows.meta_info
+    )
 
 
 def _from_last_stage(values: dict[str, float]) -> dict[str, float]:

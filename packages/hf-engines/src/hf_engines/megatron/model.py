@@ -14,6 +14,7 @@ from transformers import PretrainedConfig
 
 from hf_engines.config import MegatronConfig, ModelConfig
 from hf_engines.megatron.cpu_compat import tensor_cuda_stays_on_cpu
+from hf_engines.megatron.moe import allow_router_without_transformer_engine
 
 
 def _rope_theta(hf_config: PretrainedConfig) -> float:
@@ -58,7 +59,7 @@ def transformer_config(
         activation_func=functional.silu,
         add_bias_linear=False,
         add_qkv_bias=model_type == "qwen2" or bool(getattr(hf_config, "attention_bias", False)),
-        qk_layernorm=model_type == "qwen3",
+        qk_layernorm=model_type in ("qwen3", "qwen3_moe"),
         hidden_dropout=0.0,
         attention_dropout=0.0,
         init_method_std=getattr(hf_config, "initializer_range", 0.02),
@@ -77,7 +78,41 @@ def transformer_config(
         bias_dropout_fusion=False,
         apply_rope_fusion=False,
         gradient_accumulation_fusion=False,
+        **moe_config(hf_config, parallel),
     )
+
+
+def moe_config(hf_config: PretrainedConfig, parallel: MegatronConfig) -> dict[str, Any]:
+    """``TransformerConfig`` fields for a Qwen3-MoE config's routed experts ({} when dense).
+
+    The router is Qwen3's: a softmax over all experts, then the top-k (renormalised when
+    ``norm_topk_prob``); no load-balancing loss, no token dropping. Tokens go to the
+    experts' ranks with the ``allgather`` dispatcher (it runs on the CPU too).
+    """
+    experts = int(getattr(hf_config, "num_experts", None) or 0)
+    if experts == 0:
+        return {}
+    allow_router_without_transformer_engine()
+    sparse_step = int(getattr(hf_config, "decoder_sparse_step", 1))
+    if sparse_step != 1 or getattr(hf_config, "mlp_only_layers", None):
+        raise ValueError(
+            f"decoder_sparse_step={sparse_step}, mlp_only_layers="
+            f"{hf_config.mlp_only_layers!r}: the Megatron engine converts MoE models whose every "
+            "layer is a MoE layer only; use backend='fsdp' for this model"
+        )
+    norm = bool(getattr(hf_config, "norm_topk_prob", False))
+    return {
+        "num_moe_experts": experts,
+        "moe_router_topk": int(hf_config.num_experts_per_tok),
+        "moe_ffn_hidden_size": int(hf_config.moe_intermediate_size),
+        "expert_model_parallel_size": parallel.expert_model_parallel_size,
+        "moe_token_dispatcher_type": "allgather",
+        "moe_router_load_balancing_type": "none",
+        "moe_aux_loss_coeff": 0.0,
+        # top-k of the logits then a softmax over k == renormalised top-k of the softmax
+        "moe_router_pre_softmax": not norm,
+        "moe_grouped_gemm": False,
+    }
 
 
 def layer_spec(config: TransformerConfig, choice: str, device: torch.device) -> ModuleSpec:
@@ -95,8 +130,14 @@ def layer_spec(config: TransformerConfig, choice: str, device: torch.device) -> 
             get_gpt_layer_with_transformer_engine_spec,
         )
 
-        return get_gpt_layer_with_transformer_engine_spec(qk_layernorm=config.qk_layernorm)
-    return get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm, normalization="RMSNorm")
+        return get_gpt_layer_with_transformer_engine_spec(
+            num_experts=config.num_moe_experts, qk_layernorm=config.qk_layernorm
+        )
+    return get_gpt_layer_local_spec(
+        num_experts=config.num_moe_experts,
+        qk_layernorm=config.qk_layernorm,
+        normalization="RMSNorm",
+    )
 
 
 class ValueHead(torch.nn.Module):

@@ -52,21 +52,24 @@ def initialize_parallel(config: MegatronConfig) -> torch.device:
     if device.type == "cpu":
         enable_cpu_execution()
     tp, pp = config.tensor_model_parallel_size, config.pipeline_model_parallel_size
+    ep = config.expert_model_parallel_size
     if parallel_state.model_parallel_is_initialized():
         have = (
             parallel_state.get_tensor_model_parallel_world_size(),
             parallel_state.get_pipeline_model_parallel_world_size(),
+            parallel_state.get_expert_model_parallel_world_size(),
         )
-        if have != (tp, pp):
+        if have != (tp, pp, ep):
             raise RuntimeError(
-                f"megatron is already initialised in this process with (tensor, pipeline) "
-                f"parallel sizes {have}, not {(tp, pp)}; engines sharing a process must use "
-                "the same megatron layout"
+                f"megatron is already initialised in this process with (tensor, pipeline, "
+                f"expert) parallel sizes {have}, not {(tp, pp, ep)}; engines sharing a process "
+                "must use the same megatron layout"
             )
         return device
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=tp,
         pipeline_model_parallel_size=pp,
+        expert_model_parallel_size=ep,
         create_gloo_process_groups=False,
     )
     return device

@@ -12,13 +12,14 @@ from megatron.core.models.gpt import GPTModel
 from megatron.core.tensor_parallel import set_tensor_model_parallel_attributes
 
 from hf_engines.megatron.convert import tp_merge, tp_shard, tp_split_dim
+from hf_engines.megatron.moe import broadcast_expert, expert_owner, global_expert_name
 from hf_engines.megatron.parallel import pipeline_rank_of_stage, tensor_parallel_gather
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.*)$")
 
 
 def local_to_global_names(model: GPTModel) -> dict[str, str]:
-    """This stage's parameter names -> names with global layer numbers (local-spec names).
+    """This stage's parameter names -> names with global layer (and expert) numbers.
 
     Transformer Engine names (pre-norms fused into the next linear layer) are mapped back to
     the local spec's, so the converter sees one naming.
@@ -34,7 +35,7 @@ def local_to_global_names(model: GPTModel) -> dict[str, str]:
         match = _LAYER.match(canonical)
         if match:
             canonical = f"decoder.layers.{offsets[int(match.group(1))]}.{match.group(2)}"
-        names[name] = canonical
+        names[name] = global_expert_name(model, canonical)
     return names
 
 
@@ -111,7 +112,8 @@ def iter_full_tensors(
     """Yield ``(global megatron name, full tensor)`` in ``shapes`` order, on every rank.
 
     Collective over the whole model-parallel group: each tensor is gathered over tensor-
-    parallel ranks on its owning stage, then broadcast along the pipeline.
+    parallel ranks on its owning stage (a routed expert: broadcast from the expert-parallel
+    rank holding it), then broadcast along the pipeline.
     """
     pp_size = parallel_state.get_pipeline_model_parallel_world_size()
     pp_rank = parallel_state.get_pipeline_model_parallel_rank()
@@ -120,7 +122,10 @@ def iter_full_tensors(
     state = model.state_dict()
     for name, (shape, dtype) in shapes.items():
         owner = _owner_stage(name, num_layers, pp_size)
-        if pp_rank == owner:
+        if pp_rank == owner and expert_owner(model, name) is not None:
+            held = state[local[name]] if name in local else None
+            full = broadcast_expert(model, name, held, shape)
+        elif pp_rank == owner:
             full = tp_merge(name, tensor_parallel_gather(state[local[name]].detach()))
         else:
             full = torch.empty(shape, dtype=dtype, device=device)

@@ -36,6 +36,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 
 from hf_controller import ConfigurationError
 from hf_protocol import DataProto
+from hf_protocol.routing import ROUTED_EXPERTS, routers
 from hf_rollout.backends.fast_decoder import LlamaFamilyDecoder, supports
 from hf_rollout.backends.prefix_cache import (
     PastKV,
@@ -43,6 +44,7 @@ from hf_rollout.backends.prefix_cache import (
     counts_from_zero,
     prefill_layout,
 )
+from hf_rollout.backends.routing_trace import RoutingStepper
 from hf_rollout.backends.steppers import (
     LeanStepper,
     Stepper,
@@ -162,6 +164,8 @@ class NativeRollout:
         self.asleep = False
         self.closed = False
         self.decoder: LlamaFamilyDecoder | None = None
+        self.records_routing = bool(routers(self.model))
+        self._trace: RoutingStepper | None = None
         lean = config.engine_kwargs.get("lean_forward", True)
         if lean and supports(model, config.max_model_len) is None:
             self.decoder = LlamaFamilyDecoder(self.model, config.max_model_len)
@@ -206,6 +210,7 @@ class NativeRollout:
             )  # fmt: skip
         budget = min(sampling.max_new_tokens, self.config.max_model_len - longest)
         uniforms = self._uniforms(prompts, sampling, input_ids.shape[0], rows)
+        self._trace = None
         if self.prefix_cache is None or not counts_from_zero(attention_mask, prompt_tensors[2]):
             ids, mask, pos = self._dense_prefill(prompt_tensors)
             tokens, mask, log_probs, _ = self._decode(
@@ -215,10 +220,14 @@ class NativeRollout:
             tokens, mask, log_probs = self._decode_reusing(
                 prompt_tensors, sampling, budget, uniforms
             )
-        return build_rollout_output(
+        output = build_rollout_output(
             prompts, prompt_tensors, tokens.cpu(), mask.cpu(), log_probs.cpu(), sampling.n,
             sampling.effective_temperature, self.pad_token_id,
         )  # fmt: skip
+        if self._trace is not None:  # a mixture of experts, decoded without a prefix cache
+            routed = self._trace.routing(tokens.shape[1], input_ids.shape[1])
+            output = output.union(DataProto.from_dict(tensors={ROUTED_EXPERTS: routed}))
+        return output
 
     def _uniforms(
         self, prompts: DataProto, sampling: SamplingConfig, prompt_rows: int, rows: int
@@ -283,10 +292,15 @@ class NativeRollout:
             cache.add_rows(sequences, snapshot)
         return tokens, out_mask, log_probs
 
-    def _stepper(self, capacity: int) -> Stepper:
+    def _stepper(self, capacity: int, past: PastKV | None = None) -> Stepper:
         if self.decoder is not None:
             return LeanStepper(self.decoder, capacity)
-        return TransformersStepper(self.model, self.hf_config)
+        stepper = TransformersStepper(self.model, self.hf_config)
+        if self.records_routing and past is None:
+            # Each token's experts go into the output (routed_experts) for router replay.
+            self._trace = RoutingStepper(stepper, self.model)
+            return self._trace
+        return stepper
 
     def _decode(
         self,
@@ -314,7 +328,7 @@ class NativeRollout:
         out_log_probs = torch.zeros((rows, budget), dtype=torch.float32, device=self.device)
         active = torch.arange(rows, device=self.device)  # output row of each cache row
         finished = torch.zeros(rows, dtype=torch.bool, device=self.device)
-        stepper = self._stepper(attention_mask.shape[1] + budget)
+        stepper = self._stepper(attention_mask.shape[1] + budget, past)
         snapshots: list[tuple[torch.Tensor, PastKV]] = []
         next_pos = (position_ids[:, -1] + 1).repeat_interleave(repeat)
         logits = stepper.prefill(input_ids, attention_mask, position_ids, past)
