@@ -425,6 +425,13 @@ def test_megatron_layouts_that_cannot_work_are_refused() -> None:
         load(*actor, *critic)
     same = load(*actor, *critic, "critic.engine.megatron.tensor_model_parallel_size=2")
     assert same.critic is not None and same.critic.engine.megatron.tensor_model_parallel_size == 2
+    reward_model = [
+        "+reward.model.model.hf_config.model_type=llama",
+        "reward.model.backend=megatron",
+        "reward.model.megatron.pipeline_model_parallel_size=2",
+    ]
+    with pytest.raises(ConfigurationError, match=r"reward.model.megatron .* \(1, 2\) differ"):
+        load(*actor, "actor.engine.megatron.tensor_model_parallel_size=2", *reward_model)
     with pytest.raises(ConfigurationError, match=r"lora.rank=4 needs the FSDP2 engine.*"
                        r"set backend='fsdp'"):  # fmt: skip
         load(*actor, "actor.lora.rank=4")

@@ -145,7 +145,11 @@ def test_dpo_tensor_parallel(ray_session: Any, tiny_model_dir: Path, tmp_path: P
     assert "val/dpo/reward_accuracy" in history[0]
 
 
-def test_sft_pipeline_parallel(ray_session: Any, tiny_model_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("tp", "pp"), [(1, 2), (1, 1)], ids=["pp2", "dp2"])
+def test_sft_pipeline_or_data_parallel(
+    ray_session: Any, tiny_model_dir: Path, tmp_path: Path, tp: int, pp: int
+) -> None:
+    """PP2, and plain data parallelism over 2 Megatron replicas (rows split per replica)."""
     train, _ = pair_files(tmp_path)
     config = load_config(
         SFTConfig,
@@ -161,7 +165,7 @@ def test_sft_pipeline_parallel(ray_session: Any, tiny_model_dir: Path, tmp_path:
             "trainer.loggers=[]",
             "trainer.progress_bar=false",
             f"trainer.checkpoint_dir={tmp_path / 'sft'}",
-            *megatron("actor", pp=2),
+            *megatron("actor", tp=tp, pp=pp),
         ],
     )
     torch.set_num_threads(1)

@@ -56,6 +56,7 @@ class RLConfig:
             reference=self.reference,
             algorithm=self.algorithm,
             trainer=self.trainer,
+            reward_model=self.reward.model,
         )
 
 

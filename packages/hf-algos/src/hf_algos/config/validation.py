@@ -14,6 +14,7 @@ this module never imports them back, each check takes the sections it reads, not
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from hf_algos.config.correction import check_rollout_correction
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # the sections import require_positive from here
     from hf_algos.config.dpo import DPOSection
     from hf_algos.config.rollout import RolloutSection
     from hf_algos.config.trainer import TrainerSection
+    from hf_engines.config import EngineConfig
 
 
 def require_positive(name: str, value: float, allow_zero: bool = False) -> None:
@@ -55,41 +57,39 @@ def check_mini_batches(role: str, rows: int, world_size: int, rows_name: str) ->
         )
 
 
-def check_megatron_layouts(
-    actor: ActorSection, critic: CriticSection | None, trainer: TrainerSection
-) -> None:
-    """Megatron layouts the run's workers can take: each engine's tensor x pipeline size
-    divides ``trainer.n_workers`` (the training pool: actor, reference, critic), and a
-    Megatron critic uses the actor's sizes, since they share worker processes and
-    megatron-core keeps one parallel state per process. (The reference always runs in the
-    actor's layout; LoRA on Megatron is refused by :func:`hf_engines.config.check_lora_backend`.)
-    """
-    engines = {"actor.engine": actor.engine}
-    if critic is not None:
-        engines["critic.engine"] = critic.engine
+def check_megatron_layouts(engines: Mapping[str, EngineConfig | None], n_workers: int) -> None:
+    """Megatron layouts the training pool's ``n_workers`` processes can take: each Megatron
+    engine's tensor x pipeline size divides ``n_workers``, and all of them (actor, critic,
+    reward model: keyed by config path in ``engines``) use one layout, since they share the
+    worker processes and megatron-core keeps one parallel state per process. (The reference
+    always runs in the actor's layout; LoRA on Megatron is refused by
+    :func:`hf_engines.config.check_lora_backend`.)"""
     layouts: dict[str, tuple[int, int]] = {}
     for key, engine in engines.items():
-        if engine.backend != "megatron":
+        if engine is None or engine.backend != "megatron":
             continue
         tp = engine.megatron.tensor_model_parallel_size
         pp = engine.megatron.pipeline_model_parallel_size
-        if trainer.n_workers % (tp * pp):
+        if n_workers % (tp * pp):
             raise ConfigurationError(
                 f"{key}.megatron.tensor_model_parallel_size={tp} x pipeline_model_parallel_"
-                f"size={pp} = {tp * pp} does not divide trainer.n_workers={trainer.n_workers} "
-                f"(each data-parallel replica takes {tp * pp} workers); use a multiple of "
-                f"{tp * pp} workers or smaller sizes"
+                f"size={pp} = {tp * pp} does not divide trainer.n_workers={n_workers} (each "
+                f"data-parallel replica takes {tp * pp} workers); use a multiple of {tp * pp} "
+                "workers or smaller sizes"
             )
         layouts[key] = (tp, pp)
-    if len(set(layouts.values())) > 1:
-        (tp, pp), (critic_tp, critic_pp) = layouts["actor.engine"], layouts["critic.engine"]
-        raise ConfigurationError(
-            f"critic.engine.megatron (tensor, pipeline) sizes ({critic_tp}, {critic_pp}) differ "
-            f"from actor.engine.megatron's ({tp}, {pp}): the critic shares the actor's worker "
-            "processes and megatron-core keeps one parallel layout per process; give the "
-            f"critic tensor_model_parallel_size={tp} and pipeline_model_parallel_size={pp}, "
-            "or critic.engine.backend=fsdp"
-        )
+    if not layouts:
+        return
+    first, layout = next(iter(layouts.items()))
+    for key, (tp, pp) in layouts.items():
+        if (tp, pp) != layout:
+            raise ConfigurationError(
+                f"{key}.megatron (tensor, pipeline) sizes ({tp}, {pp}) differ from {first}."
+                f"megatron's {layout}: both run in the same worker processes and megatron-core "
+                f"keeps one parallel layout per process; give {key}.megatron "
+                f"tensor_model_parallel_size={layout[0]} and pipeline_model_parallel_size="
+                f"{layout[1]}, or {key}.backend=fsdp"
+            )
 
 
 def check_estimator(
@@ -143,15 +143,20 @@ def validate_rl_config(
     reference: bool,
     algorithm: AlgorithmSection,
     trainer: TrainerSection,
+    reward_model: EngineConfig | None = None,
 ) -> None:
-    """Checks across the sections of an :class:`~hf_algos.config.RLConfig`.
+    """Checks across the sections of an :class:`~hf_algos.config.RLConfig`
+    (``reward_model``: ``reward.model``, the reward model's engine when one scores).
 
     Raises :class:`~hf_controller.ConfigurationError` naming the fix.
     """
     rows = data.train_batch_size * rollout.n
     rows_name = f"data.train_batch_size x rollout.n = {data.train_batch_size} x {rollout.n}"
     check_mini_batches("actor", rows, trainer.n_workers, rows_name)
-    check_megatron_layouts(actor, critic, trainer)
+    engines = {"actor.engine": actor.engine, "reward.model": reward_model}
+    if critic is not None:
+        engines["critic.engine"] = critic.engine
+    check_megatron_layouts(engines, trainer.n_workers)
     check_sequence_parallel(actor.engine, trainer.n_workers, "actor")
     if critic is not None:
         check_sequence_parallel(critic.engine, trainer.n_workers, "critic")
@@ -329,7 +334,7 @@ def validate_dpo_config(
         check_mini_batches(
             "dpo", pairs, trainer.n_workers, f"data.train_batch_size = {pairs} pairs"
         )
-    check_megatron_layouts(actor, None, trainer)
+    check_megatron_layouts({"actor.engine": actor.engine}, trainer.n_workers)
     check_tokenizer_source(data, actor)
     _check_loop(trainer, bool(data.val_files))
 
@@ -340,7 +345,7 @@ def validate_sft_config(
     """Checks across the sections of an :class:`~hf_algos.config.SFTConfig`."""
     require_positive("max_response_length", max_response_length)
     check_mini_batches("actor", data.train_batch_size, trainer.n_workers, "data.train_batch_size")
-    check_megatron_layouts(actor, None, trainer)
+    check_megatron_layouts({"actor.engine": actor.engine}, trainer.n_workers)
     check_sequence_parallel(actor.engine, trainer.n_workers, "actor")
     check_tokenizer_source(data, actor)
     _check_loggers(trainer)
