@@ -101,20 +101,36 @@ def prompt_seeds(prompts: DataProto, seed: int, rows: int) -> list[int]:
     return [row_seed(seed, i if index is None else int(index[i])) for i in range(rows)]
 
 
+ROW_STREAM_CHUNK = 64
+"""Decode steps a prompt row's generator draws for at once (one call per prompt row per
+chunk, not per step). Fixed, so a row's numbers never depend on its batch's token budget."""
+
+
 class RowStreams:
     """Uniform draws for ``B * n`` sampled rows, one generator per prompt row.
 
-    Row ``b * n + j`` (sample ``j`` of prompt ``b``, consecutive as the rollout repeats
-    them) takes the ``j``-th of the ``n`` numbers that prompt ``b``'s generator gives at
-    each step. Every row draws at every step, so dropping finished rows keeps the streams.
+    Every :data:`ROW_STREAM_CHUNK` steps, prompt ``b``'s generator draws the next
+    ``(ROW_STREAM_CHUNK, n)`` numbers; row ``b * n + j`` (sample ``j`` of prompt ``b``,
+    consecutive as the rollout repeats them) takes column ``j`` at each step. Every row has
+    its number at every step, so dropping finished rows keeps the streams.
     """
 
     def __init__(self, seeds: list[int], n: int, device: torch.device) -> None:
         self.generators = [torch.Generator(device=device).manual_seed(s) for s in seeds]
         self.n = n
         self.device = device
+        self.table = torch.empty(0, len(seeds) * n, device=device)
+        self.step = 0
 
     def uniform(self) -> torch.Tensor:
         """The next step's ``(B * n,)`` uniform numbers in ``[0, 1)``."""
-        draws = [torch.rand(self.n, generator=g, device=self.device) for g in self.generators]
-        return torch.cat(draws)
+        offset = self.step % ROW_STREAM_CHUNK
+        if offset == 0:
+            draws = [
+                torch.rand(ROW_STREAM_CHUNK, self.n, generator=g, device=self.device)
+                for g in self.generators
+            ]
+            # (chunk, B * n): each step's numbers in row order
+            self.table = torch.stack(draws, dim=1).reshape(ROW_STREAM_CHUNK, -1)
+        self.step += 1
+        return self.table[offset]

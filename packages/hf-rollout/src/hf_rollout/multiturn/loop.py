@@ -80,6 +80,9 @@ class AgentLoopConfig:
 class _Episode:
     prompt: list[int]
     row: int
+    index: int
+    """Sampling index: the prompt's ``prompt_index`` (else its row) times ``n``, plus the
+    sample; each turn seeds the episode's stream from it."""
     env: Environment | None = None
     tokens: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
@@ -129,11 +132,15 @@ def run_agent_loop(
     texts = prompts.non_tensor_batch.get(fields.RAW_PROMPT)
     episodes: list[_Episode] = []
     starts: list[tuple[str, dict[str, Any]]] = []
+    indices = list(range(input_ids.shape[0]))
+    if prompts.batch is not None and fields.PROMPT_INDEX in prompts.batch:
+        indices = prompts.batch[fields.PROMPT_INDEX].tolist()
     for row in range(input_ids.shape[0]):
         ids = input_ids[row][attention_mask[row].bool()].tolist()
         text = str(texts[row]) if texts is not None else codec.decode(ids)
-        for _ in range(sampling.n):
-            episodes.append(_Episode(prompt=ids, row=len(episodes)))
+        for sample in range(sampling.n):
+            index = int(indices[row]) * sampling.n + sample
+            episodes.append(_Episode(prompt=ids, row=len(episodes), index=index))
             starts.append((text, episode_info(prompts, row)))
     _start_episodes(episodes, starts, make_env, config)
     turn_sampling = dataclasses.replace(sampling, n=1)
@@ -147,7 +154,8 @@ def run_agent_loop(
             turn_sampling, seed=seed, max_new_tokens=min(sampling.max_new_tokens, room)
         )
         batch = DataProto.from_dict(
-            non_tensors={fields.RAW_PROMPT_IDS: _as_object([e.prompt + e.tokens for e in running])}
+            tensors={fields.PROMPT_INDEX: torch.tensor([e.index for e in running])},
+            non_tensors={fields.RAW_PROMPT_IDS: _as_object([e.prompt + e.tokens for e in running])},
         )
         out = engine.generate(batch, turn_sampling)
         assert out.batch is not None
