@@ -433,7 +433,9 @@ class MegatronConfig:
     use_distributed_optimizer: bool = False
     """Split the optimizer state over data-parallel ranks (ZeRO-1): each rank steps a share
     of the parameters and broadcasts them after the step. Same updates, ``1 / DP`` of the
-    optimizer memory; parameters and gradients stay replicated."""
+    optimizer memory; parameters and gradients stay replicated. With pipeline parallelism
+    and tied embeddings the first and last stages also split their embedding copies'
+    optimizer state by rows."""
 
     def __post_init__(self) -> None:
         _check_positive("megatron.tensor_model_parallel_size", self.tensor_model_parallel_size)
