@@ -125,7 +125,7 @@ def _engine_layout(verl_role: str, role: str) -> tuple[Alias, ...]:
         ),
         *(
             _renamed(f"{verl_role}.megatron.{k}", f"{role}.engine.megatron.{k}")
-            for k in _MEGATRON_SIZES
+            for k in (*_MEGATRON_SIZES, "use_distributed_optimizer")
         ),
     )
 
@@ -209,10 +209,6 @@ VERL_ALIASES: tuple[Alias, ...] = (
     _renamed(f"{_ARA}.optim.warmup_style", "actor.engine.optim.schedule"),
     _renamed(f"{_ARA}.optim.min_lr_ratio", "actor.engine.optim.min_lr_ratio"),
     _renamed(f"{_ARA}.grad_clip", "actor.engine.optim.grad_clip"),
-    _renamed(
-        f"{_ARA}.megatron.use_distributed_optimizer",
-        "actor.engine.megatron.use_distributed_optimizer",
-    ),
     _renamed(f"{_ARA}.ppo_micro_batch_size_per_gpu", "actor.engine.micro_batch.micro_batch_size"),
     _renamed(f"{_ARA}.ppo_max_token_len_per_gpu", "actor.engine.micro_batch.max_tokens"),
     *(
