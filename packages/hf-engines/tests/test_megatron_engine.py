@@ -21,6 +21,11 @@ from hf_engines import ModelConfig
 from hf_engines.models import build_hf_model
 from hf_engines.testing import launch_ranks, make_toy_batch
 
+# The module's fixture runs four 2-rank launches before the first test: several minutes on
+# 2 loaded cores, so the first test's timeout covers them and the module runs in the
+# workspace lane's second part.
+pytestmark = [pytest.mark.second_lane, pytest.mark.timeout(1500)]
+
 SCENARIOS = Path(__file__).with_name("megatron_scenarios.py")
 QUIET = {
     "TRANSFORMERS_VERBOSITY": "error",
