@@ -58,6 +58,7 @@ def actor_model(model: Path, drift: float) -> torch.nn.Module:
 def score(actor: torch.nn.Module, batch: DataProto, replay: bool) -> dict[str, float]:
     """Gap statistics of one actor forward over the rollout's samples."""
     tensors = batch.batch
+    assert tensors is not None
     routed = tensors[ROUTED_EXPERTS]
     recorder = RoutingRecorder(actor)
     inputs = {
@@ -102,7 +103,9 @@ def main() -> None:
     cases += [("bf16 rollout + router drift 0.05", "bfloat16", 0.05)]
     batches = {dtype: rollout(model, dtype, args.prompts, args.n, args.tokens) for dtype in
                ("float32", "bfloat16")}  # fmt: skip
-    tokens = int(batches["float32"].batch[fields.RESPONSE_MASK].sum())
+    reference = batches["float32"].batch
+    assert reference is not None
+    tokens = int(reference[fields.RESPONSE_MASK].sum())
     lines = [
         f"Tiny Qwen3-MoE (4 experts, top-2, 2 layers), {args.prompts} prompts x {args.n} "
         f"samples x <= {args.tokens} tokens ({tokens} response tokens in float32).",

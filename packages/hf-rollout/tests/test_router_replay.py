@@ -93,9 +93,9 @@ def test_replay_keeps_the_router_trainable(moe_model: Path) -> None:
         model(input_ids=ids).logits.sum().backward()
     gate = model.model.layers[0].mlp.gate.weight
     assert gate.grad is not None and gate.grad.abs().sum() > 0
+    wrong = replay_routing(model, routed[:, :, :1])
     with pytest.raises(ValueError, match=r"expected \(B, T, 2 MoE layers, k\)"):
-        with replay_routing(model, routed[:, :, :1]):
-            pass
+        wrong.__enter__()
 
 
 def test_a_dense_model_records_no_routing(tiny_models: dict[str, Path]) -> None:

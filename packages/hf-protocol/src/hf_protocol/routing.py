@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.nn import functional
@@ -54,7 +54,8 @@ class RoutingRecorder:
             )
         self.calls: list[list[torch.Tensor]] = [[] for _ in self.layers]
         self._handles = [
-            layer.register_forward_hook(self._hook(index)) for index, layer in enumerate(self.layers)
+            layer.register_forward_hook(self._hook(index))
+            for index, layer in enumerate(self.layers)
         ]
 
     def _hook(self, index: int) -> Any:
@@ -76,20 +77,28 @@ class RoutingRecorder:
             handle.remove()
 
 
+def _weight(router: torch.nn.Module) -> torch.Tensor:
+    """A router's ``(E, H)`` weight."""
+    return cast(torch.Tensor, router.weight)
+
+
 def _replayed_forward(router: torch.nn.Module, recorded: torch.Tensor) -> Any:
     """A router forward that picks the ``recorded`` ``(N, k)`` experts (-1: its own)."""
 
+    top_k = int(cast(int, router.top_k))
+
     def forward(hidden_states: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        hidden = hidden_states.reshape(-1, router.weight.shape[1])
+        weight = _weight(router)  # read per call: FSDP swaps in the unsharded tensor
+        hidden = hidden_states.reshape(-1, weight.shape[1])
         if hidden.shape[0] != recorded.shape[0]:
             raise ValueError(
                 f"router replay: the forward has {hidden.shape[0]} tokens but the recorded "
                 f"routing {recorded.shape[0]}; replay needs the rows exactly as recorded "
                 "(padding mode 'off')"
             )
-        logits = functional.linear(hidden, router.weight)
+        logits = functional.linear(hidden, weight)
         probs = torch.softmax(logits, dtype=torch.float, dim=-1)
-        own = torch.topk(probs, router.top_k, dim=-1).indices
+        own = torch.topk(probs, top_k, dim=-1).indices
         chosen = torch.where(recorded >= 0, recorded.to(own.dtype), own)
         weights = probs.gather(-1, chosen)
         if getattr(router, "norm_topk_prob", False):
@@ -112,7 +121,8 @@ def replay_routing(model: torch.nn.Module, routed: torch.Tensor) -> Iterator[Non
     flat = routed.reshape(-1, routed.shape[2], routed.shape[3]).long()
     try:
         for index, router in enumerate(layers):
-            router.forward = _replayed_forward(router, flat[:, index].to(router.weight.device))
+            recorded = flat[:, index].to(_weight(router).device)
+            router.forward = _replayed_forward(router, recorded)
         yield
     finally:
         for router in layers:

@@ -40,7 +40,7 @@ def allow_router_without_transformer_engine() -> None:
     from megatron.core.transformer.moe import moe_utils
 
     if not hasattr(moe_utils, "te_general_gemm"):
-        moe_utils.te_general_gemm = None  # type: ignore[attr-defined]
+        moe_utils.te_general_gemm = None
 
 
 def is_moe_layer(hf_layer: Mapping[str, Tensor]) -> bool:
