@@ -435,6 +435,8 @@ def test_megatron_layouts_that_cannot_work_are_refused() -> None:
     with pytest.raises(ConfigurationError, match=r"lora.rank=4 needs the FSDP2 engine.*"
                        r"set backend='fsdp'"):  # fmt: skip
         load(*actor, "actor.lora.rank=4")
+
+
 def test_verl_expert_parallel_size_reaches_the_megatron_engine() -> None:
     moe = [
         "actor.engine.backend=megatron",
