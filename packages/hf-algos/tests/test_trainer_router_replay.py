@@ -74,4 +74,6 @@ def test_router_replay_reaches_the_actor_only_when_on(
     replayed = _run(moe_model_dir, tmp_path / "replay", replay=True)
     # 8 rows, micro-batches of 4: two forwards for the old log-probs, two in the update
     assert replayed_rows == [4, 4, 4, 4]
-    assert replayed == pytest.approx(own, rel=0.5)  # both small: a bf16 rollout of one model
+    # a bf16 rollout of the same model: replay removes the expert choices that bf16 flipped,
+    # so the rollout-vs-actor gap does not grow (measured: 7.1e-4 without, 5.6e-5 with)
+    assert 0 < replayed <= 1.5 * own
