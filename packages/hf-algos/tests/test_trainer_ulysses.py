@@ -30,7 +30,13 @@ RELATIVE = 1e-4
 ABSOLUTE = 1e-6
 """For values near 0 (GRPO's advantages sum to 0 in a group, so the policy loss can be
 close to 0): fp32 sums in another order differ by ~1e-7 there."""
-COMPARED = ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "critic/score/mean")
+COMPARED = (
+    "actor/loss",
+    "actor/pg_loss",
+    "actor/grad_norm",
+    "actor/entropy",
+    "critic/score/mean",
+)
 
 
 def score_by_text(
