@@ -131,7 +131,7 @@ def test_sp2_losses_and_gradients_match_one_rank(runs: dict[str, Any]) -> None:
                 torch.testing.assert_close(rank["grads"][step][name], grad, **FP32, msg=name)
 
 
-def test_dp2_x_sp2_critic_matches_one_rank(runs: dict[str, Any]) -> None:
+def test_dp2_x_sp2_critic_with_recompute_matches_one_rank(runs: dict[str, Any]) -> None:
     one, ranks = runs["critic_one"], runs["critic_sp"]
     torch.testing.assert_close(torch.cat([r["values"] for r in ranks]), one["values"], **FP32)
     assert ranks[0]["losses"] == pytest.approx(one["losses"], rel=1e-5)

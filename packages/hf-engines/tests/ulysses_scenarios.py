@@ -45,12 +45,16 @@ def record_gradients(engine: FSDPEngine, into: list[dict[str, torch.Tensor]]) ->
 
 
 def engine_for(model_dir: str, sp: int, head: str) -> FSDPEngine:
-    """An engine with ``sp``-way sequence parallelism, two rows per micro-batch."""
+    """An engine with ``sp``-way sequence parallelism, two rows per micro-batch; the
+    critic recomputes its activations in backward (the all-to-alls run again there)."""
     settings: dict[str, Any] = {
         "model": {"path": model_dir, "head": head, "seed": 3},
         "optim": {"lr": 1e-2},
         "micro_batch": {"micro_batch_size": 2},
-        "fsdp": {"ulysses_sequence_parallel_size": sp},
+        "fsdp": {
+            "ulysses_sequence_parallel_size": sp,
+            "activation_checkpointing": head == "value",
+        },
     }
     return FSDPEngine(config_from_dict(EngineConfig, settings))
 

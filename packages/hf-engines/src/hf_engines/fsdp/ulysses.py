@@ -8,8 +8,9 @@ all-to-all trades them back (DeepSpeed-Ulysses, arXiv:2309.14509). FSDP is unaff
 it still shards the weights over all ranks.
 
 The attention function is registered with transformers' ``AttentionInterface`` under
-:data:`ATTENTION_NAME` and reads its process group from the ``ulysses_group`` keyword that
-the model's forward passes down to every attention layer.
+:data:`ATTENTION_NAME`; it reads its process group and the packed rows' boundaries from the
+``ulysses_group`` and ``ulysses_bounds`` keywords, which the model's forward passes down to
+every attention layer (also when activation checkpointing recomputes a block).
 """
 
 from __future__ import annotations
