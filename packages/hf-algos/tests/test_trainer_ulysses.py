@@ -1,9 +1,8 @@
 """GRPO with Ulysses sequence parallelism (sp=2 on 2 workers) against 1 worker, per step.
 
-Both runs sample with one rollout worker (``placement=separate``, ``rollout_workers=1``):
-a rollout worker seeds its sampler with the step seed plus its rank, so a run with two
-rollout workers would draw other samples than a run with one. With the same samples,
-sequence parallelism must leave every step's loss, gradient norm and reward as on one
+Both runs use the hybrid placement, so the 2-worker run samples on two rollout workers: each
+prompt row draws from its own stream (seeded by the step and the row's index in the
+request), so they draw what one worker draws. With the same samples, sequence parallelism must leave every step's loss, gradient norm and reward as on one
 worker (fp32; the sums run in other orders, hence the relative tolerance).
 """
 
@@ -61,15 +60,13 @@ def varied_reward() -> Iterator[None]:
 
 
 def grpo_overrides(model: Path, root: Path, train: Path) -> list[str]:
-    """GRPO on the toy task for :data:`STEPS` steps, one rollout worker, an entropy bonus
+    """GRPO on the toy task for :data:`STEPS` steps (hybrid placement), an entropy bonus
     (its gradient is compared as well)."""
     return [
         *common_overrides(model, root, train, steps=STEPS),
         "algorithm.adv_estimator=grpo",
         "actor.entropy_coeff=0.01",
         "actor.engine.micro_batch.micro_batch_size=2",
-        "trainer.placement=separate",
-        "trainer.rollout_workers=1",
         "trainer.resume_mode=disable",
     ]
 
