@@ -108,6 +108,9 @@ def main(paths: list[str]) -> None:
     megatron = results.get("megatron_mfu", {}).get("mfu.json")
     if megatron:
         print("\nMegatronEngine (TP=1, bf16) beside FSDP2:\n" + "\n".join(mfu_section(megatron)))
+    sp_path = results.get("sp_path", {}).get("sp.json")
+    if sp_path:
+        print(f"\nUlysses path at one rank vs the plain forward: {json.dumps(sp_path)}")
     summary = results.get("grpo_real", {}).get("summary.json")
     if summary:
         print(

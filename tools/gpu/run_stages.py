@@ -110,6 +110,11 @@ def stage_table(
             300,
             outputs=("mfu.json",),
         ),
+        "sp_path": Stage(
+            [py, str(ROOT / "tools/gpu/ulysses_check.py"), device, str(work / "sp_path")],
+            240,
+            outputs=("sp.json",),
+        ),
         "vllm_smoke": Stage(
             [py, str(ROOT / "tools/gpu/smoke_vllm.py"), device, str(work / "vllm_smoke")],
             240,
