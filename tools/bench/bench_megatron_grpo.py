@@ -49,10 +49,24 @@ KEYS = ("actor/loss", "actor/grad_norm", "critic/score/mean")
 """The per-step metrics compared."""
 
 
-def run_contender(name: str, steps: int, seed: int, work: Path) -> list[dict[str, Any]]:
-    """Train ``name`` for ``steps`` steps; its ``metrics.jsonl`` rows that have a step time."""
+def run_contender(
+    name: str, args: argparse.Namespace, work: Path, extra: list[str]
+) -> list[dict[str, Any]]:
+    """Train ``name`` for ``--steps`` steps (or, with ``--reuse``, read a finished run of it
+    in ``work``); its ``metrics.jsonl`` rows that have a step time."""
     workers, overrides = CONTENDERS[name]
     workdir = work / name
+    if not (args.reuse and sorted(workdir.rglob("metrics.jsonl"))):
+        train(name, workers, [*overrides, *extra], args, workdir)
+    (metrics,) = sorted(workdir.rglob("metrics.jsonl"))
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    return [row for row in rows if "timing_s/step" in row]
+
+
+def train(
+    name: str, workers: int, overrides: list[str], args: argparse.Namespace, workdir: Path
+) -> None:
+    """One ``hybridflow grpo`` run of the contender into ``workdir``."""
     command = [
         sys.executable,
         "-m",
@@ -62,8 +76,8 @@ def run_contender(name: str, steps: int, seed: int, work: Path) -> list[dict[str
         "smollm2_chain_sum",
         f"vars.workdir={workdir}",
         f"trainer.n_workers={workers}",
-        f"trainer.total_training_steps={steps}",
-        f"trainer.seed={seed}",
+        f"trainer.total_training_steps={args.steps}",
+        f"trainer.seed={args.seed}",
         "trainer.val_before_train=false",
         "trainer.test_freq=0",
         "trainer.save_freq=0",
@@ -73,10 +87,7 @@ def run_contender(name: str, steps: int, seed: int, work: Path) -> list[dict[str
     env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
     start = time.perf_counter()
     subprocess.run(command, check=True, env=env, stdout=sys.stderr)
-    print(f"[bench] {name}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
-    (metrics,) = sorted(workdir.rglob("metrics.jsonl"))
-    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    return [row for row in rows if "timing_s/step" in row]
+    print(f"[bench] {name}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
 
 
 def relative_gap(value: float, reference: float) -> float:
@@ -122,12 +133,26 @@ def main(argv: list[str]) -> None:
     )
     parser.add_argument("--workdir", help="keep the runs here (default: a temporary folder)")
     parser.add_argument("--json", help="write the per-step rows here")
+    parser.add_argument(
+        "--megatron-override",
+        action="append",
+        default=[],
+        help="a config override for the Megatron contenders only (repeatable), e.g. "
+        "actor.engine.micro_batch.max_tokens=512 (the same loss: micro-batches only regroup "
+        "the rows)",
+    )
+    parser.add_argument(
+        "--reuse", action="store_true", help="read a contender's finished run in --workdir"
+    )
     args = parser.parse_args(argv)
     if args.contenders[0] != "fsdp":
         parser.error("the first contender is the reference: start --contenders with fsdp")
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(args.workdir or scratch)
-        runs = {name: run_contender(name, args.steps, args.seed, work) for name in args.contenders}
+        runs = {
+            name: run_contender(name, args, work, args.megatron_override if name != "fsdp" else [])
+            for name in args.contenders
+        }
     print("\n".join(table(runs)))
     if args.json:
         Path(args.json).write_text(json.dumps(runs, indent=1))

@@ -94,12 +94,35 @@ HeadFn = Callable[[torch.Tensor, StageInput], torch.Tensor | None]
 back-propagate (training) or ``None`` (forward only, the function keeps what it needs)."""
 
 
+def _run_without_stages(
+    model: GPTModel, inputs: list[StageInput], head_fn: HeadFn, backward: bool
+) -> None:
+    """One stage holds the whole model: forward each micro-batch, then at once its backward."""
+    for item in inputs:
+        batch, length = item.input_ids.shape
+        positions = torch.arange(length, device=item.input_ids.device).expand(batch, -1)
+        output = model(item.input_ids, positions, _causal_mask(length, item.input_ids.device))
+        loss = head_fn(output, item)
+        if backward:
+            assert loss is not None, "a training head_fn must return a loss"
+            loss.backward()
+
+
 def run_schedule(
     model: GPTModel, inputs: list[StageInput], head_fn: HeadFn, hidden_size: int, backward: bool
 ) -> None:
-    """Forward (and backward) every micro-batch through this stage; GPipe order."""
+    """Forward (and backward) every micro-batch through this stage; GPipe order.
+
+    Without pipeline stages (PP=1) each micro-batch's backward runs right after its forward,
+    so a step holds one micro-batch's activations (its full-vocabulary logits included), not
+    the mini-batch's. With stages, GPipe keeps every micro-batch's activations until the
+    backward pass (no 1F1B schedule here).
+    """
     first = parallel_state.is_pipeline_first_stage()
     last = parallel_state.is_pipeline_last_stage()
+    if first and last:
+        _run_without_stages(model, inputs, head_fn, backward)
+        return
     stage = parallel_state.get_pipeline_model_parallel_rank()
     group = parallel_state.get_pipeline_model_parallel_group()
     dtype = next(model.parameters()).dtype
