@@ -2,8 +2,9 @@
 
 Both runs use the hybrid placement, so the 2-worker run samples on two rollout workers: each
 prompt row draws from its own stream (seeded by the step and the row's index in the
-request), so they draw what one worker draws. With the same samples, sequence parallelism must leave every step's loss, gradient norm and reward as on one
-worker (fp32; the sums run in other orders, hence the relative tolerance).
+request), so they draw what one worker draws. With the same samples, sequence parallelism
+must leave every step's loss, gradient norm and reward as on one worker (fp32; the sums
+run in other orders, hence the relative tolerance).
 """
 
 from __future__ import annotations
