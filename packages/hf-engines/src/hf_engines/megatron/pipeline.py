@@ -1,8 +1,8 @@
 """Running micro-batches through a (possibly pipelined) megatron model stage.
 
-A plain GPipe schedule over ``torch.distributed`` send / recv: every stage runs all
-forwards (passing hidden states ``(T, b, h)`` to the next stage), then all backwards in
-reverse order (passing gradients back). With one stage it is an ordinary loop. megatron's
+A 1F1B schedule over ``torch.distributed`` isend / irecv: each stage passes hidden states
+``(T, b, h)`` to the next and their gradients back, interleaving one forward with one
+backward once the pipeline is full. With one stage it is an ordinary loop. megatron's
 own schedules are not used because they allocate tensors with ``device="cuda"`` (a literal,
 not ``current_device()``), which cannot run on the CPU.
 
@@ -13,6 +13,7 @@ positions start at 0 on the first real token, as transformers' ``position_ids`` 
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -111,56 +112,150 @@ def _run_without_stages(
 def run_schedule(
     model: GPTModel, inputs: list[StageInput], head_fn: HeadFn, hidden_size: int, backward: bool
 ) -> None:
-    """Forward (and backward) every micro-batch through this stage; GPipe order.
+    """Forward (and backward) every micro-batch through this stage.
 
-    Without pipeline stages (PP=1) each micro-batch's backward runs right after its forward,
-    so a step holds one micro-batch's activations (its full-vocabulary logits included), not
-    the mini-batch's. With stages, GPipe keeps every micro-batch's activations until the
-    backward pass (no 1F1B schedule here).
+    Without pipeline stages (PP=1) each micro-batch's backward runs right after its forward.
+    With stages, training runs megatron's non-interleaved 1F1B order (:func:`_run_1f1b`): a
+    stage holds at most ``PP - stage`` micro-batches' activations (the last stage one: its
+    full-vocabulary logits), not the mini-batch's; forward-only passes stream through.
     """
     first = parallel_state.is_pipeline_first_stage()
     last = parallel_state.is_pipeline_last_stage()
     if first and last:
         _run_without_stages(model, inputs, head_fn, backward)
         return
-    stage = parallel_state.get_pipeline_model_parallel_rank()
-    group = parallel_state.get_pipeline_model_parallel_group()
-    dtype = next(model.parameters()).dtype
-    saved: list[tuple[torch.Tensor | None, torch.Tensor]] = []
-    for item in inputs:
-        batch, length = item.input_ids.shape
-        received = None
-        if not first:
-            received = torch.empty(
-                length, batch, hidden_size, dtype=dtype, device=item.input_ids.device
-            )
-            dist.recv(received, src=pipeline_rank_of_stage(stage - 1), group=group)
-            received.requires_grad_(backward)
-            model.set_input_tensor(received)
-        positions = torch.arange(length, device=item.input_ids.device).expand(batch, -1)
-        output = model(item.input_ids, positions, _causal_mask(length, item.input_ids.device))
-        if last:
-            loss = head_fn(output, item)
-            if backward:
-                assert loss is not None, "a training head_fn must return a loss"
-                saved.append((received, loss))
-        else:
-            dist.send(
-                output.detach().contiguous(), dst=pipeline_rank_of_stage(stage + 1), group=group
-            )
-            if backward:
-                saved.append((received, output))
-    if not backward:
+    link = _Link(
+        group=parallel_state.get_pipeline_model_parallel_group(),
+        stage=parallel_state.get_pipeline_model_parallel_rank(),
+        stages=parallel_state.get_pipeline_model_parallel_world_size(),
+        hidden_size=hidden_size,
+        dtype=next(model.parameters()).dtype,
+    )
+    if backward:
+        _run_1f1b(model, inputs, head_fn, link)
         return
-    for received, output in reversed(saved):
-        if last:
-            output.backward()
-        else:
-            grad = torch.empty_like(output)
-            dist.recv(grad, src=pipeline_rank_of_stage(stage + 1), group=group)
-            torch.autograd.backward(output, grad)
+    for index in range(len(inputs)):
+        output = _stage_forward(model, inputs, index, link.receive_forward(inputs[index]), head_fn)
+        if not link.last:
+            link.exchange(send=output, to=link.next)
+
+
+@dataclass
+class _Link:
+    """This stage's place in the pipeline, and the point-to-point transfers with its
+    neighbours (isend / irecv posted together, so two stages sending to each other at once
+    cannot deadlock)."""
+
+    group: dist.ProcessGroup
+    stage: int
+    stages: int
+    hidden_size: int
+    dtype: torch.dtype
+
+    @property
+    def last(self) -> bool:
+        """Whether this is the last stage (it computes the losses)."""
+        return self.stage == self.stages - 1
+
+    @property
+    def previous(self) -> int | None:
+        """Global rank of the previous stage, ``None`` on the first."""
+        return None if self.stage == 0 else pipeline_rank_of_stage(self.stage - 1)
+
+    @property
+    def next(self) -> int | None:
+        """Global rank of the next stage, ``None`` on the last."""
+        return None if self.last else pipeline_rank_of_stage(self.stage + 1)
+
+    def hidden_like(self, item: StageInput) -> torch.Tensor:
+        """An empty ``(T, b, h)`` hidden state (or its gradient) for micro-batch ``item``."""
+        batch, length = item.input_ids.shape
+        shape = (length, batch, self.hidden_size)
+        return torch.empty(shape, dtype=self.dtype, device=item.input_ids.device)
+
+    def exchange(
+        self,
+        send: torch.Tensor | None = None,
+        to: int | None = None,
+        receive: torch.Tensor | None = None,
+        source: int | None = None,
+    ) -> torch.Tensor | None:
+        """Send ``send`` to ``to`` and fill ``receive`` from ``source`` (either may be
+        missing); return ``receive`` once both are done."""
+        ops = []
+        if send is not None and to is not None:
+            ops.append(dist.P2POp(dist.isend, send.detach().contiguous(), to, self.group))
+        if receive is not None and source is not None:
+            ops.append(dist.P2POp(dist.irecv, receive, source, self.group))
+        for request in dist.batch_isend_irecv(ops) if ops else []:
+            request.wait()
+        return receive if source is not None else None
+
+    def receive_forward(self, item: StageInput) -> torch.Tensor | None:
+        """The previous stage's hidden state for ``item`` (``None`` on the first stage)."""
+        return self.exchange(receive=self.hidden_like(item), source=self.previous)
+
+
+def _stage_forward(
+    model: GPTModel,
+    inputs: list[StageInput],
+    index: int,
+    received: torch.Tensor | None,
+    head_fn: HeadFn,
+) -> torch.Tensor | None:
+    """This stage's forward of micro-batch ``index``: its output, or on the last stage what
+    ``head_fn`` returns (the loss)."""
+    item = inputs[index]
+    if received is not None:
+        model.set_input_tensor(received)
+    batch, length = item.input_ids.shape
+    positions = torch.arange(length, device=item.input_ids.device).expand(batch, -1)
+    output = model(item.input_ids, positions, _causal_mask(length, item.input_ids.device))
+    if parallel_state.is_pipeline_last_stage():
+        return head_fn(output, item)
+    return output
+
+
+def _run_1f1b(model: GPTModel, inputs: list[StageInput], head_fn: HeadFn, link: _Link) -> None:
+    """Training through pipeline stages in megatron's non-interleaved 1F1B order.
+
+    Warm-up: ``PP - stage - 1`` forwards. Steady state: one forward, then the backward of
+    the oldest micro-batch in flight (sending this forward's output while receiving that
+    gradient, and the input gradient while receiving the next input). Cool-down: the
+    backwards left. Micro-batches go through the backward in forward order.
+    """
+    total = len(inputs)
+    warmup = min(link.stages - link.stage - 1, total)
+    in_flight: deque[tuple[int, torch.Tensor | None, torch.Tensor]] = deque()
+
+    def forward(index: int, received: torch.Tensor | None) -> torch.Tensor:
         if received is not None:
-            assert received.grad is not None
-            dist.send(
-                received.grad.contiguous(), dst=pipeline_rank_of_stage(stage - 1), group=group
-            )
+            received.requires_grad_(True)
+        output = _stage_forward(model, inputs, index, received, head_fn)
+        assert output is not None, "a training head_fn must return a loss"
+        in_flight.append((index, received, output))
+        return output
+
+    def backward(gradient: torch.Tensor | None) -> torch.Tensor | None:
+        _, received, output = in_flight.popleft()
+        torch.autograd.backward(output, gradient)
+        return None if received is None else received.grad
+
+    for index in range(warmup):
+        output = forward(index, link.receive_forward(inputs[index]))
+        link.exchange(send=output, to=link.next)
+    received = link.receive_forward(inputs[warmup]) if warmup < total else None
+    for index in range(warmup, total):
+        output = forward(index, received)
+        oldest = inputs[in_flight[0][0]]
+        gradient = link.exchange(output, link.next, link.hidden_like(oldest), link.next)
+        input_gradient = backward(gradient)
+        if index + 1 < total:
+            following = link.hidden_like(inputs[index + 1])
+            received = link.exchange(input_gradient, link.previous, following, link.previous)
+        else:
+            link.exchange(send=input_gradient, to=link.previous)
+    while in_flight:
+        oldest = inputs[in_flight[0][0]]
+        gradient = link.exchange(receive=link.hidden_like(oldest), source=link.next)
+        link.exchange(send=backward(gradient), to=link.previous)
