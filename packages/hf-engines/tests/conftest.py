@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny models built locally (no hub), once per test session."""
+"""Shared fixtures: tiny models built locally (no hub), once per test session; a one-rank
+process group for in-process engine tests."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch.distributed as dist
 
 from hf_engines.testing import build_tiny_model
 
@@ -20,6 +22,16 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("tiny-models")
     families = ("llama", "qwen2", "qwen3", "qwen3_moe")
     return {family: build_tiny_model(root / family, family) for family in families}
+
+
+@pytest.fixture
+def one_rank() -> Iterator[None]:
+    """A world of one gloo rank in this process."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,6 @@ two loaded cores, so it runs in the workspace's second lane.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,16 +55,6 @@ def test_refuses_what_it_cannot_split(
     config = _config(tiny_models["llama"], sp)
     with pytest.raises(ConfigurationError, match=match):
         enable_ulysses(build_hf_model(config.model), _config(tiny_models["llama"], sp, **model))
-
-
-@pytest.fixture
-def one_rank() -> Iterator[None]:
-    """A world of one gloo rank in this process."""
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 def test_size_must_divide_the_ranks(one_rank: None) -> None:

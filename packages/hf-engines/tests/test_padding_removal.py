@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from hf_engines import (
     EngineConfig,
@@ -100,16 +98,6 @@ def test_entropy_is_computed_only_when_read() -> None:
     torch.testing.assert_close(entropy, entropy_from_logits(logits / 0.8), atol=1e-5, rtol=1e-5)
     entropy.sum().backward()  # an entropy bonus still trains
     assert logits.grad is not None and logits.grad.abs().sum() > 0
-
-
-@pytest.fixture
-def one_rank() -> Iterator[None]:
-    """A world of one gloo rank in this process."""
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 def test_engine_steps_equal_across_modes(tiny_models: dict[str, Path], one_rank: None) -> None:

@@ -3,12 +3,10 @@ recorded, in log-probs and in training, on one in-process gloo rank."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 from transformers import AutoModelForCausalLM
 
 from hf_engines import EngineConfig, FSDPEngine, MicroBatchConfig, ModelConfig, OptimConfig
@@ -25,16 +23,6 @@ def moe_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny Qwen3-MoE with wide weights, so a flipped expert changes the output."""
     config = tiny_decoder_config("qwen3_moe", initializer_range=0.2)
     return save_tiny_model(tmp_path_factory.mktemp("wide-moe"), config)
-
-
-@pytest.fixture
-def one_rank() -> Iterator[None]:
-    """A world of one gloo rank in this process."""
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 def _behaviour(model_dir: Path, batch: DataProto) -> tuple[torch.Tensor, torch.Tensor]:
