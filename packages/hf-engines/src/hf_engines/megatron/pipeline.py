@@ -99,11 +99,8 @@ def _run_without_stages(
     model: GPTModel, inputs: list[StageInput], head_fn: HeadFn, backward: bool
 ) -> None:
     """One stage holds the whole model: forward each micro-batch, then at once its backward."""
-    for item in inputs:
-        batch, length = item.input_ids.shape
-        positions = torch.arange(length, device=item.input_ids.device).expand(batch, -1)
-        output = model(item.input_ids, positions, _causal_mask(length, item.input_ids.device))
-        loss = head_fn(output, item)
+    for index in range(len(inputs)):
+        loss = _stage_forward(model, inputs, index, None, head_fn)
         if backward:
             assert loss is not None, "a training head_fn must return a loss"
             loss.backward()
