@@ -26,6 +26,7 @@ from hf_controller.errors import (
 )
 from hf_controller.factory import make_worker_group
 from hf_controller.futures import GroupFuture
+from hf_controller.host_memory import release_host_memory, resident_bytes
 from hf_controller.local import LocalWorkerGroup
 from hf_controller.ray.cluster import (
     NodeSummary,
@@ -91,6 +92,8 @@ __all__ = [
     "merge_resource_pool",
     "register",
     "register_dispatch_mode",
+    "release_host_memory",
+    "resident_bytes",
     "split_balanced",
     "split_resource_pool",
     "start_ray_in_background",

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import torch
 
-from hf_controller import Dispatch, Worker, register
+from hf_controller import Dispatch, Worker, register, release_host_memory
 from hf_protocol import DataProto, fields, left_pad
 from hf_rollout.base import RolloutEngine, pad_responses_to
 from hf_rollout.config import RolloutConfig, SamplingConfig
@@ -175,8 +175,10 @@ class RolloutWorker(Worker):
 
     @register(Dispatch.ONE_TO_ALL)
     def sleep(self) -> None:
-        """Free the engine's generation memory (e.g. while the fused actor trains)."""
+        """Free the engine's generation memory (e.g. while the fused actor trains), and on a
+        CPU give what it freed back to the system (:func:`~hf_controller.release_host_memory`)."""
         self.engine.sleep()
+        release_host_memory()
 
     @register(Dispatch.ONE_TO_ALL)
     def wake_up(self) -> None:

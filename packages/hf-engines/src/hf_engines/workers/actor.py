@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hf_controller import register
+from hf_controller import register, release_host_memory
 from hf_engines.config import LoRAConfig, check_lora_backend
 from hf_engines.engine import LossFn
 from hf_engines.fsdp import FSDPEngine
@@ -83,4 +83,5 @@ class ActorWorker(TrainableEngineWorker):
         loss_fn = require_loss_fn("ActorWorker", self.loss_fn)
         group = self.data_parallel.group
         metrics = run_update(self.engine, data, self.config, loss_fn, "actor", group)
+        release_host_memory()  # the step's activations and logits, freed but still held
         return metrics_proto(metrics)

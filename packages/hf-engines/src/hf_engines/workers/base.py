@@ -17,6 +17,7 @@ from hf_controller import (
     Worker,
     make_nd_compute_dataproto_dispatch_fn,
     register,
+    release_host_memory,
 )
 from hf_engines.config import EngineConfig, LoRAConfig, check_lora_backend
 from hf_engines.engine import TrainingEngine
@@ -124,8 +125,11 @@ class EngineWorker(Worker):
 
     @register(Dispatch.ONE_TO_ALL)
     def offload(self) -> None:
-        """Move parameters and optimizer state to CPU memory (e.g. while rollout runs)."""
+        """Move parameters and optimizer state to CPU memory (e.g. while rollout runs) and
+        give the host memory freed so far back to the system (on a CPU run the only thing
+        there is to free: :func:`~hf_controller.release_host_memory`)."""
         self.engine.offload()
+        release_host_memory()
 
     @register(Dispatch.ONE_TO_ALL)
     def onload(self) -> None:

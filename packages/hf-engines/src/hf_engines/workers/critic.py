@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hf_controller import register
+from hf_controller import register, release_host_memory
 from hf_engines.engine import LossFn
 from hf_engines.workers.actor import require_loss_fn
 from hf_engines.workers.base import (
@@ -46,4 +46,5 @@ class CriticWorker(TrainableEngineWorker):
         loss_fn = require_loss_fn("CriticWorker", self.loss_fn)
         group = self.data_parallel.group
         metrics = run_update(self.engine, data, self.config, loss_fn, "critic", group)
+        release_host_memory()  # the step's activations and logits, freed but still held
         return metrics_proto(metrics)
