@@ -8,6 +8,7 @@ learns."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from hf_algos.trainers import DPOTrainer
 from . import test_trainer_parity as parity
 from .test_trainer_megatron import GRPO_METRICS, grpo, megatron, run_rl
 from .test_trainer_multi_turn import MULTI_TURN_METRICS
+from .toy_task import SORT_DIGITS_SOURCE
 from .trainer_helpers import assert_finite, common_overrides, comparable, task_files
 
 pytestmark = [pytest.mark.second_lane, pytest.mark.timeout(900)]
@@ -36,6 +38,27 @@ def moe_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = build_tiny_model(tmp_path_factory.mktemp("moe") / "qwen3_moe", "qwen3_moe")
     build_char_tokenizer(directory, chat_template=None)
     return directory
+
+
+def score_by_characters(
+    solution: str, ground_truth: Any, extra_info: Mapping[str, Any] | None = None
+) -> float:
+    """A score in [0, 1] that sets almost any two texts apart (their code points' sum mod 97):
+    the untrained model never sorts digits, so the toy task's score ties all its samples
+    and online DPO would find no pair to train on."""
+    return (sum(map(ord, solution)) % 97) / 96
+
+
+@pytest.fixture
+def toy_task_spread_scores() -> Iterator[str]:
+    """The toy task's rows scored by :func:`score_by_characters`, for one test."""
+    from hf_algos.rewards import SCORING_FUNCTIONS, register_scoring_function
+
+    register_scoring_function(SORT_DIGITS_SOURCE, score_by_characters)
+    try:
+        yield SORT_DIGITS_SOURCE
+    finally:
+        SCORING_FUNCTIONS.pop(SORT_DIGITS_SOURCE, None)
 
 
 def test_grpo_tensor_times_pipeline_parallel_resumes_exactly(
@@ -123,7 +146,7 @@ def test_multi_turn_grpo_tensor_parallel(
 
 
 def test_online_dpo_tensor_parallel(
-    ray_session: Any, toy_task_scored: str, tiny_model_dir: Path, tmp_path: Path
+    ray_session: Any, toy_task_spread_scores: str, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     """Online DPO (pairs from the rollout's scored samples) with the actor on TP2."""
     train, _ = task_files(tmp_path)
@@ -149,4 +172,6 @@ def test_online_dpo_tensor_parallel(
         history = trainer.fit()
     assert len(history) == 1
     assert_finite(history, ["dpo/pairs", "online/critic/score/mean", "timing_s/gen"])
-    assert ("actor/dpo_loss" in history[0]) == (history[0]["dpo/pairs"] > 0)
+    # spread scores: every prompt's samples score apart, so the update runs on Megatron
+    assert history[0]["dpo/pairs"] > 0
+    assert_finite(history, ["actor/dpo_loss", "actor/grad_norm"])
