@@ -8,6 +8,7 @@ learns."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,13 @@ def moe_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = build_tiny_model(tmp_path_factory.mktemp("moe") / "qwen3_moe", "qwen3_moe")
     build_char_tokenizer(directory, chat_template=None)
     return directory
+
+
+def saved_layout(step_dir: Path) -> dict[str, Any]:
+    """The Megatron layout the actor's checkpoint in ``step_dir`` was saved from."""
+    meta = json.loads((step_dir / "actor" / "meta.json").read_text())
+    keys = ("world_size", "tensor_model_parallel_size", "pipeline_model_parallel_size")
+    return {key: meta[key] for key in (*keys, "expert_model_parallel_size") if key in meta}
 
 
 def score_by_characters(
@@ -86,6 +94,11 @@ def test_grpo_tensor_times_pipeline_parallel_resumes_exactly(
     assert_finite(full, [*GRPO_METRICS, "actor/kl_loss"])
     assert full[0]["actor/kl_loss"] == pytest.approx(0.0, abs=1e-6)  # reference = actor
     assert len(resumed) == 1 and comparable(resumed[0]) == comparable(full[1])
+    assert saved_layout(tmp_path / "a" / "global_step_1") == {
+        "world_size": 4,
+        "tensor_model_parallel_size": 2,
+        "pipeline_model_parallel_size": 2,
+    }
 
 
 @pytest.mark.parametrize(("tp", "pp"), [(2, 1), (1, 2)], ids=["dp2xtp2", "dp2xpp2"])
@@ -124,6 +137,8 @@ def test_grpo_expert_parallel_on_a_tiny_moe(
     assert len(history) == 2
     assert_finite(history, [*GRPO_METRICS, "actor/kl_loss"])
     assert history[0]["actor/kl_loss"] == pytest.approx(0.0, abs=1e-6)  # reference = actor
+    layout = saved_layout(tmp_path / "ckpt" / "global_step_2")
+    assert (layout["world_size"], layout["expert_model_parallel_size"]) == (2, 2)
 
 
 def test_multi_turn_grpo_tensor_parallel(
