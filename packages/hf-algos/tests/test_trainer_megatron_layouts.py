@@ -52,8 +52,8 @@ def score_by_characters(
     solution: str, ground_truth: Any, extra_info: Mapping[str, Any] | None = None
 ) -> float:
     """A score in [0, 1] that sets almost any two texts apart (their code points' sum mod 97):
-    the untrained model never sorts digits, so the toy task's score ties all its samples
-    and online DPO would find no pair to train on."""
+    the untrained model never sorts digits, so the toy task's score ties all its samples,
+    GRPO's advantages are all 0 and online DPO finds no pair to train on."""
     return (sum(map(ord, solution)) % 97) / 96
 
 
@@ -103,10 +103,17 @@ def test_grpo_tensor_times_pipeline_parallel_resumes_exactly(
 
 @pytest.mark.parametrize(("tp", "pp"), [(2, 1), (1, 2)], ids=["dp2xtp2", "dp2xpp2"])
 def test_grpo_data_times_model_parallel_matches_one_rank_fsdp(
-    ray_session: Any, toy_task_scored: str, tiny_model_dir: Path, tmp_path: Path, tp: int, pp: int
+    ray_session: Any,
+    toy_task_spread_scores: str,
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    tp: int,
+    pp: int,
 ) -> None:
     """2 data-parallel replicas of a TP2 or PP2 model (4 workers): step 1's loss, entropy,
-    grad norm and reward equal the 1-rank FSDP run's within the parity test's bounds."""
+    grad norm and reward equal the 1-rank FSDP run's within the parity test's bounds. The
+    spread scores give non-zero advantages, so the policy-gradient loss is compared too (the
+    toy task's own score is 0 for every sample of the untrained model)."""
     histories = {
         name: parity.run(
             [
@@ -122,7 +129,7 @@ def test_grpo_data_times_model_parallel_matches_one_rank_fsdp(
     }
     reference, got = histories["fsdp-1"], histories["megatron"]
     assert len(reference) == len(got) == 1
-    assert reference[0]["actor/grad_norm"] > 0
+    assert reference[0]["actor/grad_norm"] > 0 and reference[0]["actor/pg_loss"] != 0
     print(parity.relative_gaps(got, reference))
     for key in parity.COMPARED:
         want = reference[0][key]
