@@ -406,6 +406,23 @@ def test_verl_megatron_layout_keys_reach_every_engine() -> None:
         load(f"{ara}.strategy=deepspeed")
 
 
+def test_verl_expert_parallel_key_reaches_the_actor_engine() -> None:
+    """verl's ``actor.megatron.expert_model_parallel_size`` sets our actor engine's (the
+    trainer test of EP2 is ``test_trainer_megatron_layouts.py``); on a dense model it is
+    refused naming the value."""
+    ep = "actor_rollout_ref.actor.megatron.expert_model_parallel_size=2"
+    moe = [
+        "actor.engine.model.hf_config.model_type=qwen3_moe",
+        "+actor.engine.model.hf_config.num_experts=4",
+        "actor_rollout_ref.actor.strategy=megatron",
+        "trainer.n_workers=2",
+    ]
+    engine = load(*moe, ep).actor.engine
+    assert (engine.backend, engine.megatron.expert_model_parallel_size) == ("megatron", 2)
+    with pytest.raises(ConfigurationError, match=r"expert_model_parallel_size=2 needs a mixture"):
+        load("actor_rollout_ref.actor.strategy=megatron", "trainer.n_workers=2", ep)
+
+
 def test_megatron_layouts_that_cannot_work_are_refused() -> None:
     """Sizes that do not divide the workers, a critic laid out unlike the actor (they share
     processes), and LoRA (FSDP only) are refused naming the fix."""
