@@ -1,4 +1,5 @@
-"""Router replay (R3) in the Megatron engine, on 1 rank and with 2 expert-parallel ranks.
+"""Router replay (R3) in the Megatron engine: on 1 rank, with 2 expert-parallel ranks, and
+with 2 pipeline stages (each replays its own layer of the recorded routing).
 
 The routing is recorded on the Hugging Face model in this process (``RoutingRecorder``):
 ``own`` from the model as is (what the engine would choose itself), ``nudged`` from a copy
@@ -86,24 +87,28 @@ def routing(moe_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[s
     return {**recorded, "path": path}
 
 
-@pytest.fixture(scope="module", params=[1, 2], ids=["ep1", "ep2"])
+# (ranks, pipeline stages): 1 rank; EP=2 (and 2 data-parallel replicas); PP=2
+LAYOUTS = {"one_rank": (1, 1), "ep2": (2, 1), "pp2": (2, 2)}
+
+
+@pytest.fixture(scope="module", params=list(LAYOUTS))
 def megatron(
     request: pytest.FixtureRequest,
     moe_model: Path,
     routing: dict[str, Any],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> list[dict[str, Any]]:
-    """Every rank's results of the Megatron engine with ``expert_model_parallel_size`` =
-    world size = ``param``."""
-    ranks = int(request.param)
-    out = tmp_path_factory.mktemp(f"megatron-ep{ranks}")
-    args = [str(moe_model), str(routing["path"]), str(out)]
+    """Every rank's results of the Megatron engine in the layout ``param``."""
+    ranks, stages = LAYOUTS[request.param]
+    out = tmp_path_factory.mktemp(f"megatron-{request.param}")
+    args = [str(moe_model), str(routing["path"]), str(out), str(stages)]
     launch_ranks(SCENARIOS, ranks, args, 300, QUIET)
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(ranks)]
 
 
 def _gathered(ranks: list[dict[str, Any]], key: str) -> torch.Tensor:
-    return torch.cat([rank[key] for rank in ranks])
+    """The whole batch's ``key``: the data-parallel replicas' rows (every stage has them)."""
+    return torch.cat([rank[key] for rank in ranks if rank["stage"] == 0])
 
 
 def test_nudged_routing_differs_from_own(routing: dict[str, Any]) -> None:
