@@ -42,7 +42,6 @@ class RecordedTopK:
     def __init__(self, recorded: Tensor, layer: int) -> None:
         self.recorded = recorded
         self.layer = layer
-        self.calls = 0
 
     def get_replay_topk(
         self,
@@ -63,7 +62,6 @@ class RecordedTopK:
         _, own = default_compute_topk(scores, topk, num_groups=num_groups, group_topk=group_topk)
         recorded = self.recorded.to(own.device)
         chosen = torch.where(recorded >= 0, recorded.to(own.dtype), own)
-        self.calls += 1
         return scores.gather(1, chosen), chosen
 
 
@@ -71,7 +69,9 @@ def shift_rows(routed: Tensor, left: Tensor) -> Tensor:
     """``routed`` ``(b, T, L, k)`` with row ``r`` rotated left by ``left[r]`` positions, as
     :func:`~.pipeline.prepare` rotates ``input_ids`` (``left``: ``(b, 1)``)."""
     total = routed.shape[1]
-    index = (torch.arange(total).unsqueeze(0) + left) % total
+    index = (
+        torch.arange(total, device=routed.device).unsqueeze(0) + left.to(routed.device)
+    ) % total
     expanded = index[:, :, None, None].expand(-1, -1, *routed.shape[2:])
     return routed.gather(1, expanded)
 
@@ -93,7 +93,7 @@ def _routers(model: GPTModel) -> list[tuple[int, Any]]:
 
 
 @contextmanager
-def _replay(model: GPTModel, routed: Tensor) -> Iterator[list[RecordedTopK]]:
+def _replay(model: GPTModel, routed: Tensor) -> Iterator[None]:
     """Within the block this stage's routers replay ``routed`` ``(b, T, L, k)``."""
     layers = int(model.config.num_layers)
     if routed.dim() != 4 or routed.shape[2] != layers:
@@ -105,13 +105,10 @@ def _replay(model: GPTModel, routed: Tensor) -> Iterator[list[RecordedTopK]]:
     flat = routed.long().transpose(0, 1).reshape(-1, layers, routed.shape[3])
     routers = _routers(model)
     before = [router.router_replay for _, router in routers]
-    replays = []
     try:
         for layer, router in routers:
-            replay = RecordedTopK(flat[:, layer], layer)
-            router.router_replay = replay
-            replays.append(replay)
-        yield replays
+            router.router_replay = RecordedTopK(flat[:, layer], layer)
+        yield
     finally:
         for (_, router), previous in zip(routers, before, strict=True):
             router.router_replay = previous
