@@ -15,8 +15,11 @@ samples twice: routing by its own router, and replaying the recorded routing
 * both together.
 
 Reported per row: the mean and max ``|actor - rollout|`` log-prob over response tokens, and
-the share of (token, layer) expert choices that differ from the recorded ones. Run from the
-repository root::
+the share of (token, layer) expert choices that differ from the recorded ones. With
+``--megatron`` the same actor weights are also scored by the Megatron engine (one gloo rank
+in this process, ``compute_log_prob`` with and without ``routed_experts``), a second table
+(no flipped-choice columns: megatron's routers are not recorded). Run from the repository
+root::
 
     .venv/bin/python tools/bench/bench_router_replay.py --output /tmp/router_replay.md
 """
@@ -77,15 +80,43 @@ def score(actor: torch.nn.Module, batch: DataProto, replay: bool) -> dict[str, f
     responses = tensors[fields.RESPONSES]
     log_probs = torch.log_softmax(logits[:, -responses.shape[1] - 1 : -1].float(), dim=-1)
     log_probs = log_probs.gather(-1, responses.unsqueeze(-1)).squeeze(-1)
-    mask = tensors[fields.RESPONSE_MASK].bool()
-    gap = (log_probs - tensors[fields.ROLLOUT_LOG_PROBS])[mask].abs()
     known = (routed >= 0).all(dim=-1)
     flipped = (used.sort(dim=-1).values != routed.sort(dim=-1).values).any(dim=-1)
-    return {
-        "mean": float(gap.mean()),
-        "max": float(gap.max()),
-        "flipped": float(flipped[known].float().mean()),
-    }
+    return {**gap(log_probs, batch), "flipped": float(flipped[known].float().mean())}
+
+
+def gap(log_probs: torch.Tensor, batch: DataProto) -> dict[str, float]:
+    """Mean and max ``|log_probs - rollout log-probs|`` over the response tokens."""
+    tensors = batch.batch
+    assert tensors is not None
+    mask = tensors[fields.RESPONSE_MASK].bool()
+    difference = (log_probs - tensors[fields.ROLLOUT_LOG_PROBS])[mask].abs()
+    return {"mean": float(difference.mean()), "max": float(difference.max())}
+
+
+def megatron_score(actor: torch.nn.Module, batch: DataProto) -> tuple[dict[str, float], ...]:
+    """Gap statistics of the Megatron engine (one rank, float32) holding ``actor``'s
+    weights: routing by its own routers, then replaying the recorded routing."""
+    from hf_engines import EngineConfig, MicroBatchConfig, ModelConfig
+    from hf_engines.megatron import MegatronEngine
+
+    tensors = batch.batch
+    assert tensors is not None
+    plain = DataProto.from_dict(
+        tensors={key: value for key, value in tensors.items() if key != ROUTED_EXPERTS}
+    )
+    with tempfile.TemporaryDirectory() as directory:
+        actor.save_pretrained(directory)
+        engine = MegatronEngine(
+            EngineConfig(
+                backend="megatron",
+                model=ModelConfig(path=directory),
+                micro_batch=MicroBatchConfig(micro_batch_size=32),
+            )
+        )
+        own, _ = engine.compute_log_prob(plain)
+        replayed, _ = engine.compute_log_prob(batch)
+    return gap(own, batch), gap(replayed, batch)
 
 
 def main() -> None:
@@ -95,6 +126,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=24)
     parser.add_argument("--output", type=Path)
+    parser.add_argument("--megatron", action="store_true", help="also score with Megatron")
     args = parser.parse_args()
     torch.manual_seed(0)
     model = build_tiny_model(Path(tempfile.mkdtemp()) / "moe", "qwen3_moe")
@@ -114,6 +146,13 @@ def main() -> None:
         "max gap, replay | choices flipped, own | flipped, replay |",
         "|---|---|---|---|---|---|---|",
     ]
+    megatron = ["", "Megatron engine actor (1 rank, float32), the same samples and weights:", ""]
+    megatron += ["| mismatch source | mean gap, own routing | mean gap, replay | max gap, own | "
+                 "max gap, replay |", "|---|---|---|---|---|"]  # fmt: skip
+    if args.megatron:
+        torch.distributed.init_process_group(
+            "gloo", store=torch.distributed.HashStore(), rank=0, world_size=1
+        )
     for label, dtype, drift in cases:
         actor = actor_model(model, drift)
         own, replayed = score(actor, batches[dtype], False), score(actor, batches[dtype], True)
@@ -121,7 +160,13 @@ def main() -> None:
             f"| {label} | {own['mean']:.2e} | {replayed['mean']:.2e} | {own['max']:.2e} | "
             f"{replayed['max']:.2e} | {own['flipped']:.2%} | {replayed['flipped']:.2%} |"
         )
-    text = "\n".join(lines) + "\n"
+        if args.megatron:
+            own, replayed = megatron_score(actor, batches[dtype])
+            megatron.append(
+                f"| {label} | {own['mean']:.2e} | {replayed['mean']:.2e} | {own['max']:.2e} | "
+                f"{replayed['max']:.2e} |"
+            )
+    text = "\n".join(lines + (megatron if args.megatron else [])) + "\n"
     print(text)
     if args.output is not None:
         args.output.write_text(text)

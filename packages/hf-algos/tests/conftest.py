@@ -1,5 +1,5 @@
-"""Shared fixtures of hf-algos tests: one Ray per session, a tiny model with a tokenizer,
-the toy task's scoring function in the global registry."""
+"""Shared fixtures of hf-algos tests: one Ray per session, tiny models (dense and MoE) with
+a tokenizer, the toy task's scoring function in the global registry."""
 
 from __future__ import annotations
 
@@ -35,6 +35,19 @@ def _own_working_directory(
     (``outputs/<project>/<experiment>/...``) never land in the repository or in another
     test's checkpoints."""
     monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+
+
+@pytest.fixture(scope="session")
+def moe_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Qwen3-MoE (wide weights, so a flipped expert changes the output) with
+    the character tokenizer next to it."""
+    from hf_algos.data import build_char_tokenizer
+    from hf_protocol.testing import save_tiny_model, tiny_decoder_config
+
+    config = tiny_decoder_config("qwen3_moe", initializer_range=0.2)
+    directory = save_tiny_model(tmp_path_factory.mktemp("moe") / "qwen3_moe", config)
+    build_char_tokenizer(directory, chat_template=None)
+    return directory
 
 
 @pytest.fixture(scope="session")

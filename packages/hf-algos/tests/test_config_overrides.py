@@ -468,7 +468,7 @@ def test_verl_expert_parallel_size_reaches_the_megatron_engine() -> None:
         load(*moe, "actor.engine.megatron.expert_model_parallel_size=3")
 
 
-def test_router_replay_is_an_fsdp_actor_option() -> None:
+def test_router_replay_is_an_actor_option_of_both_engines() -> None:
     assert load("actor.router_replay=true").actor.router_replay
-    with pytest.raises(ConfigurationError, match="router_replay=true runs on the FSDP engine"):
-        load("actor.router_replay=true", "actor.engine.backend=megatron")
+    megatron = load("actor.router_replay=true", "actor.engine.backend=megatron").actor
+    assert megatron.router_replay and megatron.engine.backend == "megatron"

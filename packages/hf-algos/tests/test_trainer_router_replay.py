@@ -20,18 +20,6 @@ from .trainer_helpers import common_overrides, task_files
 pytestmark = pytest.mark.timeout(600)
 
 
-@pytest.fixture(scope="module")
-def moe_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random Qwen3-MoE (wide weights) with the character tokenizer next to it."""
-    from hf_algos.data import build_char_tokenizer
-    from hf_protocol.testing import save_tiny_model, tiny_decoder_config
-
-    config = tiny_decoder_config("qwen3_moe", initializer_range=0.2)
-    directory = save_tiny_model(tmp_path_factory.mktemp("moe") / "qwen3_moe", config)
-    build_char_tokenizer(directory, chat_template=None)
-    return directory
-
-
 def _run(model: Path, root: Path, replay: bool) -> float:
     """The first step's rollout-vs-actor KL (k3) of a 1-step GRPO run."""
     train, _ = task_files(root)

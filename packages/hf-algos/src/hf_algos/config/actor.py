@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hf_algos.config.validation import require_positive
-from hf_controller import ConfigurationError
 from hf_engines.config import EngineConfig, LoRAConfig, check_lora_backend
 
 
@@ -57,7 +56,8 @@ class ActorSection:
     """Router replay (R3) for mixture-of-experts models: the actor's forwards (old log-probs
     and the update) route every token to the experts the rollout chose (``routed_experts``,
     recorded by the native rollout), with gate weights from the actor's own router. Removes
-    the rollout-vs-actor mismatch of flipped expert choices. FSDP engine only."""
+    the rollout-vs-actor mismatch of flipped expert choices. FSDP and Megatron engines
+    (with expert parallelism too)."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     """LoRA adapters through peft (``rank > 0``, FSDP engine): only the adapters train, the
     rollout gets merged weights, and the reference policy is the base model with the
@@ -65,12 +65,6 @@ class ActorSection:
 
     def __post_init__(self) -> None:
         check_lora_backend(self.lora, self.engine, "actor")
-        if self.router_replay and self.engine.backend != "fsdp":
-            raise ConfigurationError(
-                f"actor.router_replay=true runs on the FSDP engine only (got actor.engine."
-                f"backend={self.engine.backend!r}); set actor.engine.backend=fsdp or "
-                "actor.router_replay=false"
-            )
         require_positive("actor.ppo_mini_batch_size", self.ppo_mini_batch_size)
         require_positive("actor.ppo_epochs", self.ppo_epochs)
         require_positive("actor.entropy_coeff", self.entropy_coeff, allow_zero=True)

@@ -37,6 +37,7 @@ from hf_engines.megatron.model import build_gpt_model, head_dim
 from hf_engines.megatron.moe import align_micro_batches, pad_rows
 from hf_engines.megatron.parallel import initialize_parallel, pipeline_rank_of_stage
 from hf_engines.megatron.pipeline import StageInput, prepare, response_outputs, run_schedule
+from hf_engines.megatron.routing import pad_routing
 from hf_engines.megatron.shard_load import load_shards, shard_source
 from hf_engines.megatron.weights import iter_full_tensors, load_full_weights
 from hf_engines.megatron.zero import DistributedOptimizer
@@ -52,6 +53,7 @@ from hf_engines.models import build_hf_model, build_meta_hf_model
 from hf_engines.optim import build_optimizer
 from hf_engines.schedule import build_lr_scheduler
 from hf_protocol import DataProto, fields
+from hf_protocol.routing import ROUTED_EXPERTS
 
 
 class MegatronEngine:
@@ -139,9 +141,7 @@ class MegatronEngine:
         return align_micro_batches(
             inputs,
             lambda item: (item.input_ids.shape[0], item.input_ids.shape[1]),
-            lambda item, rows, length: replace(
-                item, input_ids=pad_rows(item.input_ids, rows, length)
-            ),
+            _pad_input,
             lambda item: prepare(_filler(item.micro_batch), self.device),
             self.device,
         )
@@ -330,11 +330,24 @@ class MegatronEngine:
         move_optimizer_state(self.optimizer, self.device)
 
 
+def _pad_input(item: StageInput, rows: int, length: int) -> StageInput:
+    """``item`` padded to ``(rows, length)``: zero tokens, no recorded routing (-1)."""
+    routed = item.routed_experts
+    return replace(
+        item,
+        input_ids=pad_rows(item.input_ids, rows, length),
+        routed_experts=None if routed is None else pad_routing(routed, rows, length),
+    )
+
+
 def _filler(micro_batch: DataProto) -> DataProto:
-    """The first row of ``micro_batch`` with ``response_mask`` zeroed: no loss, no gradient."""
+    """The first row of ``micro_batch`` with ``response_mask`` zeroed: no loss, no gradient
+    (and, under router replay, no recorded routing: its routers choose for themselves)."""
     rows = micro_batch.slice(0, 1)
     tensors = batch_tensors(rows).clone()
     tensors[fields.RESPONSE_MASK] = torch.zeros_like(tensors[fields.RESPONSE_MASK])
+    if ROUTED_EXPERTS in tensors.keys():  # noqa: SIM118 (a TensorDict)
+        tensors[ROUTED_EXPERTS] = torch.full_like(tensors[ROUTED_EXPERTS], -1)
     return DataProto(
         batch=tensors, non_tensor_batch=dict(rows.non_tensor_batch), meta_info=rows.meta_info
     )

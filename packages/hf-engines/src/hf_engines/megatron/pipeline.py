@@ -23,8 +23,10 @@ from megatron.core import parallel_state
 from megatron.core.models.gpt import GPTModel
 
 from hf_engines.megatron.parallel import pipeline_rank_of_stage
+from hf_engines.megatron.routing import replaying, shift_rows
 from hf_engines.micro_batch import batch_tensors
 from hf_protocol import DataProto, fields
+from hf_protocol.routing import ROUTED_EXPERTS
 
 
 @dataclass
@@ -39,6 +41,8 @@ class StageInput:
     """``(b, R)`` response token ids."""
     micro_batch: DataProto
     """The original micro-batch, handed to the loss function."""
+    routed_experts: torch.Tensor | None = None
+    """``(b, T, L, k)`` recorded experts shifted like ``input_ids`` (router replay), or None."""
 
 
 def _check_contiguous(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -56,7 +60,8 @@ def _check_contiguous(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def prepare(micro_batch: DataProto, device: torch.device) -> StageInput:
-    """Shift each row left by its padding and locate the response-predicting positions."""
+    """Shift each row left by its padding and locate the response-predicting positions
+    (the recorded ``routed_experts``, when the batch has them, are shifted alike)."""
     tensors = batch_tensors(micro_batch)
     missing = [
         k for k in (fields.INPUT_IDS, fields.ATTENTION_MASK, fields.RESPONSES) if k not in tensors
@@ -72,11 +77,14 @@ def prepare(micro_batch: DataProto, device: torch.device) -> StageInput:
     positions = torch.arange(total).unsqueeze(0)
     shifted = input_ids.gather(1, (positions + left) % total)
     predicting = torch.arange(total - response_length - 1, total - 1).unsqueeze(0)
+    has_routing = ROUTED_EXPERTS in tensors.keys()  # noqa: SIM118 (a TensorDict)
+    routed = tensors[ROUTED_EXPERTS] if has_routing else None
     return StageInput(
         input_ids=shifted.to(device),
         response_index=((predicting - left) % total).to(device),
         responses=responses.to(device),
         micro_batch=micro_batch,
+        routed_experts=None if routed is None else shift_rows(routed, left).to(device),
     )
 
 
@@ -207,7 +215,8 @@ def _stage_forward(
         model.set_input_tensor(received)
     batch, length = item.input_ids.shape
     positions = torch.arange(length, device=item.input_ids.device).expand(batch, -1)
-    output = model(item.input_ids, positions, _causal_mask(length, item.input_ids.device))
+    with replaying(model, item.routed_experts):  # router replay (R3), see .routing
+        output = model(item.input_ids, positions, _causal_mask(length, item.input_ids.device))
     if parallel_state.is_pipeline_last_stage():
         return head_fn(output, item)
     return output
