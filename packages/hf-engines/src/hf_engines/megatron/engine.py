@@ -36,7 +36,7 @@ from hf_engines.megatron.grads import clip_gradients, reduce_gradients
 from hf_engines.megatron.model import build_gpt_model, head_dim
 from hf_engines.megatron.moe import align_micro_batches, pad_rows
 from hf_engines.megatron.parallel import initialize_parallel, pipeline_rank_of_stage
-from hf_engines.megatron.pipeline import StageInput, prepare, response_outputs, run_schedule
+from hf_engines.megatron.pipeline import StageInput, prepare, run_schedule
 from hf_engines.megatron.routing import pad_routing
 from hf_engines.megatron.shard_load import load_shards, shard_source
 from hf_engines.megatron.weights import iter_full_tensors, load_full_weights
@@ -122,11 +122,11 @@ class MegatronEngine:
     # ------------------------------------------------------------------ forward
 
     def _head(self, output: torch.Tensor, item: StageInput, temperature: float) -> ModelOutputs:
-        """Per-token outputs of the last stage at the response positions."""
-        logits = response_outputs(output, item.response_index)
+        """Per-token outputs of the last stage at the response positions (``output`` is
+        ``(b, R, V)``: the model computes only those, see :func:`.pipeline.outputs_at`)."""
         if self._value:
-            return {"values": logits[..., 0].float()}
-        log_probs, entropy = response_log_probs(logits, item.responses, temperature)
+            return {"values": output[..., 0].float()}
+        log_probs, entropy = response_log_probs(output, item.responses, temperature)
         return {"log_probs": log_probs, "entropy": entropy}
 
     def _inputs(self, batch: DataProto) -> tuple[list[StageInput], int]:

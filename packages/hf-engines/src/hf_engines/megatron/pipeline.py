@@ -14,7 +14,8 @@ positions start at 0 on the first real token, as transformers' ``position_ids`` 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -93,14 +94,34 @@ def _causal_mask(length: int, device: torch.device) -> torch.Tensor:
     return torch.triu(torch.ones(length, length, dtype=torch.bool, device=device), 1)[None, None]
 
 
-def response_outputs(output: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """Rows of the last stage's ``(b, T, V)`` output at ``index`` ``(b, R)`` -> ``(b, R, V)``."""
-    return output.gather(1, index.unsqueeze(-1).expand(-1, -1, output.shape[-1]))
+@contextmanager
+def outputs_at(model: GPTModel, index: torch.Tensor) -> Iterator[None]:
+    """Within the block, ``model``'s output layer sees only the hidden states at ``index``
+    ``(b, R)`` (the response-predicting positions), so the model returns ``(b, R, V)``.
+
+    transformers' ``logits_to_keep``, which the FSDP engine uses, for megatron's
+    ``GPTModel``: the full-vocabulary logits of the prompt positions, ``T / R`` times the
+    memory the loss needs, are never computed. The gather runs before the output layer
+    (a forward pre-hook on ``output_layer``, whose input is ``(T, b, h)``).
+    """
+
+    def select(module: torch.nn.Module, args: tuple[object, ...]) -> tuple[object, ...]:
+        hidden = args[0]
+        assert isinstance(hidden, torch.Tensor)
+        rows = index.t().unsqueeze(-1).expand(-1, -1, hidden.shape[-1])  # (R, b, h)
+        return (hidden.gather(0, rows), *args[1:])
+
+    handle = model.output_layer.register_forward_pre_hook(select)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 HeadFn = Callable[[torch.Tensor, StageInput], torch.Tensor | None]
-"""Called on the last stage with ``(model output (b, T, V), input)``; returns a loss to
-back-propagate (training) or ``None`` (forward only, the function keeps what it needs)."""
+"""Called on the last stage with ``(model output (b, R, V) at the response-predicting
+positions, input)``; returns a loss to back-propagate (training) or ``None`` (forward only,
+the function keeps what it needs)."""
 
 
 def _run_without_stages(
@@ -215,11 +236,11 @@ def _stage_forward(
         model.set_input_tensor(received)
     batch, length = item.input_ids.shape
     positions = torch.arange(length, device=item.input_ids.device).expand(batch, -1)
-    with replaying(model, item.routed_experts):  # router replay (R3), see .routing
+    last = parallel_state.is_pipeline_last_stage()
+    only_responses = outputs_at(model, item.response_index) if last else nullcontext()
+    with replaying(model, item.routed_experts), only_responses:  # replay (R3): see .routing
         output = model(item.input_ids, positions, _causal_mask(length, item.input_ids.device))
-    if parallel_state.is_pipeline_last_stage():
-        return head_fn(output, item)
-    return output
+    return head_fn(output, item) if last else output
 
 
 def _run_1f1b(model: GPTModel, inputs: list[StageInput], head_fn: HeadFn, link: _Link) -> None:
