@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from hf_protocol import DataProto, fields
 from hf_protocol.routing import ROUTED_EXPERTS, RoutingRecorder, replay_routing
@@ -102,9 +102,12 @@ def megatron_score(actor: torch.nn.Module, batch: DataProto) -> tuple[dict[str, 
 
     tensors = batch.batch
     assert tensors is not None
-    plain = DataProto.from_dict(
-        tensors={key: value for key, value in tensors.items() if key != ROUTED_EXPERTS}
+    plain = DataProto(
+        batch=tensors.exclude(ROUTED_EXPERTS),
+        non_tensor_batch=dict(batch.non_tensor_batch),
+        meta_info=dict(batch.meta_info),
     )
+    assert isinstance(actor, PreTrainedModel), "the actor is a transformers model"
     with tempfile.TemporaryDirectory() as directory:
         actor.save_pretrained(directory)
         engine = MegatronEngine(

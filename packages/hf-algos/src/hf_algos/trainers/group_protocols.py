@@ -37,7 +37,9 @@ class ActorGroup(WeightSenderGroup, Protocol):
         ...
 
     def offload(self) -> list[None]:
-        """Move parameters and optimizer state to CPU memory (e.g. while rollout runs)."""
+        """Move parameters and optimizer state to CPU memory (e.g. while rollout runs) and
+        give the host memory freed so far back to the system (on a CPU run the only thing
+        there is to free: :func:`~hf_controller.release_host_memory`)."""
         ...
 
     def onload(self) -> list[None]:
@@ -95,7 +97,9 @@ class CriticGroup(Protocol):
         ...
 
     def offload(self) -> list[None]:
-        """Move parameters and optimizer state to CPU memory (e.g. while rollout runs)."""
+        """Move parameters and optimizer state to CPU memory (e.g. while rollout runs) and
+        give the host memory freed so far back to the system (on a CPU run the only thing
+        there is to free: :func:`~hf_controller.release_host_memory`)."""
         ...
 
     def onload(self) -> list[None]:
@@ -147,7 +151,9 @@ class ReferenceGroup(Protocol):
         ...
 
     def offload(self) -> list[None]:
-        """Move parameters and optimizer state to CPU memory (e.g. while rollout runs)."""
+        """Move parameters and optimizer state to CPU memory (e.g. while rollout runs) and
+        give the host memory freed so far back to the system (on a CPU run the only thing
+        there is to free: :func:`~hf_controller.release_host_memory`)."""
         ...
 
     def onload(self) -> list[None]:
@@ -171,7 +177,9 @@ class RewardModelGroup(Protocol):
         ...
 
     def offload(self) -> list[None]:
-        """Move parameters and optimizer state to CPU memory (e.g. while rollout runs)."""
+        """Move parameters and optimizer state to CPU memory (e.g. while rollout runs) and
+        give the host memory freed so far back to the system (on a CPU run the only thing
+        there is to free: :func:`~hf_controller.release_host_memory`)."""
         ...
 
     def onload(self) -> list[None]:
@@ -212,7 +220,8 @@ class RolloutGroup(WeightReceiverGroup, AsyncCalls, Protocol):
         ...
 
     def sleep(self) -> list[None]:
-        """Free the engine's generation memory (e.g. while the fused actor trains)."""
+        """Free the engine's generation memory (e.g. while the fused actor trains), and on a
+        CPU give what it freed back to the system (:func:`~hf_controller.release_host_memory`)."""
         ...
 
     def wake_up(self) -> list[None]:
