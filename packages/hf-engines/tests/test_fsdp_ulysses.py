@@ -120,6 +120,35 @@ def test_sp2_losses_and_gradients_match_one_rank(runs: dict[str, Any]) -> None:
                 torch.testing.assert_close(rank["grads"][step][name], grad, **FP32, msg=name)
 
 
+@pytest.fixture(scope="module")
+def lora_runs(
+    tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    """The LoRA actor (Qwen3, rank-4 adapters) at 1 rank and at 2 ranks with sp=2."""
+    root = tmp_path_factory.mktemp("ulysses_lora")
+    actor = str(tiny_models["qwen3"])
+    return {
+        "one": _run(1, ["lora", actor, "1"], root / "lora1")[0],
+        "sp": _run(2, ["lora", actor, "2"], root / "lora2"),
+    }
+
+
+def test_sp2_with_lora_matches_one_rank(lora_runs: dict[str, Any]) -> None:
+    """LoRA under Ulysses: log-probs, losses and the adapters' gradients equal 1 rank's,
+    and only adapters get gradients."""
+    one, ranks = lora_runs["one"], lora_runs["sp"]
+    for key in ("log_probs", "entropy", "log_probs_after"):
+        torch.testing.assert_close(torch.cat([r[key] for r in ranks]), one[key], **FP32)
+    for step, (want, got) in enumerate(zip(one["metrics"], ranks[0]["metrics"], strict=True)):
+        for key in ("loss", "grad_norm"):
+            assert got[key] == pytest.approx(want[key], rel=1e-5), (step, key)
+        assert one["grads"][step], "the adapters got no gradient"
+        assert all("lora_" in name for name in one["grads"][step]), one["grads"][step].keys()
+        for name, grad in one["grads"][step].items():
+            for rank in ranks:
+                torch.testing.assert_close(rank["grads"][step][name], grad, **FP32, msg=name)
+
+
 def test_dp2_x_sp2_critic_with_recompute_matches_one_rank(runs: dict[str, Any]) -> None:
     one, ranks = runs["critic_one"], runs["critic_sp"]
     torch.testing.assert_close(torch.cat([r["values"] for r in ranks]), one["values"], **FP32)

@@ -1,6 +1,6 @@
 """Scenarios run as N gloo ranks by test_fsdp_ulysses.py (``launch_ranks``), not collected.
 
-Usage: ``python ulysses_scenarios.py {actor,critic} MODEL_DIR OUT_DIR SP``. Each rank writes
+Usage: ``python ulysses_scenarios.py {actor,lora,critic} MODEL_DIR OUT_DIR SP``. Each rank writes
 ``OUT_DIR/rank<r>.pt`` with what the tests compare.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from hf_engines import EngineConfig, FSDPEngine, config_from_dict
+from hf_engines import EngineConfig, FSDPEngine, LoRAConfig, config_from_dict
 from hf_engines.testing import join_launched_group, make_toy_batch, toy_nll_loss, toy_value_loss
 from hf_engines.workers.distributed import shutdown_distributed
 from hf_protocol import DataProto
@@ -44,9 +44,12 @@ def record_gradients(engine: FSDPEngine, into: list[dict[str, torch.Tensor]]) ->
     engine._clip_gradients = clip_and_record  # type: ignore[method-assign]
 
 
-def engine_for(model_dir: str, sp: int, head: str) -> FSDPEngine:
-    """An engine with ``sp``-way sequence parallelism, two rows per micro-batch; the
-    critic recomputes its activations in backward (the all-to-alls run again there)."""
+def engine_for(
+    model_dir: str, sp: int, head: str, lora: LoRAConfig | None = None
+) -> FSDPEngine:
+    """An engine with ``sp``-way sequence parallelism, two rows per micro-batch (and
+    ``lora`` adapters); the critic recomputes its activations in backward (the all-to-alls
+    run again there)."""
     settings: dict[str, Any] = {
         "model": {"path": model_dir, "head": head, "seed": 3},
         "optim": {"lr": 1e-2},
@@ -56,12 +59,13 @@ def engine_for(model_dir: str, sp: int, head: str) -> FSDPEngine:
             "activation_checkpointing": head == "value",
         },
     }
-    return FSDPEngine(config_from_dict(EngineConfig, settings))
+    return FSDPEngine(config_from_dict(EngineConfig, settings), lora)
 
 
-def run_actor(model_dir: str, sp: int) -> dict[str, Any]:
-    """Log-probs and entropy of a 5-row probe (uneven over ranks), then training steps."""
-    engine = engine_for(model_dir, sp, "causal_lm")
+def run_actor(model_dir: str, sp: int, lora: LoRAConfig | None = None) -> dict[str, Any]:
+    """Log-probs and entropy of a 5-row probe (uneven over ranks), then training steps
+    (of the ``lora`` adapters only, when given)."""
+    engine = engine_for(model_dir, sp, "causal_lm", lora)
     grads: list[dict[str, torch.Tensor]] = []
     record_gradients(engine, grads)
     probe = make_toy_batch(5, prompt_length=9, response_length=7, seed=7)
@@ -96,6 +100,8 @@ def main() -> None:
     join_launched_group()
     if scenario == "actor":
         result = run_actor(model_dir, int(sp))
+    elif scenario == "lora":
+        result = run_actor(model_dir, int(sp), LoRAConfig(rank=4, alpha=8.0))
     elif scenario == "critic":
         result = run_critic(model_dir, int(sp))
     else:
