@@ -10,7 +10,7 @@ time is the driver's wall time from issuing to both results. Three ways:
 
 * ``channel``: ``hf_rollout.WeightChannel`` (gloo on CPU), ``send`` on the sender streaming
   ``state_dict().items()`` in buckets of ``--bucket-mb`` (tensors of at least
-  ``hf_rollout.weight_sync.channel.DIRECT_BYTES`` unpacked), each bucket checksummed; the
+  ``hf_rollout.weight_sync.wire.DIRECT_BYTES`` unpacked), each bucket checksummed; the
   receiver stages the whole push (verified) and then copies it into the model (an atomic
   commit); the driver gets ``None``s.
 * ``bare broadcast``: one ``torch.distributed.broadcast`` of all the bytes as one flat

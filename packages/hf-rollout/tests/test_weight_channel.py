@@ -12,7 +12,8 @@ import torch.multiprocessing as mp
 
 from hf_controller.worker import master_address
 from hf_rollout.testing import run_ranks
-from hf_rollout.weight_sync.channel import WeightChannel, WeightChannelError
+from hf_rollout.weight_sync.channel import WeightChannel
+from hf_rollout.weight_sync.errors import WeightChannelError
 
 pytestmark = pytest.mark.timeout(120)
 
