@@ -12,10 +12,11 @@ This module holds the connection: :class:`WeightChannel` joins (a rendezvous thr
 store, which also carries the push handshake of :mod:`~hf_rollout.weight_sync.handshake`),
 issues and waits for broadcasts within a push's deadline, keeps the reused bucket buffers
 and knows when it is broken; and :class:`ChannelMember`, a worker's membership of one. What
-travels is laid out by :mod:`~hf_rollout.weight_sync.wire`; a push is sent by
-:mod:`~hf_rollout.weight_sync.sender` (:meth:`WeightChannel.send`,
-:meth:`WeightChannel.send_buffered`) and received, staged and verified by
-:mod:`~hf_rollout.weight_sync.receiver` (:meth:`WeightChannel.receive`).
+travels is laid out by :mod:`~hf_rollout.weight_sync.wire`. Pushes are not this module's:
+:mod:`~hf_rollout.weight_sync.sender` sends them (``sender.send(channel, ...)``,
+``sender.send_buffered``, ``sender.wait_sent``) and
+:mod:`~hf_rollout.weight_sync.receiver` receives, stages and verifies them
+(``receiver.receive(channel)``); both build on this module, which imports neither.
 
 Faults for tests are injected through :class:`~hf_rollout.weight_sync.faults.WeightFaults`
 (a constructor argument that production code never passes).
@@ -25,9 +26,8 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -36,14 +36,12 @@ from hf_protocol.rendezvous import gloo_device_toward, store_on
 from hf_rollout.weight_sync import handshake
 from hf_rollout.weight_sync.errors import WeightChannelError
 from hf_rollout.weight_sync.faults import WeightFaults
-from hf_rollout.weight_sync.wire import DIRECT_BYTES, NamedTensors, named_pairs
-
-if TYPE_CHECKING:
-    from hf_rollout.weight_sync.sender import Background
+from hf_rollout.weight_sync.wire import DIRECT_BYTES
 
 __all__ = [
     "ABORT_POLL_S",
     "DEFAULT_TIMEOUT_S",
+    "BackgroundPush",
     "ChannelMember",
     "Pending",
     "WeightChannel",
@@ -61,6 +59,15 @@ deadline, and the sender names only the ranks that are gone."""
 
 _PREFIX = "hf_weight_channel"
 _CONTROL = "hf_weight_push/"
+
+
+class BackgroundPush(Protocol):
+    """A buffered push still running (``sender.send_buffered`` starts one, the next send
+    or ``sender.wait_sent`` waits for it); the channel only keeps it, and forgets it on
+    :meth:`WeightChannel.close`."""
+
+    def result(self) -> None:
+        """Wait for the push; raise its error, if any."""
 
 
 class WeightChannel:
@@ -94,7 +101,7 @@ class WeightChannel:
         self._control: Any = None  # the store's keys of the handshake
         self._broken: str | None = None  # why the collectives can no longer be trusted
         self._buffers: dict[Any, torch.Tensor] = {}
-        self._background: Background | None = None  # a buffered send's push
+        self._background: BackgroundPush | None = None  # a buffered send's push
         self._abandoned: list[Pending] = []  # broadcasts of a failed push, kept alive
         self.pushes = 0
         """Pushes sent or received since joining (the handshake's push numbers)."""
@@ -289,70 +296,9 @@ class WeightChannel:
             )
         return buffer[:nbytes]
 
-    # ------------------------------------------------------------------ pushes
-
-    def send(self, named_tensors: NamedTensors, bucket_bytes: int, version: int = 0) -> int:
-        """Push ``named_tensors`` as ``version`` to every receiver; rank 0 only.
-
-        Waits for every receiver to be ready (at most ``timeout_s``), then streams the
-        tensors in buckets of at most ``bucket_bytes``; the iterator is consumed lazily.
-        Small tensors are packed into one of two alternating bucket buffers (packing the
-        next bucket overlaps sending this one), direct ones go from their own memory; the
-        sender holds about two buckets. Returns when every receiver reported the push
-        verified (waiting first for a buffered send), with the number of tensor bytes.
-        Raises :class:`WeightPushError` (ranks not ready, dead or late) or
-        :class:`WeightIntegrityError` (a receiver found a bucket corrupted or missing).
-        """
-        from hf_rollout.weight_sync.sender import push  # sender.py builds on this module
-
-        return push(self, named_pairs(named_tensors), bucket_bytes, version)
-
-    def send_buffered(
-        self, named_tensors: NamedTensors, bucket_bytes: int, version: int = 0
-    ) -> int:
-        """Copy ``named_tensors`` into reused snapshot buffers, start pushing them as
-        ``version`` in a background thread and return without waiting for the receivers;
-        rank 0 only.
-
-        The receivers get the tensors as they were during this call, whatever the caller
-        changes afterwards. The sender holds a copy of the whole push (its buffers are kept
-        for the next one). The next ``send``, ``send_buffered`` or :meth:`wait_sent` waits
-        for this push (and raises its error). Returns the number of tensor bytes.
-        """
-        from hf_rollout.weight_sync.sender import push_buffered  # sender.py builds on this
-
-        return push_buffered(self, named_pairs(named_tensors), bucket_bytes, version)
-
-    def wait_sent(self) -> None:
-        """Wait until the push of the last :meth:`send_buffered` is done (no-op when there
-        is none); raises its error if it failed."""
-        background, self._background = self._background, None
-        if background is not None:
-            background.result()
-
-    def receive(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """``(name, tensor)`` pairs of one push, in the sender's order; ranks ``>= 1``.
-
-        Nothing is yielded before the whole push arrived and every checksum matched (the
-        push is staged in this channel's buffers): a push that fails raises before the
-        first pair, so a consumer never loads half of one. The tensors are views into the
-        staging buffers (on this channel's device), valid until the next push: copy them
-        (as a rollout engine's ``update_weights`` does). Afterwards :attr:`version` is the
-        push's version. Raises :class:`WeightPushError` (the sender aborted, died or missed
-        the deadline; the channel is then broken unless no collective had started) or
-        :class:`WeightIntegrityError` (a bucket corrupted or missing; the channel stays
-        usable).
-        """
-        from hf_rollout.weight_sync.receiver import receive_push  # receiver.py builds on this
-
-        if self.rank == 0:
-            raise WeightChannelError(f"{self._describe()}: rank 0 sends; receive on ranks >= 1")
-        self._check_usable()
-        yield from receive_push(self)
-
     def close(self) -> None:
         """Leave the channel (idempotent); later sends and receives raise. A buffered push
-        still in flight is abandoned."""
+        still in flight is abandoned (forgotten: its broadcasts fail)."""
         pg, self._pg = self._pg, None
         self._background = None
         if pg is not None:

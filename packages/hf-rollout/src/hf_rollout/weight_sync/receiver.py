@@ -1,6 +1,6 @@
 """The receive path of weight sync: where a rollout worker's new weights come from.
 
-**Receiving** (:func:`receive_push`, behind :meth:`WeightChannel.receive`): each receiver
+**Receiving** (:func:`receive` on a joined :class:`WeightChannel`): each receiver
 sets ``ready/<push>/<rank>`` (:mod:`~hf_rollout.weight_sync.handshake`) and waits for the
 sender's start, then takes the buckets of :mod:`~hf_rollout.weight_sync.wire`, posting the
 next bucket's broadcasts before it verifies the last one. Each tensor's checksum is verified
@@ -37,7 +37,7 @@ delegate here.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,7 +60,7 @@ from hf_rollout.weight_sync.errors import (
 )
 from hf_rollout.weight_sync.faults import exit_now
 
-__all__ = ["WeightReceiver", "fused_actor_weights", "receive_push"]
+__all__ = ["WeightReceiver", "fused_actor_weights", "receive", "receive_push"]
 
 
 class WeightReceiver(ChannelMember):
@@ -109,7 +109,7 @@ class WeightReceiver(ChannelMember):
                 "join_weight_channel(host, port, world_size) first"
             )
         target = engine()
-        stream = self.channel.receive()
+        stream = receive(self.channel)
         target.update_weights(stream)
         # An engine that stopped early has not pulled the push: pull it, so it is received
         # and verified (and the next push starts at its first bucket).
@@ -136,9 +136,30 @@ def fused_actor_weights(fused_workers: dict[str, Any] | None) -> Iterable[tuple[
     return params
 
 
+def receive(channel: WeightChannel) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(name, tensor)`` pairs of one push on ``channel``, in the sender's order; channel
+    ranks ``>= 1``. Lazy: nothing happens before the first pair is asked for.
+
+    Nothing is yielded before the whole push arrived and every checksum matched (the
+    push is staged in the channel's buffers): a push that fails raises before the
+    first pair, so a consumer never loads half of one. The tensors are views into the
+    staging buffers (on the channel's device), valid until the next push: copy them
+    (as a rollout engine's ``update_weights`` does). Afterwards ``channel.version`` is the
+    push's version. Raises :class:`WeightPushError` (the sender aborted, died or missed
+    the deadline; the channel is then broken unless no collective had started) or
+    :class:`WeightIntegrityError` (a bucket corrupted or missing; the channel stays
+    usable).
+    """
+    if channel.rank == 0:
+        raise WeightChannelError(f"{channel._describe()}: rank 0 sends; receive on ranks >= 1")
+    channel._check_usable()
+    yield from receive_push(channel)
+
+
 def receive_push(channel: WeightChannel) -> list[tuple[str, torch.Tensor]]:
-    """:meth:`WeightChannel.receive`: handshake, stage and verify one push on ``channel``
-    (a receiving rank); its ``(name, tensor)`` views into the staging buffers."""
+    """:func:`receive`'s work, done at once: handshake, stage and verify one push on
+    ``channel`` (a receiving rank, usable); its ``(name, tensor)`` views into the staging
+    buffers."""
     channel.pushes += 1
     push = channel.pushes
     try:

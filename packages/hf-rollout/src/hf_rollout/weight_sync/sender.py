@@ -1,13 +1,13 @@
 """The send path of weight sync: how an actor's full weights leave for the rollout.
 
-**Pushing** (:func:`push` and :func:`push_buffered`, behind :meth:`WeightChannel.send` and
-:meth:`WeightChannel.send_buffered`): the sender opens the push through the handshake
-(:mod:`~hf_rollout.weight_sync.handshake`: every receiver ready within ``timeout_s``, or the
-missing ranks are named and nothing is sent), broadcasts the buckets of
+**Pushing** (:func:`send` and :func:`send_buffered` on a joined :class:`WeightChannel`):
+the sender opens the push through the handshake (:mod:`~hf_rollout.weight_sync.handshake`:
+every receiver ready within ``timeout_s``, or the missing ranks are named and nothing is
+sent), broadcasts the buckets of
 :mod:`~hf_rollout.weight_sync.wire`, packing the next bucket while the last one is on the
 wire (two reused buffers; direct tensors go from their own memory), then waits for every
 receiver's report within the push's deadline. When its broadcasts fail mid-push it sets
-``abort/<push>`` and names only the ranks that sent no report. :func:`push_buffered` takes
+``abort/<push>`` and names only the ranks that sent no report. :func:`send_buffered` takes
 a snapshot instead: every tensor is copied into reused buffers and the push runs in a
 :class:`Background` thread, so the sender is free as soon as the copy is done and later
 changes of its tensors cannot reach the receivers (no torn update).
@@ -44,37 +44,47 @@ from hf_rollout.weight_sync.errors import (
     who_stopped,
 )
 from hf_rollout.weight_sync.faults import corrupted, exit_now
+from hf_rollout.weight_sync.wire import NamedTensors
 
-__all__ = ["Background", "WeightSender", "WeightSending", "push", "push_buffered"]
+__all__ = ["Background", "WeightSender", "WeightSending", "send", "send_buffered", "wait_sent"]
 
 
-def push(
-    channel: WeightChannel,
-    named_tensors: Iterable[tuple[str, torch.Tensor]],
-    bucket_bytes: int,
-    version: int,
+def send(
+    channel: WeightChannel, named_tensors: NamedTensors, bucket_bytes: int, version: int = 0
 ) -> int:
-    """:meth:`WeightChannel.send`: push ``named_tensors`` as ``version`` from ``channel``'s
-    rank 0, buckets packed on the fly; returns the number of tensor bytes once every
-    receiver reported the push verified."""
+    """Push ``named_tensors`` as ``version`` from ``channel`` (rank 0) to every receiver.
+
+    Waits for every receiver to be ready (at most ``timeout_s``), then streams the
+    tensors in buckets of at most ``bucket_bytes``; the iterator is consumed lazily.
+    Small tensors are packed into one of two alternating bucket buffers (packing the
+    next bucket overlaps sending this one), direct ones go from their own memory; the
+    sender holds about two buckets. Returns when every receiver reported the push
+    verified (waiting first for a buffered send), with the number of tensor bytes.
+    Raises :class:`WeightPushError` (ranks not ready, dead or late) or
+    :class:`~hf_rollout.weight_sync.errors.WeightIntegrityError` (a receiver found a
+    bucket corrupted or missing).
+    """
     _begin(channel, bucket_bytes)
-    buckets = wire.cut(named_tensors, bucket_bytes)
+    buckets = wire.cut(wire.named_pairs(named_tensors), bucket_bytes)
     return _publish(
         channel, version, buckets, lambda tensors, slot: _prepare(channel, tensors, slot)
     )
 
 
-def push_buffered(
-    channel: WeightChannel,
-    named_tensors: Iterable[tuple[str, torch.Tensor]],
-    bucket_bytes: int,
-    version: int,
+def send_buffered(
+    channel: WeightChannel, named_tensors: NamedTensors, bucket_bytes: int, version: int = 0
 ) -> int:
-    """:meth:`WeightChannel.send_buffered`: copy ``named_tensors`` into ``channel``'s
-    snapshot buffers and start pushing them in a :class:`Background` thread; returns the
-    number of tensor bytes without waiting for the receivers."""
+    """Copy ``named_tensors`` into ``channel``'s reused snapshot buffers, start pushing
+    them as ``version`` in a :class:`Background` thread and return without waiting for
+    the receivers; rank 0 only.
+
+    The receivers get the tensors as they were during this call, whatever the caller
+    changes afterwards. The sender holds a copy of the whole push (its buffers are kept
+    for the next one). The next :func:`send`, :func:`send_buffered` or :func:`wait_sent`
+    waits for this push (and raises its error). Returns the number of tensor bytes.
+    """
     _begin(channel, bucket_bytes)
-    cut = list(wire.cut(named_tensors, bucket_bytes))
+    cut = list(wire.cut(wire.named_pairs(named_tensors), bucket_bytes))
     buckets = [
         (_prepare(channel, tensors, ("snapshot", index), copy_direct=True), last)
         for index, (tensors, last) in enumerate(cut)
@@ -86,9 +96,18 @@ def push_buffered(
     return total
 
 
+def wait_sent(channel: WeightChannel) -> None:
+    """Wait until the push of ``channel``'s last :func:`send_buffered` is done (no-op when
+    there is none); raises its error if it failed."""
+    background, channel._background = channel._background, None
+    if background is not None:
+        background.result()
+
+
 class Background:
-    """A buffered push running in a thread of its own; :meth:`result` joins it and raises
-    what it raised."""
+    """A buffered push running in a thread of its own (a
+    :class:`~hf_rollout.weight_sync.channel.BackgroundPush`); :meth:`result` joins it and
+    raises what it raised."""
 
     def __init__(self, push: Callable[[], int]) -> None:
         self._push = push
@@ -116,7 +135,7 @@ def _begin(channel: WeightChannel, bucket_bytes: int) -> None:
         raise WeightChannelError(f"{channel._describe()}: only rank 0 sends")
     if bucket_bytes < 1:
         raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
-    channel.wait_sent()
+    wait_sent(channel)
     channel._check_usable()
     channel.last_buckets = []
 
@@ -344,7 +363,7 @@ class WeightSender(ChannelMember):
         gather is collective). The receivers report ``version`` with what they generate.
 
         ``buffered``: rank 0 copies the weights into reused buffers and returns while the
-        broadcasts run in the background (:meth:`WeightChannel.send_buffered`), so the actor's
+        broadcasts run in the background (:func:`send_buffered`), so the actor's
         next call (e.g. ``update_actor``) need not wait for a rollout busy generating; that
         call cannot change what the rollout receives. Costs one copy of the weights on rank 0.
         """
@@ -358,9 +377,9 @@ class WeightSender(ChannelMember):
                 "join_weight_channel(host, port, world_size) first"
             )
         if buffered:
-            self.channel.send_buffered(named_tensors, bucket_bytes, version)
+            send_buffered(self.channel, named_tensors, bucket_bytes, version)
         else:
-            self.channel.send(named_tensors, bucket_bytes, version)
+            send(self.channel, named_tensors, bucket_bytes, version)
 
 
 class WeightSending:
