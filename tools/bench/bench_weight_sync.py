@@ -8,9 +8,9 @@ One sync moves every ``state_dict()`` tensor from the sender into the receiver's
 ``update_weights`` does). The driver issues the calls and waits, as the trainer does; the
 time is the driver's wall time from issuing to both results. Three ways:
 
-* ``channel``: ``hf_rollout.WeightChannel`` (gloo on CPU), ``send`` on the sender streaming
+* ``channel``: ``hf_rollout.WeightChannel`` (gloo on CPU), ``weight_sync.sender.send`` streaming
   ``state_dict().items()`` in buckets of ``--bucket-mb`` (tensors of at least
-  ``hf_rollout.weight_sync.channel.DIRECT_BYTES`` unpacked), each bucket checksummed; the
+  ``hf_rollout.weight_sync.wire.DIRECT_BYTES`` unpacked), each bucket checksummed; the
   receiver stages the whole push (verified) and then copies it into the model (an atomic
   commit); the driver gets ``None``s.
 * ``bare broadcast``: one ``torch.distributed.broadcast`` of all the bytes as one flat
@@ -103,14 +103,17 @@ class SyncPeer:
 
     def channel_send(self, bucket_bytes: int) -> None:
         """Stream the state dict into the channel."""
-        self.channel.send(iter(self.model.state_dict().items()), bucket_bytes)
+        from hf_rollout.weight_sync.sender import send
+
+        send(self.channel, iter(self.model.state_dict().items()), bucket_bytes)
 
     def channel_receive(self) -> None:
         """Load one push from the channel into the model, as ``RolloutWorker`` does for the
         native engine: staged whole and verified, then copied into the model."""
         from hf_rollout.backends.native import copy_named_tensors
+        from hf_rollout.weight_sync.receiver import receive
 
-        copy_named_tensors(self.model, self.channel.receive())
+        copy_named_tensors(self.model, receive(self.channel))
 
     def bare_broadcast(self) -> None:
         """One broadcast of all the bytes as one flat tensor."""

@@ -12,7 +12,10 @@ import torch.multiprocessing as mp
 
 from hf_controller.worker import master_address
 from hf_rollout.testing import run_ranks
-from hf_rollout.weight_sync.channel import WeightChannel, WeightChannelError
+from hf_rollout.weight_sync.channel import WeightChannel
+from hf_rollout.weight_sync.errors import WeightChannelError
+from hf_rollout.weight_sync.receiver import receive
+from hf_rollout.weight_sync.sender import send
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -44,10 +47,10 @@ def _member(rank: int, world: int, port: int, results: Any, case: str) -> None:
         got: list[list[Any]] = []
         for version in (5, 6):  # two pushes over one channel
             if rank == 0:
-                channel.send(iter(named_tensors(case)), bucket_bytes=4 * KIB, version=version)
+                send(channel, iter(named_tensors(case)), bucket_bytes=4 * KIB, version=version)
             else:
                 # byte offset in the bucket buffer: 0 starts a new bucket
-                got.append([(n, _portable(t), _byte_offset(t)) for n, t in channel.receive()])
+                got.append([(n, _portable(t), _byte_offset(t)) for n, t in receive(channel)])
                 assert channel.version == version  # the push's version, delivered
         channel.close()
         results.put((rank, got, None))

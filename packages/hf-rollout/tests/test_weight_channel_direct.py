@@ -13,6 +13,8 @@ import torch.multiprocessing as mp
 
 from hf_rollout.testing import run_ranks
 from hf_rollout.weight_sync.channel import WeightChannel
+from hf_rollout.weight_sync.receiver import receive
+from hf_rollout.weight_sync.sender import send, send_buffered, wait_sent
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -63,27 +65,27 @@ def _member(rank: int, world: int, port: int, results: Any, modified: Any) -> No
         for bucket, direct in SETTINGS:
             channel.direct_bytes = direct
             if rank == 0:
-                channel.send(iter(tensors), bucket_bytes=bucket)
+                send(channel, iter(tensors), bucket_bytes=bucket)
                 got.append(channel.last_buckets)
             else:
                 dest = destinations()
-                _load(dest, channel.receive())
+                _load(dest, receive(channel))
                 got.append((_bytes(dest), channel.last_buckets))
         # Buffered: the sender changes its tensors right after the call; the receivers only
         # start once it has, and must still get the values of the call.
         channel.direct_bytes = 1 * KIB
         for _ in range(2):
             if rank == 0:
-                channel.send_buffered(iter(tensors), bucket_bytes=4 * KIB)
+                send_buffered(channel, iter(tensors), bucket_bytes=4 * KIB)
                 for _, tensor in tensors:
                     tensor.copy_(~tensor if tensor.dtype == torch.bool else tensor + 1)
                 modified.set()
-                channel.wait_sent()
+                wait_sent(channel)
                 modified.clear()
             else:
                 modified.wait(timeout=60)
                 dest = destinations()
-                _load(dest, channel.receive())
+                _load(dest, receive(channel))
                 got.append(_bytes(dest))
         channel.close()
         results.put((rank, got, None))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
 
 import torch
 
@@ -15,7 +14,8 @@ from hf_rollout.config import RolloutConfig, SamplingConfig
 from hf_rollout.multiturn.agent import AgentRollout
 from hf_rollout.registry import build_rollout
 from hf_rollout.weight_sync.channel import DEFAULT_TIMEOUT_S
-from hf_rollout.weight_sync.receiver import NamedTensors, WeightReceiver, fused_actor_weights
+from hf_rollout.weight_sync.receiver import WeightReceiver, fused_actor_weights
+from hf_rollout.weight_sync.wire import NamedTensors, named_pairs
 
 __all__ = ["NamedTensors", "RolloutWorker", "request_sampling"]
 
@@ -139,9 +139,7 @@ class RolloutWorker(Worker):
         """
         if named_tensors is None:
             named_tensors = fused_actor_weights(getattr(self, "fused_workers", None))
-        elif isinstance(named_tensors, Mapping):
-            named_tensors = named_tensors.items()
-        self.engine.update_weights(named_tensors)
+        self.engine.update_weights(named_pairs(named_tensors))
         self._weights.loaded(version)
 
     @register(Dispatch.ONE_TO_ALL, blocking=False)

@@ -1,11 +1,18 @@
 """Weight sync, actor -> rollout, in one place.
 
 * :mod:`~hf_rollout.weight_sync.channel`: :class:`WeightChannel`, a torch.distributed group
-  of its own between actor rank 0 and the rollout ranks, streaming buckets of tensors;
-* :mod:`~hf_rollout.weight_sync.sender`: :class:`WeightSender`, the actor worker's side, and
+  of its own between actor rank 0 and the rollout ranks (joining, its broadcasts, its
+  buffers), and :class:`~hf_rollout.weight_sync.channel.ChannelMember`, a worker's
+  membership of one; it imports neither the send nor the receive path, which build on it;
+* :mod:`~hf_rollout.weight_sync.wire`: the wire format: how a push's tensors are cut into
+  buckets, laid out and described in each bucket's head (and :data:`NamedTensors`, what a
+  push carries);
+* :mod:`~hf_rollout.weight_sync.sender`: the send path (``send``, ``send_buffered``,
+  ``wait_sent`` on a channel), and :class:`WeightSender`, the actor worker's side, and
   :class:`WeightSending`, the worker methods an actor class mixes in;
-* :mod:`~hf_rollout.weight_sync.receiver`: :class:`WeightReceiver`, the rollout worker's
-  side, and :func:`fused_actor_weights` (the hybrid placement's in-process path);
+* :mod:`~hf_rollout.weight_sync.receiver`: the receive path (``receive`` on a channel:
+  stage and verify a push), and :class:`WeightReceiver`, the rollout worker's side, and
+  :func:`fused_actor_weights` (the hybrid placement's in-process path);
 * :mod:`~hf_rollout.weight_sync.link`: :class:`WeightLink`, the driver's side, which opens
   the channel, pushes and closes;
 * :mod:`~hf_rollout.weight_sync.handshake` (a push's ready / start / done keys in the
@@ -18,11 +25,7 @@ The rollout worker keeps thin methods (``join_weight_channel``, ``receive_weight
 :class:`WeightSending`, whose methods delegate to a sender.
 """
 
-from hf_rollout.weight_sync.channel import (
-    DEFAULT_TIMEOUT_S,
-    DIRECT_BYTES,
-    WeightChannel,
-)
+from hf_rollout.weight_sync.channel import DEFAULT_TIMEOUT_S, WeightChannel
 from hf_rollout.weight_sync.errors import (
     WeightChannelError,
     WeightIntegrityError,
@@ -35,8 +38,9 @@ from hf_rollout.weight_sync.link import (
     WeightReceiverGroup,
     WeightSenderGroup,
 )
-from hf_rollout.weight_sync.receiver import NamedTensors, WeightReceiver, fused_actor_weights
+from hf_rollout.weight_sync.receiver import WeightReceiver, fused_actor_weights
 from hf_rollout.weight_sync.sender import WeightSender, WeightSending
+from hf_rollout.weight_sync.wire import DIRECT_BYTES, NamedTensors
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",

@@ -24,6 +24,7 @@ from hf_rollout.weight_sync.channel import WeightChannel
 from hf_rollout.weight_sync.errors import WeightChannelError
 from hf_rollout.weight_sync.faults import WeightFaults
 from hf_rollout.weight_sync.receiver import WeightReceiver
+from hf_rollout.weight_sync.sender import send
 
 if TYPE_CHECKING:
     from hf_rollout.base import RolloutEngine
@@ -112,7 +113,7 @@ def _sender(port: int, world: int, plan: list[WeightFaults | None]) -> list[Any]
 
 
 def _push(channel: WeightChannel, version: int) -> None:
-    channel.send(iter(weights(version)), BUCKET, version)
+    send(channel, iter(weights(version)), BUCKET, version)
 
 
 def _receiver(

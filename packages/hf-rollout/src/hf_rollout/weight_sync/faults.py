@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-__all__ = ["WeightFaults", "exit_now"]
+from hf_rollout.weight_sync.wire import Bucket
+
+__all__ = ["WeightFaults", "corrupted", "exit_now"]
 
 
 @dataclass(frozen=True)
@@ -44,3 +46,16 @@ class WeightFaults:
 def exit_now() -> None:
     """End this process at once, as a kill would (no ``finally``, no atexit)."""
     os._exit(17)
+
+
+def corrupted(bucket: Bucket) -> Bucket:
+    """``bucket`` with one byte flipped on the wire (:attr:`WeightFaults.corrupt_bucket`): in
+    a copy, so the sender's own tensors stay intact."""
+    if bucket.packed is not None and bucket.packed.numel():
+        packed = bucket.packed.clone()
+        packed[0] ^= 0xFF
+        return Bucket(bucket.entries, packed, bucket.direct)
+    direct = [t.clone() for t in bucket.direct]
+    if direct:
+        direct[0][0] ^= 0xFF
+    return Bucket(bucket.entries, None, direct)

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from hf_controller import ResultWaiter, wait_together
 from hf_rollout.weight_sync.channel import DEFAULT_TIMEOUT_S
-from hf_rollout.weight_sync.receiver import NamedTensors
+from hf_rollout.weight_sync.wire import NamedTensors
 
 __all__ = ["WeightLink", "WeightPush", "WeightReceiverGroup", "WeightSenderGroup"]
 
