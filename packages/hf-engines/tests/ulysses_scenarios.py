@@ -44,9 +44,7 @@ def record_gradients(engine: FSDPEngine, into: list[dict[str, torch.Tensor]]) ->
     engine._clip_gradients = clip_and_record  # type: ignore[method-assign]
 
 
-def engine_for(
-    model_dir: str, sp: int, head: str, lora: LoRAConfig | None = None
-) -> FSDPEngine:
+def engine_for(model_dir: str, sp: int, head: str, lora: LoRAConfig | None = None) -> FSDPEngine:
     """An engine with ``sp``-way sequence parallelism, two rows per micro-batch (and
     ``lora`` adapters); the critic recomputes its activations in backward (the all-to-alls
     run again there)."""
