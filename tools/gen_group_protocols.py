@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate ``hf_algos/trainers/group_protocols.py``: the typed Protocols of the worker
+"""Generate ``hf_algos/trainers/roles/protocols_generated.py``: the typed Protocols of the worker
 groups, written from the worker classes themselves.
 
 A worker group gets its methods at run time (``WorkerGroup`` binds every ``@register``-ed
@@ -40,7 +40,7 @@ from typing import Any
 from hf_controller.decorator import Dispatch, MethodSpec, method_spec
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-OUTPUT = REPO_ROOT / "packages/hf-algos/src/hf_algos/trainers/group_protocols.py"
+OUTPUT = REPO_ROOT / "packages/hf-algos/src/hf_algos/trainers/roles/protocols_generated.py"
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,9 @@ class Role:
 ROLES = (
     Role(
         "ActorGroup",
-        "hf_algos.trainers.sync_actor:SyncActorWorker",
-        "The policy: :class:`~hf_algos.trainers.sync_actor.SyncActorWorker` ranks (the weight "
+        "hf_algos.trainers.roles.sync_actor:SyncActorWorker",
+        "The policy: :class:`~hf_algos.trainers.roles.sync_actor.SyncActorWorker` ranks "
+        "(the weight "
         "channel's methods come from :class:`~hf_rollout.weight_sync.WeightSenderGroup`).",
         ("hf_rollout.weight_sync:WeightSenderGroup",),
     ),
@@ -87,7 +88,7 @@ ROLES = (
         ":class:`AsyncCalls`).",
         (
             "hf_rollout.weight_sync:WeightReceiverGroup",
-            "hf_algos.trainers.group_protocols:AsyncCalls",
+            "hf_algos.trainers.roles.protocols_generated:AsyncCalls",
         ),
     ),
 )
@@ -214,7 +215,7 @@ def render_role(role: Role, found: dict[str, str], runtime: dict[str, str]) -> s
     inherited: set[str] = set()
     for target in role.bases:
         module, _, name = target.partition(":")
-        if module == "hf_algos.trainers.group_protocols":  # AsyncCalls, in this module
+        if module == "hf_algos.trainers.roles.protocols_generated":  # AsyncCalls, in this module
             inherited.add("execute_all_async")
             continue
         runtime[name] = f"from {module} import {name}"

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import gen_group_protocols as gen
 
-from hf_algos.trainers import groups
+from hf_algos.trainers.roles import protocols as groups
 from hf_controller.decorator import Dispatch, MethodSpec, method_spec
 from hf_engines.workers import CriticWorker
 
 
 def test_committed_protocols_are_up_to_date() -> None:
     assert gen.OUTPUT.read_text(encoding="utf-8") == gen.render(), (
-        "hf_algos/trainers/group_protocols.py is stale: a worker's @register-ed methods "
+        "hf_algos/trainers/roles/protocols_generated.py is stale: a worker's @register-ed methods "
         "changed; run `python tools/gen_group_protocols.py` and commit it"
     )
 

@@ -153,7 +153,9 @@ class FirstStepDoneError(BaseException):
 def _install_wrappers(marks: Marks) -> None:
     """Import the trainer modules and wrap the functions that start each phase."""
     from hf_algos.rewards import manager
-    from hf_algos.trainers import base, ppo, roles
+    from hf_algos.trainers.lifecycle import trainer as base
+    from hf_algos.trainers.ppo import trainer as ppo
+    from hf_algos.trainers.roles import groups as roles
 
     for name in ("load_tokenizer", "rl_loader", "val_dataset"):  # as ppo.py names them
         _wrap(ppo, name, "tokenizer + data", marks)

@@ -31,7 +31,7 @@ estimator (``compute_advantage``, ``epsilon=1e-4`` as TRL adds to the std; TRL's
 ``scale_rewards="none"`` is ``norm_adv_by_std=False``), then ``FSDPEngine.train_step``
 (one gloo rank, micro-batches of 4 rows, so the loss goes through the engine's global
 token/sequence shares) with ``ppo_actor_loss`` bound as the trainer binds it
-(``hf_algos.trainers.role_workers.actor_class``). Gradients are read in an optimizer
+(``hf_algos.trainers.roles.workers.actor_class``). Gradients are read in an optimizer
 step-pre-hook, i.e. exactly what AdamW steps on. TRL side: ``grpo_step_trl.py`` in the
 TRL venv (see its docstring). Prints one row per case and exits 1 if a case is off by
 more than ``--tol`` on the loss, the advantages, the gradients (relative to the largest) or

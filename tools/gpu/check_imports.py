@@ -31,7 +31,7 @@ MODULES = (
     "hf_engines",
     "hf_rollout",
     "hf_algos",
-    "hf_algos.trainers.ppo",
+    "hf_algos.trainers.ppo.trainer",
     "hf_rollout.backends.vllm",
     "hf_engines.fsdp",
     "megatron.core",

@@ -16,7 +16,8 @@ import torch
 
 from hf_algos.config import RLConfig, load_config
 from hf_algos.trainers import PPOTrainer
-from hf_algos.trainers.async_batches import (
+from hf_algos.trainers.async_rollout.partial import PartialGeneration
+from hf_algos.trainers.async_rollout.versions import (
     join_spans,
     mixed_version_rows,
     sample_lags,
@@ -24,7 +25,6 @@ from hf_algos.trainers.async_batches import (
     staleness_metrics,
     unfinished_rows,
 )
-from hf_algos.trainers.async_partial import PartialGeneration
 from hf_controller import ConfigurationError
 from hf_protocol import DataProto, fields
 

@@ -23,7 +23,7 @@ from hf_algos.config import (
 )
 from hf_algos.config.validation import DPO_MICRO_BATCH_ROWS
 from hf_algos.trainers.dpo import pairs_per_micro_batch
-from hf_algos.trainers.ppo import roles_needed
+from hf_algos.trainers.ppo.trainer import roles_needed
 from hf_controller import ConfigurationError
 
 # a random model has no tokenizer; any existing directory passes the config-time check

@@ -10,7 +10,7 @@ from transformers import AutoTokenizer
 
 from hf_algos.config import DPOConfig, MultiTurnSection, load_config
 from hf_algos.data import build_char_tokenizer
-from hf_algos.trainers.multiturn import (
+from hf_algos.trainers.ppo.multiturn import (
     data_with_tools,
     rollout_multi_turn,
     worker_environment_spec,

@@ -209,7 +209,7 @@ def test_rollout_dtype_defaults_to_the_actor_model_and_takes_verl_key(tmp_path: 
     from transformers import AutoTokenizer
 
     from hf_algos.data import build_char_tokenizer
-    from hf_algos.trainers.role_workers import rollout_class
+    from hf_algos.trainers.roles.workers import rollout_class
 
     build_char_tokenizer(tmp_path, chat_template=None)
     tokenizer = AutoTokenizer.from_pretrained(tmp_path)

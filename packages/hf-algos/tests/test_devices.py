@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from hf_algos.config import RLConfig, load_config
-from hf_algos.trainers.placement import require_gpus, worker_pool
-from hf_algos.trainers.role_workers import engine_on_device
+from hf_algos.trainers.roles.placement import require_gpus, worker_pool
+from hf_algos.trainers.roles.workers import engine_on_device
 from hf_controller import ConfigurationError
 from hf_engines.config import FSDPConfig
 

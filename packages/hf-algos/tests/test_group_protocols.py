@@ -1,4 +1,4 @@
-"""The typed group Protocols of ``hf_algos.trainers.groups`` match the worker classes.
+"""The typed group Protocols of ``hf_algos.trainers.roles.protocols`` match the worker classes.
 
 They are generated from them (tools/gen_group_protocols.py, whose committed output the
 repository's tests/tools check); this test guards the package on its own.
@@ -16,8 +16,9 @@ import inspect
 
 import pytest
 
-from hf_algos.trainers import group_protocols, groups
-from hf_algos.trainers.sync_actor import SyncActorWorker
+from hf_algos.trainers.roles import protocols as groups
+from hf_algos.trainers.roles import protocols_generated as group_protocols
+from hf_algos.trainers.roles.sync_actor import SyncActorWorker
 from hf_engines.workers import CriticWorker, ReferenceWorker, RewardModelWorker
 from hf_rollout.weight_sync import link
 from hf_rollout.workers import RolloutWorker

@@ -23,8 +23,8 @@ from transformers import AutoModelForCausalLM
 
 from hf_algos.config import RLConfig, load_config
 from hf_algos.trainers import PPOTrainer
-from hf_algos.trainers.sampling import sampling_config
-from hf_algos.trainers.worker_io import for_worker, generate, generation_phase
+from hf_algos.trainers.roles.batch_io import for_worker, generate, generation_phase
+from hf_algos.trainers.roles.sampling import sampling_config
 from hf_protocol import DataProto, fields
 
 from .trainer_helpers import common_overrides, task_files

@@ -13,7 +13,7 @@ from hf_algos.advantages import ADVANTAGE_ESTIMATORS, compute_advantage
 from hf_algos.advantages.estimators import compute_gae_advantage_return
 from hf_algos.kl import FixedKLController, apply_kl_penalty
 from hf_algos.losses import LOSS_AGG_MODES, POLICY_LOSSES, ppo_actor_loss
-from hf_algos.trainers.multiturn import (
+from hf_algos.trainers.ppo.multiturn import (
     MultiTurnScorer,
     combine_episode_scores,
     episode_metrics,

@@ -19,8 +19,8 @@ from hf_algos.losses import (
     ppo_policy_loss,
     rollout_log_ratio,
 )
-from hf_algos.trainers.ppo import ACTOR_UPDATE_FIELDS, apply_rollout_correction
-from hf_algos.trainers.worker_io import for_worker
+from hf_algos.trainers.ppo.trainer import ACTOR_UPDATE_FIELDS, apply_rollout_correction
+from hf_algos.trainers.roles.batch_io import for_worker
 from hf_controller import ConfigurationError
 from hf_protocol import DataProto, fields
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hf_algos.config import RLConfig, load_config
-from hf_algos.trainers.role_workers import optimizer_steps, with_run_length
+from hf_algos.trainers.roles.workers import optimizer_steps, with_run_length
 
 BASE = [
     "+actor.engine.model.hf_config.model_type=llama",

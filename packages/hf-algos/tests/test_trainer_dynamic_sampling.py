@@ -18,7 +18,7 @@ import torch
 
 from hf_algos.config import RLConfig, load_config
 from hf_algos.trainers import PPOTrainer
-from hf_algos.trainers.dynamic_sampling import sequence_metric
+from hf_algos.trainers.ppo.dynamic_sampling import sequence_metric
 from hf_protocol import DataProto, fields
 
 from .toy_task import SORT_DIGITS_SOURCE

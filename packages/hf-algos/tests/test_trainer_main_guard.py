@@ -13,7 +13,7 @@ SCRIPT = textwrap.dedent(
     import concurrent.futures
     import multiprocessing
 
-    from hf_algos.trainers.base import refuse_in_reimported_main
+    from hf_algos.trainers.lifecycle.trainer import refuse_in_reimported_main
 
     refuse_in_reimported_main()  # what Trainer.__init__ runs first; here at module level
     print("module level ran", flush=True)

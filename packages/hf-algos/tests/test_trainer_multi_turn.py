@@ -12,7 +12,7 @@ import torch
 
 from hf_algos.config import RLConfig, load_config
 from hf_algos.trainers import PPOTrainer
-from hf_algos.trainers.worker_io import absorb, for_worker, generation_phase
+from hf_algos.trainers.roles.batch_io import absorb, for_worker, generation_phase
 from hf_protocol import fields
 from hf_rollout.multiturn import ENVIRONMENTS, StepResult, register_environment
 

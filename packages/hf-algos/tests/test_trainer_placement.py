@@ -11,7 +11,7 @@ import ray
 
 from hf_algos.config import RLConfig, load_config
 from hf_algos.trainers import PPOTrainer
-from hf_algos.trainers.placement import PoolLayout, start_workers_early, take_early_pool
+from hf_algos.trainers.roles.placement import PoolLayout, start_workers_early, take_early_pool
 from hf_controller import ConfigurationError, RayWorkerGroup
 
 from .trainer_helpers import assert_finite, common_overrides, task_files

@@ -14,7 +14,7 @@ import torch
 from hf_algos.checkpoint import CheckpointManager
 from hf_algos.config import RLConfig, load_config
 from hf_algos.trainers import PPOTrainer, RestartsExhaustedError
-from hf_algos.trainers.base import Metrics
+from hf_algos.trainers.lifecycle.trainer import Metrics
 from hf_controller.errors import WorkerGroupError
 from hf_protocol import DataProto
 

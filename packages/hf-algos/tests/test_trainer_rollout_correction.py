@@ -10,7 +10,7 @@ import torch
 
 from hf_algos.config import RLConfig, load_config
 from hf_algos.trainers import PPOTrainer
-from hf_algos.trainers.ppo import old_log_probs_from_update
+from hf_algos.trainers.ppo.trainer import old_log_probs_from_update
 
 from .trainer_helpers import assert_finite, common_overrides, task_files
 

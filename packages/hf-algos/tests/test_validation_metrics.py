@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from hf_algos.trainers.validation import (
+from hf_algos.trainers.ppo.evaluation import (
     majority_vote_accuracy,
     sampled_validation_metrics,
     validation_metrics,

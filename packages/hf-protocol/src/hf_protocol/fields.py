@@ -57,7 +57,7 @@ ROLLOUT_POLICY_VERSION: Final = "rollout_policy_version"
 """``(B, R)`` int64: the policy version (actor updates applied to the rollout's weights)
 that sampled each response token; a partial rollout continued after a weight push holds
 several versions, span by span. Written by the async driver
-(:mod:`hf_algos.trainers.async_loop`); read by its staleness filter and metrics."""
+(:mod:`hf_algos.trainers.async_rollout.pipeline`); read by its staleness filter and metrics."""
 
 # --- Tensors: reward, workers, advantage --------------------------------------------------
 

@@ -53,7 +53,7 @@ from hf_algos.run_dirs import (
     saves_nothing,
 )
 from hf_algos.run_lock import RunLock, lock_run_directory
-from hf_algos.trainers.placement import PoolLayout, start_workers_early
+from hf_algos.trainers.roles.placement import PoolLayout, start_workers_early
 from hf_controller import ConfigurationError, start_ray_in_background
 
 CONFIG_DIR = Path(__file__).with_name("configs")
@@ -313,7 +313,7 @@ def start_early(tree: DictConfig) -> None:
     """When the run uses Ray: start Ray and then the training pool's worker processes in the
     background, before the config's checks and the trainers import torch, so that Ray's
     start and the workers' own imports overlap the driver's (seconds each on a small
-    machine; :mod:`hf_algos.trainers.placement`)."""
+    machine; :mod:`hf_algos.trainers.roles.placement`)."""
     if OmegaConf.select(tree, "trainer.backend") == "ray":
         start_ray_in_background(include_dashboard=bool(tree.trainer.ray_dashboard))
         if tree.trainer.prestart_workers:
@@ -373,7 +373,7 @@ def check_generate_arguments(args: argparse.Namespace) -> None:
 
 def write_completions(args: argparse.Namespace, config: Any) -> None:
     """``hybridflow generate``: answer the prompt file, write the jsonl, say where."""
-    from hf_algos.trainers.generate import generate_completions
+    from hf_algos.trainers.completions import generate_completions
 
     lines = generate_completions(config, args.prompts, args.output, args.samples)
     print(f"hybridflow: {lines} completions written to {args.output}")

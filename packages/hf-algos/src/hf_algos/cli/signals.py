@@ -25,7 +25,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hf_algos.trainers.base import Trainer
+    from hf_algos.trainers.lifecycle.trainer import Trainer
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _received: int | None = None  # the first stop signal this process got

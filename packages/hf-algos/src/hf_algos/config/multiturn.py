@@ -2,7 +2,7 @@
 
 A section of its own, beside ``rollout`` (:mod:`hf_algos.config.rollout`). The loop is
 ``hf_rollout.multiturn.run_agent_loop``, run by the rollout worker; the trainer turns this
-section into an ``hf_rollout.MultiTurnConfig`` (:mod:`hf_algos.trainers.multiturn`).
+section into an ``hf_rollout.MultiTurnConfig`` (:mod:`hf_algos.trainers.ppo.multiturn`).
 
 Rewards (``reward``):
 

@@ -75,7 +75,7 @@ class TrainerSection:
     prestart_workers: bool = True
     """Ray backend, ``hybridflow`` command: start the training pool's worker processes right
     after Ray, before the driver imports torch, so that their imports overlap (seconds of
-    start-up; :mod:`hf_algos.trainers.placement`). ``false``: they start with the groups."""
+    start-up; :mod:`hf_algos.trainers.roles.placement`). ``false``: they start with the groups."""
     project_name: str = "hybridflow"
     """Tracking project name."""
     experiment_name: str = "run"

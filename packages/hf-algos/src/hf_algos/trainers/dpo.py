@@ -34,15 +34,15 @@ from hf_algos.data.tokenizer import load_tokenizer
 from hf_algos.losses import dpo_loss_fn
 from hf_algos.rewards import RewardManager
 from hf_algos.tracking import compute_data_metrics, compute_timing_metrics, timed, timing_metrics
-from hf_algos.trainers.base import Metrics, Trainer, WorkerClasses
-from hf_algos.trainers.role_workers import (
+from hf_algos.trainers.lifecycle.trainer import Metrics, Trainer, WorkerClasses
+from hf_algos.trainers.roles.batch_io import MODEL_FIELDS, absorb, for_worker, generate, tensors
+from hf_algos.trainers.roles.sampling import sampling_config, step_seed
+from hf_algos.trainers.roles.workers import (
     actor_class_with_loss,
     optimizer_steps,
     reference_class,
     rollout_class,
 )
-from hf_algos.trainers.sampling import sampling_config, step_seed
-from hf_algos.trainers.worker_io import MODEL_FIELDS, absorb, for_worker, generate, tensors
 from hf_protocol import DataProto, fields
 
 UPDATE_FIELDS = (*MODEL_FIELDS, fields.REF_LOG_PROB)

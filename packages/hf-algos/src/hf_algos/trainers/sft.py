@@ -15,9 +15,9 @@ from hf_algos.data import SFTDataset, StatefulDataLoader
 from hf_algos.data.tokenizer import load_tokenizer
 from hf_algos.losses import sft_loss
 from hf_algos.tracking import compute_timing_metrics, timed
-from hf_algos.trainers.base import Metrics, Trainer, WorkerClasses
-from hf_algos.trainers.role_workers import actor_class_with_loss, optimizer_steps
-from hf_algos.trainers.worker_io import MODEL_FIELDS, absorb, for_worker, tensors
+from hf_algos.trainers.lifecycle.trainer import Metrics, Trainer, WorkerClasses
+from hf_algos.trainers.roles.batch_io import MODEL_FIELDS, absorb, for_worker, tensors
+from hf_algos.trainers.roles.workers import actor_class_with_loss, optimizer_steps
 from hf_protocol import DataProto, fields
 
 

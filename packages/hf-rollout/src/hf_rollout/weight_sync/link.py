@@ -17,7 +17,7 @@ sample it generates (``rollout_policy_version``). A push that fails raises from
 reopen` joins a new one.
 
 *When* to push is the algorithm's choice (every step, or on a schedule ahead of the trainer:
-``hf_algos.trainers.async_loop``); this module only knows how.
+``hf_algos.trainers.async_rollout.pipeline``); this module only knows how.
 """
 
 from __future__ import annotations

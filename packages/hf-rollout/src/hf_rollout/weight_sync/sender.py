@@ -19,7 +19,7 @@ FSDP); only rank 0 sends. The actor worker class lives with its engine (``hf_eng
 which hf-rollout does not depend on). It gets the sender's worker methods
 (``weight_channel_address``, ``join_weight_channel``, ``send_weights``,
 ``close_weight_channel``) by mixing in :class:`WeightSending`, which delegates to a
-:class:`WeightSender`: see ``hf_algos.trainers.sync_actor.SyncActorWorker``.
+:class:`WeightSender`: see ``hf_algos.trainers.roles.sync_actor.SyncActorWorker``.
 """
 
 from __future__ import annotations

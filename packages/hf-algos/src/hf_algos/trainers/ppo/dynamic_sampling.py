@@ -15,7 +15,7 @@ import torch
 
 from hf_algos.advantages.grouping import first_groups_rows, group_ids, varied_group_rows
 from hf_algos.config.algorithm import FilterGroupsSection
-from hf_algos.trainers.worker_io import Metrics, tensors
+from hf_algos.trainers.roles.batch_io import Metrics, tensors
 from hf_protocol import DataProto, fields
 
 logger = logging.getLogger(__name__)

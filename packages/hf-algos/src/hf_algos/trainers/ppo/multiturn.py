@@ -18,7 +18,7 @@ from transformers import PreTrainedTokenizerBase
 from hf_algos.config.data import DataSection
 from hf_algos.config.multiturn import MultiTurnSection
 from hf_algos.rewards.token_scores import place_on_last_token
-from hf_algos.trainers.groups import RewardScorer
+from hf_algos.trainers.roles.protocols import RewardScorer
 from hf_controller import ConfigurationError
 from hf_protocol import DataProto, fields
 from hf_rollout import MultiTurnConfig

@@ -5,7 +5,7 @@ method of the worker class onto the group. The roles' Protocols (``ActorGroup``,
 ``CriticGroup``, ``ReferenceGroup``, ``RewardModelGroup``, ``RolloutGroup``) say what such a
 group offers, so the driver's calls (``self.roles.actor.update_actor(batch)``) are
 type-checked. They are generated from the worker classes themselves
-(:mod:`hf_algos.trainers.group_protocols`, by ``tools/gen_group_protocols.py``), so they
+(:mod:`hf_algos.trainers.roles.protocols_generated`, by ``tools/gen_group_protocols.py``), so they
 cannot drift from them: each method has its worker method's parameters and docstring, and
 the return its dispatch mode gives a group call:
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, TypeVar, cast
 
-from hf_algos.trainers.group_protocols import (
+from hf_algos.trainers.roles.protocols_generated import (
     ActorGroup,
     AsyncCalls,
     CriticGroup,
@@ -84,7 +84,7 @@ def as_group(group: object, protocol: Callable[..., GroupT]) -> GroupT:
         raise TypeError(
             f"worker group {name!r} cannot serve as a {protocol.__name__}: it has no "
             f"{missing} method(s); build that role from a worker class that registers them "
-            f"(see hf_algos.trainers.groups.{protocol.__name__})"
+            f"(see hf_algos.trainers.roles.protocols.{protocol.__name__})"
         )
     return cast(GroupT, group)
 

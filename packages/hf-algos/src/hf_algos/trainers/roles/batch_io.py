@@ -15,8 +15,8 @@ import torch
 from tensordict import TensorDict
 
 from hf_algos.tracking import merge_worker_metrics, timed
-from hf_algos.trainers.groups import RolloutGroup
-from hf_algos.trainers.roles import RoleGroups
+from hf_algos.trainers.roles.groups import RoleGroups
+from hf_algos.trainers.roles.protocols import RolloutGroup
 from hf_protocol import DataProto, fields
 from hf_rollout import SamplingConfig
 

@@ -5,7 +5,7 @@ the composed config, before anything imports torch. In a background thread it wa
 Ray (started by :func:`hf_controller.start_ray_in_background`), reserves the training pool
 and starts its worker processes (:meth:`~hf_controller.RayResourcePool.prestart`), which
 import the worker modules while the driver imports its own and loads its data. The first
-:func:`~hf_algos.trainers.roles.build_role_groups` whose layout matches takes that pool
+:func:`~hf_algos.trainers.roles.groups.build_role_groups` whose layout matches takes that pool
 (:func:`take_early_pool`) and builds its workers in those processes. Without an early
 start, or with another layout, nothing changes: the pool is made when the groups are.
 """
@@ -21,7 +21,7 @@ from hf_controller import ConfigurationError, RayResourcePool, cluster_nodes, en
 if TYPE_CHECKING:
     from hf_algos.config.trainer import TrainerSection
 
-WORKER_MODULES: tuple[str, ...] = ("hf_algos.trainers.roles", "hf_rollout.workers")
+WORKER_MODULES: tuple[str, ...] = ("hf_algos.trainers.roles.groups", "hf_rollout.workers")
 """What a worker process imports before its class arrives: the modules of the trainers'
 worker classes (torch, transformers and the engines come with them)."""
 

@@ -3,7 +3,7 @@
 A trainer subclass supplies its worker classes, its start-up (``start_up``: data, reward,
 workers), ``train_step(batch) -> metrics`` and optionally ``validate()``; what its
 checkpoints keep beyond the loader, the RNG and the actor it adds to :attr:`Trainer.run_state`
-(:mod:`hf_algos.trainers.run_state`). :meth:`Trainer.fit` does the rest:
+(:mod:`hf_algos.trainers.lifecycle.run_state`). :meth:`Trainer.fit` does the rest:
 
     start -> resume if asked -> [validate] -> for each step: train, [validate], [save], log
 
@@ -38,8 +38,8 @@ from hf_algos.run_identity import check_resume_identity, identity_text, run_iden
 from hf_algos.run_lock import RunLock, lock_run_directory
 from hf_algos.tracking import CONFIG_FILE, Generation, Tracking, write_config
 from hf_algos.tracking.run_dir import new_run_id
-from hf_algos.trainers.roles import RoleGroups, build_role_groups
-from hf_algos.trainers.run_state import RNGState, RunState
+from hf_algos.trainers.lifecycle.run_state import RNGState, RunState
+from hf_algos.trainers.roles.groups import RoleGroups, build_role_groups
 from hf_controller import (
     CallTiming,
     RayClassWithInitArgs,
@@ -104,8 +104,9 @@ class Trainer:
                 Path(trainer.resolved_checkpoint_dir).absolute(), trainer.max_checkpoints
             )
         )
-        """What checkpoints keep and a restart goes back to (:mod:`hf_algos.trainers.run_state`):
-        the base keeps the loader's position, the RNG and the actor; a trainer adds its own."""
+        """What checkpoints keep and a restart goes back to
+        (:mod:`hf_algos.trainers.lifecycle.run_state`): the base keeps the loader's position, the
+        RNG and the actor; a trainer adds its own."""
         self.run_state.roles = lambda: {"actor": self.roles.actor}
         self.checkpoints = self.run_state.checkpoints
         self.identity = run_identity(config_dict)
@@ -428,7 +429,7 @@ class Trainer:
 
     def next_batch(self) -> DataProto:
         """The next step's batch: the loader's next (an async trainer hands out a batch it
-        generated ahead, see :mod:`hf_algos.trainers.async_loop`)."""
+        generated ahead, see :mod:`hf_algos.trainers.async_rollout.pipeline`)."""
         return self.loader.next_batch()
 
     def _periodic(self) -> Metrics:

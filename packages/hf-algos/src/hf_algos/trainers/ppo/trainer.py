@@ -17,15 +17,16 @@
 mini-batch): then the actor's loss takes them from that step's own forward, detached, and
 applies the rollout correction there (:func:`old_log_probs_from_update`).
 
-Around the step sit small modules: :mod:`~hf_algos.trainers.worker_io` (what goes to and
+Around the step sit small modules: :mod:`~hf_algos.trainers.roles.batch_io` (what goes to and
 comes back from the worker groups, and the hybrid placement's memory phases around
-generation), :mod:`~hf_algos.trainers.dynamic_sampling` (``algorithm.filter_groups``: more
+generation), :mod:`~hf_algos.trainers.ppo.dynamic_sampling` (``algorithm.filter_groups``: more
 prompt batches until ``data.train_batch_size`` groups whose samples differ are in hand) and
-:mod:`~hf_algos.trainers.validation`.
+:mod:`~hf_algos.trainers.ppo.evaluation`.
 
 With ``trainer.async_mode`` ``one_step_off`` or ``fully_async`` line 1 moves out of the
-step: :class:`~hf_algos.trainers.async_loop.AsyncRollout` keeps generations queued on the
-rollout's own processes and :meth:`PPOTrainer.next_batch` hands out the oldest finished one
+step: :class:`~hf_algos.trainers.async_rollout.pipeline.AsyncRollout` keeps generations
+queued on the rollout's own processes and :meth:`PPOTrainer.next_batch` hands out the
+oldest finished one
 (weights pushed on its schedule, stale groups generated again; docs/async.md).
 
 The estimator's registry entry decides the rest: one that reads ``values`` (``gae``) gets a
@@ -58,29 +59,18 @@ from hf_algos.tracking import (
     timed,
     timing_metrics,
 )
-from hf_algos.trainers.async_loop import AsyncRollout, AsyncSpec
-from hf_algos.trainers.base import Metrics, Trainer, WorkerClasses
-from hf_algos.trainers.dynamic_sampling import sample_varied_groups
-from hf_algos.trainers.groups import RewardScorer
-from hf_algos.trainers.multiturn import MultiTurnScorer, data_with_tools
-from hf_algos.trainers.role_workers import (
-    actor_class,
-    critic_class,
-    optimizer_steps,
-    reference_class,
-    reward_model_class,
-    rollout_class,
-)
-from hf_algos.trainers.rollout_replacement import RolloutReplacement
-from hf_algos.trainers.sampling import sampling_config, step_seed
-from hf_algos.trainers.validation import (
+from hf_algos.trainers.async_rollout.pipeline import AsyncRollout, AsyncSpec
+from hf_algos.trainers.lifecycle.trainer import Metrics, Trainer, WorkerClasses
+from hf_algos.trainers.ppo.dynamic_sampling import sample_varied_groups
+from hf_algos.trainers.ppo.evaluation import (
     generation_rows,
     sampled_validation_metrics,
     score_validation,
     validation_metrics,
     vote_keys,
 )
-from hf_algos.trainers.worker_io import (
+from hf_algos.trainers.ppo.multiturn import MultiTurnScorer, data_with_tools
+from hf_algos.trainers.roles.batch_io import (
     MODEL_FIELDS,
     absorb,
     for_worker,
@@ -88,6 +78,17 @@ from hf_algos.trainers.worker_io import (
     generation_phase,
     rename_prefix,
     tensors,
+)
+from hf_algos.trainers.roles.protocols import RewardScorer
+from hf_algos.trainers.roles.sampling import sampling_config, step_seed
+from hf_algos.trainers.roles.self_healing import RolloutReplacement
+from hf_algos.trainers.roles.workers import (
+    actor_class,
+    critic_class,
+    optimizer_steps,
+    reference_class,
+    reward_model_class,
+    rollout_class,
 )
 from hf_controller import ConfigurationError, RayClassWithInitArgs
 from hf_protocol import DataProto, fields

@@ -4,7 +4,7 @@ In the ``separate`` placement (and so in every async mode) the rollout has proce
 own. When one of them dies during a call (SIGKILL, OOM, a crashed engine:
 :class:`~hf_controller.WorkerDiedError`) or does not answer within its deadline
 (:class:`~hf_controller.WorkerTimeoutError`), :class:`RolloutReplacement` ends that rollout
-group and starts a new one (:meth:`~hf_algos.trainers.roles.RoleGroups.replace_rollout`:
+group and starts a new one (:meth:`~hf_algos.trainers.roles.groups.RoleGroups.replace_rollout`:
 new processes, the model built, a new weight channel, the actor's current weights loaded).
 The caller then generates again every prompt whose samples it had not received: samples
 already collected are kept, nothing is trained twice and no prompt is skipped.
@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Literal, TypeVar
 
-from hf_algos.trainers.roles import RoleGroups
+from hf_algos.trainers.roles.groups import RoleGroups
 from hf_controller import WorkerDiedError, WorkerGroupError, WorkerTimeoutError
 from hf_rollout import WeightIntegrityError, WeightPushError
 

@@ -4,7 +4,7 @@ The first chunk samples ``n`` responses per prompt with at most ``partial_chunk_
 new tokens; every response that used its whole chunk without a stop token (and has budget
 left) is continued by a next call whose prompt is the original prompt + the response so
 far, with the weights the rollout holds *then* (a push may have come in between). Each
-chunk is a span of tokens with one policy version; :func:`~hf_algos.trainers.async_batches.
+chunk is a span of tokens with one policy version; :func:`~hf_algos.trainers.async_rollout.versions.
 join_spans` concatenates them. Only ``generate_sequences`` on prompt ids is used, so any
 rollout backend works. This class is the driver's bookkeeping; it calls no worker.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from hf_algos.trainers.async_batches import join_spans, unfinished_rows
+from hf_algos.trainers.async_rollout.versions import join_spans, unfinished_rows
 from hf_protocol import DataProto, fields, left_pad
 from hf_rollout.base import build_rollout_output
 

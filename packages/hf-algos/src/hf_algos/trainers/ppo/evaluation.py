@@ -18,8 +18,8 @@ import torch
 from hf_algos.data import RLDataset
 from hf_algos.data.loader import all_batches
 from hf_algos.tracking import Generation
-from hf_algos.trainers.groups import RewardScorer, RolloutGroup
-from hf_algos.trainers.worker_io import Metrics, generate, response_ids, tensors
+from hf_algos.trainers.roles.batch_io import Metrics, generate, response_ids, tensors
+from hf_algos.trainers.roles.protocols import RewardScorer, RolloutGroup
 from hf_protocol import DataProto, fields
 from hf_rollout import SamplingConfig
 

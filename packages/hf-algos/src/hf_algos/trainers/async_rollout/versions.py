@@ -5,7 +5,7 @@ initial weights are version 0, the weights pushed after step ``k``'s update vers
 Every response token records the version that sampled it
 (:data:`hf_protocol.fields.ROLLOUT_POLICY_VERSION`); a sample's *lag* at a trainer version
 ``v`` is ``v`` minus the oldest version among its tokens. The driver in
-:mod:`hf_algos.trainers.async_loop` uses these; they touch no worker.
+:mod:`hf_algos.trainers.async_rollout.pipeline` uses these; they touch no worker.
 """
 
 from __future__ import annotations

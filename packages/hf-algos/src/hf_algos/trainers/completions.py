@@ -25,10 +25,10 @@ from hf_algos.data.loader import CollatingDataset, all_batches
 from hf_algos.data.rl_dataset import rl_dataset
 from hf_algos.data.tokenizer import load_tokenizer
 from hf_algos.run_identity import check_resume_identity, run_identity
-from hf_algos.trainers.role_workers import actor_class, rollout_class
-from hf_algos.trainers.roles import build_role_groups
-from hf_algos.trainers.sampling import sampling_config
-from hf_algos.trainers.worker_io import generate, generation_phase, response_ids, tensors
+from hf_algos.trainers.roles.batch_io import generate, generation_phase, response_ids, tensors
+from hf_algos.trainers.roles.groups import build_role_groups
+from hf_algos.trainers.roles.sampling import sampling_config
+from hf_algos.trainers.roles.workers import actor_class, rollout_class
 from hf_protocol import DataProto, fields
 
 __all__ = ["generate_completions"]

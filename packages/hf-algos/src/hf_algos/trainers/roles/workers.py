@@ -1,8 +1,8 @@
 """The worker each role runs: its class and config, built from the role's config section.
 
 Each function returns the :class:`~hf_controller.RayClassWithInitArgs` that
-:func:`~hf_algos.trainers.roles.build_role_groups` places: the actor
-(:class:`~hf_algos.trainers.sync_actor.SyncActorWorker` with its loss), the frozen reference,
+:func:`~hf_algos.trainers.roles.groups.build_role_groups` places: the actor
+(:class:`~hf_algos.trainers.roles.sync_actor.SyncActorWorker` with its loss), the frozen reference,
 the critic, a reward model and the rollout. Two settings of the run reach every engine here:
 the device (``trainer.use_gpu``, :func:`engine_on_device`) and the schedule's length
 (:func:`with_run_length`, from :func:`optimizer_steps`).
@@ -22,8 +22,8 @@ from hf_algos.config.rollout import RolloutSection
 from hf_algos.config.trainer import TrainerSection
 from hf_algos.losses import critic_loss, ppo_actor_loss
 from hf_algos.losses.rollout_correction import CorrectionSettings
-from hf_algos.trainers.multiturn import rollout_multi_turn
-from hf_algos.trainers.sync_actor import SyncActorWorker
+from hf_algos.trainers.ppo.multiturn import rollout_multi_turn
+from hf_algos.trainers.roles.sync_actor import SyncActorWorker
 from hf_controller import ConfigurationError, RayClassWithInitArgs
 from hf_engines import EngineConfig, LossFn
 from hf_engines.workers import (
@@ -86,9 +86,10 @@ def actor_class(
     rollout_correction: CorrectionSettings | None = None,
     run_steps: int | None = None,
 ) -> RayClassWithInitArgs:
-    """The actor role (a :class:`~hf_algos.trainers.sync_actor.SyncActorWorker`) with its loss;
+    """The actor role (a :class:`~hf_algos.trainers.roles.sync_actor.SyncActorWorker`) with
+    its loss;
     ``rollout_correction`` is applied in the loss when the old log-probs come from the
-    update itself (see :func:`~hf_algos.trainers.ppo.old_log_probs_from_update`);
+    update itself (see :func:`~hf_algos.trainers.ppo.trainer.old_log_probs_from_update`);
     ``run_steps``: the run's optimizer steps (:func:`optimizer_steps`)."""
     loss_fn = functools.partial(
         ppo_actor_loss,

@@ -12,7 +12,7 @@ Two placements (``trainer.placement``):
   issues the calls: no tensor passes through it or the object store.
 
 Either way the pairing is a :class:`hf_rollout.WeightLink` (:attr:`RoleGroups.weights`); the
-actor's workers are :class:`~hf_algos.trainers.sync_actor.SyncActorWorker`.
+actor's workers are :class:`~hf_algos.trainers.roles.sync_actor.SyncActorWorker`.
 
 ``trainer.backend=local`` runs the (single) fused worker inside the driver process.
 """
@@ -27,7 +27,8 @@ from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
 from hf_algos.config.trainer import TrainerSection
-from hf_algos.trainers.groups import (
+from hf_algos.trainers.roles.placement import require_gpus, take_early_pool, worker_pool
+from hf_algos.trainers.roles.protocols import (
     ActorGroup,
     CriticGroup,
     ReferenceGroup,
@@ -35,7 +36,6 @@ from hf_algos.trainers.groups import (
     RolloutGroup,
     as_group,
 )
-from hf_algos.trainers.placement import require_gpus, take_early_pool, worker_pool
 from hf_controller import (
     CallTiming,
     RayClassWithInitArgs,
@@ -373,7 +373,7 @@ def _optional_group(group: object | None, protocol: Callable[..., GroupT]) -> Gr
 def _pool(
     trainer: TrainerSection, workers: int, name: str, gpus_per_worker: float
 ) -> RayResourcePool | None:
-    """:func:`~hf_algos.trainers.placement.worker_pool` with these arguments, or ``None``
+    """:func:`~hf_algos.trainers.roles.placement.worker_pool` with these arguments, or ``None``
     with the local backend (no Ray)."""
     if trainer.backend == "local":
         require_gpus(trainer.use_gpu, "local", workers, gpus_per_worker)

@@ -17,11 +17,11 @@ of step t-1 while the actor trains on batch t: every sample lags by exactly one 
 ``fully_async`` is depth ``trainer.queue_size``, a push every ``trainer.weight_push_every``
 steps and the staleness bound ``trainer.max_staleness``; with ``rollout.partial`` each
 generation is a chain of chunk calls continued with whatever weights the rollout holds
-(:class:`~hf_algos.trainers.async_partial.PartialGeneration`). Every sample carries the
+(:class:`~hf_algos.trainers.async_rollout.partial.PartialGeneration`). Every sample carries the
 version of each token (``rollout_policy_version``).
 
 A rollout worker that dies or misses its deadline is replaced when a
-:class:`~hf_algos.trainers.rollout_replacement.RolloutReplacement` is given: the new group
+:class:`~hf_algos.trainers.roles.self_healing.RolloutReplacement` is given: the new group
 holds the actor's current weights, samples already finished are kept, and every unfinished
 generation (a partial one from its first chunk) is generated again on it.
 
@@ -43,7 +43,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from hf_algos.tracking import merge_worker_metrics
-from hf_algos.trainers.async_batches import (
+from hf_algos.trainers.async_rollout.partial import PartialGeneration
+from hf_algos.trainers.async_rollout.versions import (
     from_plain,
     mixed_version_rows,
     sample_lags,
@@ -52,10 +53,9 @@ from hf_algos.trainers.async_batches import (
     stamp_versions,
     to_plain,
 )
-from hf_algos.trainers.async_partial import PartialGeneration
-from hf_algos.trainers.roles import RoleGroups
-from hf_algos.trainers.rollout_replacement import RolloutReplacement
-from hf_algos.trainers.worker_io import PROMPT_FIELDS, tensors
+from hf_algos.trainers.roles.batch_io import PROMPT_FIELDS, tensors
+from hf_algos.trainers.roles.groups import RoleGroups
+from hf_algos.trainers.roles.self_healing import RolloutReplacement
 from hf_controller import WorkerGroupError, wait_any
 from hf_protocol import DataProto, fields
 from hf_rollout import SamplingConfig
@@ -340,8 +340,9 @@ class AsyncRollout:
         }
 
     def at_step(self, step: Callable[[], int]) -> InFlightState:
-        """This pipeline as a part of the run's state (:mod:`hf_algos.trainers.run_state`),
-        restored at the trainer's ``step()`` (the policy version after the load)."""
+        """This pipeline as a part of the run's state
+        (:mod:`hf_algos.trainers.lifecycle.run_state`), restored at the trainer's ``step()``
+        (the policy version after the load)."""
         return InFlightState(self, step)
 
     def load_state_dict(self, state: dict[str, Any], version: int) -> None:

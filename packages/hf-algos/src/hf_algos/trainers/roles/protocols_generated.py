@@ -25,8 +25,9 @@ class AsyncCalls(Protocol):
 
 
 class ActorGroup(WeightSenderGroup, Protocol):
-    """The policy: :class:`~hf_algos.trainers.sync_actor.SyncActorWorker` ranks (the weight
-    channel's methods come from :class:`~hf_rollout.weight_sync.WeightSenderGroup`)."""
+    """The policy: :class:`~hf_algos.trainers.roles.sync_actor.SyncActorWorker` ranks (the
+    weight channel's methods come from
+    :class:`~hf_rollout.weight_sync.WeightSenderGroup`)."""
 
     def execute_with_func(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``func(self, *args, **kwargs)`` on every worker with its shard of the data."""
