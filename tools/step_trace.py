@@ -2,13 +2,14 @@
 
 Runs one GRPO step of the packaged quickstart (its tiny model and task, made on the spot)
 with the workers in the driver (``trainer.backend=local``), a reference and the KL loss on,
-old log-probs recomputed by the actor, and records every call and return of our own code
-(the ``hf_*`` packages) made by ``train_step`` and by what it calls, down to ``--depth``
-levels. The file sequence (consecutive repeats merged) is what a reader follows by hand;
-a *return* is a step of the sequence into a file the reader had already left.
+old log-probs recomputed by the actor, and follows the batch: the calls of ``hf_algos``
+that are handed a ``DataProto``, the driver's code (``hf_algos/trainers/``) into every such
+call, a call into the rest of ``hf_algos`` (the math, rewards, tracking) as one visit.
+The file sequence (consecutive repeats merged) is what a reader follows by hand; a *return*
+is a step of the sequence into a file the reader had already left.
 
-Usage: ``python tools/step_trace.py [--depth 2] [--workdir DIR] [--show]``; prints the files
-entered, the number of returns and, with ``--show``, the sequence itself.
+Usage: ``python tools/step_trace.py [--workdir DIR] [--show]``; prints the files entered,
+the number of returns and, with ``--show``, the sequence itself.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ OVERRIDES = (
 )
 
 
+DRIVER = "hf_algos/trainers/"
+"""The driver's code: followed into every call it makes."""
+
+
 def our_file(filename: str) -> str | None:
     """``hf_algos/.../name.py`` for a file of the driver's package, else ``None``."""
     parts = Path(filename).parts
@@ -46,11 +51,24 @@ def our_file(filename: str) -> str | None:
     return "/".join(parts[parts.index("hf_algos") :])
 
 
-def file_sequence(step: Callable[[], Any], depth: int) -> list[str]:
-    """Run ``step`` and return the files our code visits at most ``depth`` calls below it,
-    in order, consecutive repeats merged."""
+def carries_batch(frame: FrameType) -> bool:
+    """Whether the call of ``frame`` was handed a batch (a ``DataProto``) as an argument."""
+    from hf_protocol import DataProto
+
+    code = frame.f_code
+    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    return any(isinstance(frame.f_locals.get(name), DataProto) for name in names)
+
+
+def file_sequence(step: Callable[[], Any]) -> list[str]:
+    """Run ``step`` and return the files of ``hf_algos`` the batch visits, in order,
+    consecutive repeats merged: the calls that are handed a ``DataProto``. The driver's own
+    code (``hf_algos/trainers/``) is followed into every such call; a call into the rest of
+    ``hf_algos`` (the math, rewards, tracking) is one visit, not followed further; code
+    outside ``hf_algos`` is not followed."""
     sequence: list[str] = []
-    levels: dict[int, int] = {}  # id(frame) -> its depth below the step
+    followed: set[int] = set()  # id() of the live frames whose calls are recorded
+    recorded: set[int] = set()  # id() of the live frames that are in the sequence
 
     def visit(name: str | None) -> None:
         if name is not None and (not sequence or sequence[-1] != name):
@@ -61,20 +79,20 @@ def file_sequence(step: Callable[[], Any], depth: int) -> list[str]:
             return
         parent = frame.f_back
         if event == "call":
-            if frame.f_code.co_name == "train_step" and not levels:
-                levels[id(frame)] = 0
-                visit(our_file(frame.f_code.co_filename))
-                return
-            if parent is None or id(parent) not in levels or levels[id(parent)] >= depth:
+            starts = frame.f_code.co_name == "train_step" and not followed
+            if not starts and (parent is None or id(parent) not in followed):
                 return
             name = our_file(frame.f_code.co_filename)
-            if name is None:
+            if name is None or not (starts or carries_batch(frame)):
                 return
-            levels[id(frame)] = levels[id(parent)] + 1
+            recorded.add(id(frame))
+            if name.startswith(DRIVER):
+                followed.add(id(frame))
             visit(name)
-        elif id(frame) in levels:
-            del levels[id(frame)]
-            if parent is not None and id(parent) in levels:
+        elif id(frame) in recorded:
+            recorded.discard(id(frame))
+            followed.discard(id(frame))
+            if parent is not None and id(parent) in recorded:
                 visit(our_file(parent.f_code.co_filename))
 
     sys.setprofile(profile)
@@ -95,7 +113,7 @@ def returns(sequence: list[str]) -> int:
     return count
 
 
-def traced_step(workdir: Path, depth: int) -> list[str]:
+def traced_step(workdir: Path) -> list[str]:
     """The file sequence of one quickstart GRPO step (see the module docstring)."""
     import hf_algos
     from hf_algos.config import RLConfig, compose_config, instantiate_config, resolve_config
@@ -112,18 +130,17 @@ def traced_step(workdir: Path, depth: int) -> list[str]:
     with PPOTrainer(config) as trainer:
         batch = trainer.next_batch()
         trainer.global_step = 1
-        return file_sequence(lambda: trainer.train_step(batch), depth)
+        return file_sequence(lambda: trainer.train_step(batch))
 
 
 def main() -> None:
     """Print the files, the returns and (``--show``) the sequence."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--depth", type=int, default=2, help="call levels below train_step")
     parser.add_argument("--workdir", type=Path, default=None, help="where the task is made")
     parser.add_argument("--show", action="store_true", help="print the file sequence")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        sequence = traced_step(args.workdir or Path(tmp), args.depth)
+        sequence = traced_step(args.workdir or Path(tmp))
     if args.show:
         print(" -> ".join(sequence))
     print(f"files entered: {len(set(sequence))} ({', '.join(sorted(set(sequence)))})")

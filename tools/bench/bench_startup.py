@@ -19,7 +19,7 @@ Phases (seconds, median over the repeats):
 * ``worker groups``: pools reserved and the worker processes asked for (they start and
   import in the background while the driver loads its data);
 * ``init_model``: the wait for the worker processes' start, then every role's model built;
-* ``weights to rollout``: the first weight sync (``workers_ready``);
+* ``weights to rollout``: the first weight sync (``RoleGroups.sync_weights``);
 * ``reward check (wait)``: waiting for the scoring process's check of one row, which ran
   in the background since ``reward set-up``;
 * ``run dir + loggers``: the run directory, jsonl and TensorBoard writers;
@@ -165,7 +165,7 @@ def _install_wrappers(marks: Marks) -> None:
     _wrap(roles, "ensure_ray", "ray start", marks)
     _wrap(roles, "make_worker_group", "worker groups", marks)
     _wrap(roles.RoleGroups, "init_models", "init_model", marks)
-    _wrap(ppo.PPOTrainer, "workers_ready", "weights to rollout", marks)
+    _wrap(roles.RoleGroups, "sync_weights", "weights to rollout", marks, once=True)
     _wrap(base.Trainer, "_open_run", "run dir + loggers", marks)
     _wrap(base.Trainer, "_validate", "validation", marks, once=True)
     original_step = ppo.PPOTrainer.train_step

@@ -16,6 +16,7 @@ import torch
 
 from hf_algos.config import RLConfig, load_config
 from hf_algos.trainers import PPOTrainer
+from hf_algos.trainers.async_rollout.pipeline import GeneratedSamples
 from hf_algos.trainers.async_rollout.partial import PartialGeneration
 from hf_algos.trainers.async_rollout.versions import (
     join_spans,
@@ -156,11 +157,12 @@ class RecordingTrainer(PPOTrainer):
 
     stop_at: int | None = None
 
-    def train_step(self, batch: DataProto) -> dict[str, float]:
+    def train_on_samples(self, samples: GeneratedSamples) -> dict[str, float]:
         if self.stop_at is not None and self.global_step >= self.stop_at:
             raise KeyboardInterrupt(f"killed at step {self.global_step}")
-        self.prompts.append(sorted(map(str, batch.non_tensor_batch[fields.RAW_PROMPT])))
-        return super().train_step(batch)
+        rows = samples.batch.non_tensor_batch[fields.RAW_PROMPT]
+        self.prompts.append(sorted(map(str, rows)))
+        return super().train_on_samples(samples)
 
     prompts: list[list[str]]
 

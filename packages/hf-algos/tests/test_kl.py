@@ -8,10 +8,12 @@ import pytest
 import torch
 
 from hf_algos.kl import (
+    TOKEN_LEVEL_KL_PENALTY,
     AdaptiveKLController,
     FixedKLController,
     apply_kl_penalty,
     kl_penalty,
+    penalized_rewards,
 )
 from hf_protocol import DataProto
 
@@ -84,11 +86,19 @@ def test_apply_kl_penalty_subtracts_beta_kl_on_valid_tokens() -> None:
     data, metrics = apply_kl_penalty(data, controller, kind="kl")
     assert data.batch is not None
     torch.testing.assert_close(
-        data.batch["token_level_rewards"], torch.tensor([[-0.1 * LN2, 1.0, 0.0]])
+        data.batch[TOKEN_LEVEL_KL_PENALTY], torch.tensor([[0.1 * LN2, 0.0, 0.0]])
     )
+    torch.testing.assert_close(penalized_rewards(data), torch.tensor([[-0.1 * LN2, 1.0, 0.0]]))
+    torch.testing.assert_close(data.batch["token_level_scores"], torch.tensor([[0.0, 1.0, 0.0]]))
     assert metrics["actor/reward_kl_penalty"] == pytest.approx(LN2 / 2)
     assert metrics["actor/reward_kl_penalty_coeff"] == 0.1
     assert controller.value == pytest.approx(0.1 * (1 - 0.2 * 1 / 10))  # KL below target
+
+
+def test_rewards_without_a_penalty_are_the_scores() -> None:
+    scores = torch.tensor([[0.0, 0.5]])
+    data = DataProto.from_dict(tensors={"token_level_scores": scores})
+    torch.testing.assert_close(penalized_rewards(data), scores)
 
 
 def test_apply_kl_penalty_names_missing_fields() -> None:

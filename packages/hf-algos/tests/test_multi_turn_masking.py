@@ -11,7 +11,7 @@ import torch
 
 from hf_algos.advantages import ADVANTAGE_ESTIMATORS, compute_advantage
 from hf_algos.advantages.estimators import compute_gae_advantage_return
-from hf_algos.kl import FixedKLController, apply_kl_penalty
+from hf_algos.kl import FixedKLController, apply_kl_penalty, penalized_rewards
 from hf_algos.losses import LOSS_AGG_MODES, POLICY_LOSSES, ppo_actor_loss
 from hf_algos.trainers.ppo.multiturn import (
     MultiTurnScorer,
@@ -96,8 +96,8 @@ def test_reward_kl_penalty_ignores_tool_tokens() -> None:
         kl_batch(on_tool_tokens(old, 2), on_tool_tokens(ref, 3)), FixedKLController(0.1)
     )
     assert base.batch is not None and moved.batch is not None
-    rewards = base.batch[fields.TOKEN_LEVEL_REWARDS]
-    torch.testing.assert_close(moved.batch[fields.TOKEN_LEVEL_REWARDS], rewards)
+    rewards = penalized_rewards(base)
+    torch.testing.assert_close(penalized_rewards(moved), rewards)
     assert metrics_moved == pytest.approx(metrics)
     assert (rewards[TOOL] == 0).all() and (rewards[MASK.bool()] != 0).any()
 

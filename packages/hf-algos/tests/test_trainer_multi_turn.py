@@ -82,7 +82,7 @@ def test_training_ids_are_the_sampled_and_tool_ids_and_log_probs_match(
     with PPOTrainer(load_config(RLConfig, overrides=overrides)) as trainer:
         metrics: dict[str, float] = {}
         with generation_phase(trainer.roles, False, {}):
-            batch = trainer.generate(trainer.loader.next_batch(), metrics)
+            batch = trainer.sample(trainer.loader.next_batch(), metrics)
         trainer.score(batch, metrics)
         absorb(batch, trainer.roles.actor.compute_log_prob(for_worker(batch)), metrics)
         tokenizer = trainer.tokenizer

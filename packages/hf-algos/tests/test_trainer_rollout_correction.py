@@ -10,7 +10,7 @@ import torch
 
 from hf_algos.config import RLConfig, load_config
 from hf_algos.trainers import PPOTrainer
-from hf_algos.trainers.ppo.trainer import old_log_probs_from_update
+from hf_algos.trainers.ppo.trainer import old_log_probs_source
 
 from .trainer_helpers import assert_finite, common_overrides, task_files
 
@@ -92,23 +92,23 @@ def test_old_log_probs_from_the_update_equal_a_separate_forward(
             assert one[name] == pytest.approx(other[name], rel=0.05, abs=1e-6), (step, name)
 
 
-def test_old_log_probs_come_from_the_update_only_for_one_optimizer_step(
+def test_old_log_probs_source_is_chosen_once_from_the_config(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     train, _ = task_files(tmp_path)
-    base = common_overrides(tiny_model_dir, tmp_path, train, steps=1)
+    base = common_overrides(tiny_model_dir, tmp_path, train, steps=1)  # 4 prompts x 2
 
-    def from_update(*overrides: str, rows: int = 8) -> bool:
-        config = load_config(RLConfig, overrides=[*base, *overrides])
-        return old_log_probs_from_update(config, rows)
+    def source(*overrides: str) -> str:
+        return old_log_probs_source(load_config(RLConfig, overrides=[*base, *overrides]))
 
     one_step = "actor.ppo_mini_batch_size=8"
-    assert from_update(one_step)
-    assert from_update(one_step, rows=7)  # a short batch is still one step
-    assert not from_update(one_step, rows=9)  # two mini-batches
-    assert not from_update()  # the helpers' mini-batch of 4: two steps
-    assert not from_update(one_step, "actor.ppo_epochs=2")
-    assert not from_update(one_step, "actor.use_rollout_log_probs=true")  # none to compute
-    assert not from_update(one_step, "actor.old_log_probs_from_update=false")
+    assert source(one_step) == "update"
+    assert source("actor.ppo_mini_batch_size=16") == "update"  # room to spare
+    assert source(one_step, "data.train_batch_size=5") == "actor"  # 10 rows: two mini-batches
+    assert source() == "actor"  # the helpers' mini-batch of 4: two steps
+    assert source(one_step, "actor.ppo_epochs=2") == "actor"
+    assert source(one_step, "actor.use_rollout_log_probs=true") == "rollout"
+    assert source("actor.use_rollout_log_probs=true") == "rollout"
+    assert source(one_step, "actor.old_log_probs_from_update=false") == "actor"
     # the reward's KL penalty reads old_log_probs before the update
-    assert not from_update(one_step, "algorithm.use_kl_in_reward=true")
+    assert source(one_step, "algorithm.use_kl_in_reward=true") == "actor"

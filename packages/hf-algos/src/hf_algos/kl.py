@@ -9,9 +9,11 @@ Estimators of KL(policy || reference) from samples of the policy, with
 - ``low_var_kl`` (k3): ``exp(-d) + d - 1``, unbiased and non-negative; clamped to
   ``[-10, 10]`` against overflow on outlier tokens.
 
-Used as a reward penalty (``token_level_rewards = token_level_scores - beta * kl``, see
-:func:`apply_kl_penalty`, with a :class:`FixedKLController` or :class:`AdaptiveKLController`
-for ``beta``) or as a loss term (``kl_coeff * aggregate_loss(kl_penalty(...))``).
+Used as a reward penalty (:func:`apply_kl_penalty` writes its own field,
+``token_level_kl_penalty = beta * kl``, with a :class:`FixedKLController` or
+:class:`AdaptiveKLController` for ``beta``; :func:`penalized_rewards` subtracts it from the
+scores, the one place ``token_level_rewards`` is made) or as a loss term
+(``kl_coeff * aggregate_loss(kl_penalty(...))``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ import torch
 
 from hf_algos.masked import masked_mean
 from hf_protocol import DataProto, fields
+
+TOKEN_LEVEL_KL_PENALTY: Final = "token_level_kl_penalty"
+"""``(B, R)`` float32: ``beta * kl`` per response token (0 on masked tokens), written by
+:func:`apply_kl_penalty`; :func:`penalized_rewards` subtracts it from the scores."""
 
 #: k3 values are clamped to this magnitude (an outlier token can give exp(20)).
 LOW_VAR_KL_CLAMP: Final[float] = 10.0
@@ -133,30 +139,33 @@ KLController = FixedKLController | AdaptiveKLController
 def apply_kl_penalty(
     data: DataProto, controller: KLController, kind: str = "kl"
 ) -> tuple[DataProto, dict[str, Any]]:
-    """Write ``token_level_rewards = token_level_scores - beta * kl * response_mask``.
+    """Write the reward's KL penalty ``token_level_kl_penalty = beta * kl * response_mask``.
 
-    Reads ``token_level_scores``, ``old_log_probs``, ``ref_log_prob``, ``response_mask``
-    (all ``(B, R)``) from ``data.batch``; updates ``controller`` with the batch's mean
-    per-sequence KL and returns ``data`` (modified in place) with metrics
-    ``actor/reward_kl_penalty`` (mean token KL) and ``actor/reward_kl_penalty_coeff``.
+    Reads ``old_log_probs``, ``ref_log_prob``, ``response_mask`` (all ``(B, R)``) from
+    ``data.batch``; updates ``controller`` with the batch's mean per-sequence KL and returns
+    ``data`` (modified in place) with metrics ``actor/reward_kl_penalty`` (mean token KL)
+    and ``actor/reward_kl_penalty_coeff``. The scores are left alone:
+    :func:`penalized_rewards` subtracts the penalty from them.
     """
-    batch = _require(
-        data,
-        (
-            fields.TOKEN_LEVEL_SCORES,
-            fields.OLD_LOG_PROBS,
-            fields.REF_LOG_PROB,
-            fields.RESPONSE_MASK,
-        ),
-    )
+    batch = _require(data, (fields.OLD_LOG_PROBS, fields.REF_LOG_PROB, fields.RESPONSE_MASK))
     mask = batch[fields.RESPONSE_MASK].to(torch.float32)
     kl = kl_penalty(batch[fields.OLD_LOG_PROBS], batch[fields.REF_LOG_PROB], kind) * mask
     beta = controller.value
-    batch[fields.TOKEN_LEVEL_REWARDS] = batch[fields.TOKEN_LEVEL_SCORES] - beta * kl
+    batch[TOKEN_LEVEL_KL_PENALTY] = beta * kl
     sequence_kl = masked_mean(kl, mask, dim=-1)
     current_kl = float(sequence_kl.mean())
     controller.update(current_kl, n_steps=len(data))
     return data, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}
+
+
+def penalized_rewards(data: DataProto) -> torch.Tensor:
+    """``token_level_rewards`` ``(B, R)``: ``token_level_scores`` minus
+    ``token_level_kl_penalty`` when :func:`apply_kl_penalty` wrote one, else the scores."""
+    batch = _require(data, (fields.TOKEN_LEVEL_SCORES,))
+    scores = batch[fields.TOKEN_LEVEL_SCORES]
+    if TOKEN_LEVEL_KL_PENALTY in batch.keys():  # noqa: SIM118 (a TensorDict)
+        return scores - batch[TOKEN_LEVEL_KL_PENALTY]
+    return scores
 
 
 def _require(data: DataProto, keys: tuple[str, ...]) -> Any:

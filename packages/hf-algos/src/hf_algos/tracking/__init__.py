@@ -17,6 +17,7 @@ from hf_algos.tracking.loggers import (
 )
 from hf_algos.tracking.metrics import (
     compute_data_metrics,
+    compute_step_metrics,
     compute_throughput_metrics,
     compute_timing_metrics,
     merge_worker_metrics,
@@ -62,6 +63,7 @@ __all__ = [
     "WandbLogger",
     "WandbMode",
     "compute_data_metrics",
+    "compute_step_metrics",
     "compute_throughput_metrics",
     "compute_timing_metrics",
     "finite",

@@ -191,3 +191,19 @@ def timing_metrics(timing: Mapping[str, float]) -> dict[str, float]:
         name if name.startswith((MEMORY_PEAK, MEMORY_DEVICE)) else f"timing_s/{name}": float(value)
         for name, value in timing.items()
     }
+
+
+def compute_step_metrics(
+    batch: DataProto,
+    timing: Mapping[str, float],
+    n_workers: int,
+    max_response_length: int | None = None,
+    max_prompt_length: int | None = None,
+) -> dict[str, float]:
+    """A generating step's data, timing and throughput metrics together
+    (:func:`compute_data_metrics`, :func:`compute_timing_metrics`,
+    :func:`compute_throughput_metrics`; ``timing["step"]`` is the step's wall time)."""
+    metrics = compute_data_metrics(batch, max_response_length, max_prompt_length)
+    metrics.update(compute_timing_metrics(batch, timing))
+    metrics.update(compute_throughput_metrics(batch, timing["step"], n_workers))
+    return metrics

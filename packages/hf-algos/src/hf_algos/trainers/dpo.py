@@ -34,8 +34,15 @@ from hf_algos.data.tokenizer import load_tokenizer
 from hf_algos.losses import dpo_loss_fn
 from hf_algos.rewards import RewardManager
 from hf_algos.tracking import compute_data_metrics, compute_timing_metrics, timed, timing_metrics
-from hf_algos.trainers.lifecycle.trainer import Metrics, Trainer, WorkerClasses
-from hf_algos.trainers.roles.batch_io import MODEL_FIELDS, absorb, for_worker, generate, tensors
+from hf_algos.trainers.lifecycle.trainer import Metrics, Trainer
+from hf_algos.trainers.roles.batch_io import (
+    MODEL_FIELDS,
+    absorb,
+    call_group,
+    for_worker,
+    generate,
+    tensors,
+)
 from hf_algos.trainers.roles.sampling import sampling_config, step_seed
 from hf_algos.trainers.roles.workers import (
     actor_class_with_loss,
@@ -59,7 +66,7 @@ def pairs_per_micro_batch(actor: ActorSection) -> ActorSection:
     return dataclasses.replace(actor, engine=engine)
 
 
-class DPOTrainer(Trainer):
+class DPOTrainer(Trainer[DataProto]):
     """Trains an actor with a DPO loss against a frozen reference copy of itself."""
 
     def __init__(self, config: DPOConfig) -> None:
@@ -111,22 +118,12 @@ class DPOTrainer(Trainer):
             if self.online
             else None
         )
-        self._worker_classes: WorkerClasses = (roles, rollout)
-        self.build_workers()
-        if self.online:  # after a load, the rollout samples from the restored weights
-            self.run_state.after_load.append(lambda: self.roles.sync_weights())
+        self.roles = self.start_groups(roles, rollout)
+        self.roles.build(self.global_step)  # online: the rollout gets the actor's weights
+        if self.online:
             self.reward = RewardManager.from_config(
                 config.reward, self.tokenizer, self.loader.dataset
             )
-
-    def worker_classes(self) -> WorkerClasses:
-        """Actor with the DPO loss, its frozen reference and (online) the rollout."""
-        return self._worker_classes
-
-    def workers_ready(self) -> None:
-        """Online: the rollout samples from the actor's weights."""
-        if self.online:
-            self.roles.sync_weights()
 
     def _pair_dataset(self, files: tuple[str, ...]) -> PreferenceDataset:
         data = self.config.data
@@ -156,10 +153,10 @@ class DPOTrainer(Trainer):
                 batch = self.sample_pairs(batch, metrics)
         if len(batch) > 0:
             with timed("ref", timing):
-                absorb(batch, self.roles.ref.compute_ref_log_prob(for_worker(batch)), metrics)
+                call_group(self.roles.ref.compute_ref_log_prob, batch, metrics)
             with timed("update_actor", timing):
-                update = for_worker(batch, UPDATE_FIELDS)
-                absorb(None, self.roles.actor.update_actor(update), metrics)
+                update = self.roles.actor.update_actor
+                call_group(update, batch, metrics, UPDATE_FIELDS, keep_output=False)
             metrics.update(compute_data_metrics(batch))
         if self.online:
             with timed("sync_weights", timing):

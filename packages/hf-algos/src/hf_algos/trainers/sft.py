@@ -15,13 +15,13 @@ from hf_algos.data import SFTDataset, StatefulDataLoader
 from hf_algos.data.tokenizer import load_tokenizer
 from hf_algos.losses import sft_loss
 from hf_algos.tracking import compute_timing_metrics, timed
-from hf_algos.trainers.lifecycle.trainer import Metrics, Trainer, WorkerClasses
-from hf_algos.trainers.roles.batch_io import MODEL_FIELDS, absorb, for_worker, tensors
+from hf_algos.trainers.lifecycle.trainer import Metrics, Trainer
+from hf_algos.trainers.roles.batch_io import call_group, for_worker, tensors
 from hf_algos.trainers.roles.workers import actor_class_with_loss, optimizer_steps
 from hf_protocol import DataProto, fields
 
 
-class SFTTrainer(Trainer):
+class SFTTrainer(Trainer[DataProto]):
     """Next-token training of the actor model; its checkpoints warm-start an RL run."""
 
     def __init__(self, config: SFTConfig) -> None:
@@ -30,31 +30,28 @@ class SFTTrainer(Trainer):
         self.tokenizer = load_tokenizer(config.data, config.actor)
 
     def start_up(self) -> None:
-        """Load and tokenize the rows, then start the actor group and build its model."""
+        """Load and tokenize the rows, then start the actor group (the SFT loss, no
+        rollout) and build its model."""
         config, tokenizer, data = self.config, self.tokenizer, self.config.data
         dataset = SFTDataset(data.train_files, tokenizer, config)
         self.loader = StatefulDataLoader(dataset, data.train_batch_size, data.shuffle, data.seed)
         self.val_data = SFTDataset(data.val_files, tokenizer, config) if data.val_files else None
-        self.build_workers()
-
-    def worker_classes(self) -> WorkerClasses:
-        """The actor with the SFT loss; no rollout."""
-        config = self.config
         run_steps = optimizer_steps(
             self.total_steps,
-            config.data.train_batch_size,
+            data.train_batch_size,
             config.actor.ppo_mini_batch_size,
             config.actor.ppo_epochs,
         )
         actor = actor_class_with_loss(config.actor, config.trainer, sft_loss, run_steps=run_steps)
-        return {"actor": actor}, None
+        self.roles = self.start_groups({"actor": actor}, None)
+        self.roles.build()
 
     def train_step(self, batch: DataProto) -> Metrics:
         """One pass of mini-batch steps over ``batch``."""
         metrics: Metrics = {}
         timing: dict[str, float] = {}
         with timed("update_actor", timing):
-            absorb(None, self.roles.actor.update_actor(for_worker(batch, MODEL_FIELDS)), metrics)
+            call_group(self.roles.actor.update_actor, batch, metrics, keep_output=False)
         timing["step"] = timing["update_actor"]
         metrics.update(compute_timing_metrics(batch, timing))
         return metrics

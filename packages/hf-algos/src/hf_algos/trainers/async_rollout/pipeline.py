@@ -38,7 +38,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -55,7 +55,6 @@ from hf_algos.trainers.async_rollout.versions import (
 )
 from hf_algos.trainers.roles.batch_io import PROMPT_FIELDS, tensors
 from hf_algos.trainers.roles.groups import RoleGroups
-from hf_algos.trainers.roles.self_healing import RolloutReplacement
 from hf_controller import WorkerGroupError, wait_any
 from hf_protocol import DataProto, fields
 from hf_rollout import SamplingConfig
@@ -83,6 +82,22 @@ class AsyncSpec:
     """Pad id of prompts and responses (partial rollout)."""
 
 
+@dataclass(frozen=True)
+class GeneratedSamples:
+    """What an async step trains on: samples the pipeline generated ahead (not prompts),
+    with the pipeline's ``async/*`` metrics."""
+
+    batch: DataProto
+    """The samples, ``rollout.n`` per prompt, not yet scored."""
+    metrics: dict[str, float]
+    """``async/*``: wait, staleness, queue depth, policy and rollout versions."""
+
+    @property
+    def waited_s(self) -> float:
+        """How long the trainer waited for them (``async/wait_s``)."""
+        return self.metrics.get("async/wait_s", 0.0)
+
+
 @dataclass
 class GenerationJob:
     """One loader batch on its way through the rollout."""
@@ -105,23 +120,22 @@ class GenerationJob:
 class AsyncRollout:
     """Generation queued ahead of a PPO-family trainer (see the module docstring).
 
-    ``roles`` returns the run's current groups (a restart builds new ones); ``draw`` the
-    next loader batch; ``sampling(index, draw)`` the sampling of a step's generation (its
-    ``draw``-th, for regenerated groups); ``total_steps`` the run's last step;
-    ``replacement`` replaces a failed rollout group (``None``: a failure ends the run).
+    ``roles`` are the run's groups (a restart rebuilds them in place); ``draw`` the next
+    loader batch; ``sampling(index, draw)`` the sampling of a step's generation (its
+    ``draw``-th, for regenerated groups); ``total_steps`` the run's last step. A failed
+    rollout group is replaced by ``roles.recovery`` (within its bound).
     """
 
     def __init__(
         self,
         spec: AsyncSpec,
-        roles: Callable[[], RoleGroups],
+        roles: RoleGroups,
         draw: Callable[[], DataProto],
         sampling: Callable[[int, int], SamplingConfig],
-        total_steps: Callable[[], int],
-        replacement: RolloutReplacement | None = None,
+        total_steps: int,
     ) -> None:
         self.spec = spec
-        self.replacement = replacement
+        self.replacement = roles.recovery
         self.policy_version = 0  # the trainer's, as of the last next_batch / sync
         self._roles, self._draw, self._sampling, self._total = roles, draw, sampling, total_steps
         self.queue: deque[GenerationJob] = deque()
@@ -132,7 +146,7 @@ class AsyncRollout:
 
     # ------------------------------------------------------------------ the step
 
-    def next_batch(self, version: int) -> tuple[DataProto, Metrics]:
+    def next_batch(self, version: int) -> GeneratedSamples:
         """The oldest generation's samples for the trainer at policy ``version``, stale
         groups generated again, and the ``async/*`` metrics; keeps ``depth`` queued."""
         start = time.perf_counter()
@@ -157,7 +171,7 @@ class AsyncRollout:
         metrics["async/policy_version"] = float(version)
         metrics["async/rollout_version"] = float(self.rollout_version)
         metrics["async/stale_dropped_total"] = float(self.stale_dropped_total)
-        return batch, metrics
+        return GeneratedSamples(batch, metrics)
 
     def sync(self, version: int) -> None:
         """Bring the rollout to policy ``version`` now (before validation), waiting for it."""
@@ -177,8 +191,6 @@ class AsyncRollout:
             try:
                 return call()
             except WorkerGroupError as error:
-                if self.replacement is None:
-                    raise
                 # raises unless the rollout was replaced (with the actor's current weights)
                 self.replacement.replace(error, self.policy_version)
                 self._push = None  # abandoned with the old group
@@ -195,7 +207,7 @@ class AsyncRollout:
         for job in self.queue:
             if job.output is None and job.handles is None:
                 self._issue(job)
-        while len(self.queue) < self.spec.depth and self.issued < self._total():
+        while len(self.queue) < self.spec.depth and self.issued < self._total:
             self.issued += 1
             job = GenerationJob(self.issued, self._draw())
             self.queue.append(job)  # first: a failed issue leaves it queued, issued again
@@ -211,7 +223,7 @@ class AsyncRollout:
         self._submit(job, job.prompts, sampling)
 
     def _submit(self, job: GenerationJob, prompts: DataProto, sampling: SamplingConfig) -> None:
-        rollout = self._roles().rollout
+        rollout = self._roles.rollout
         request = prompts.select(batch_keys=list(PROMPT_FIELDS))
         request.non_tensor_batch = dict(prompts.non_tensor_batch)
         request.meta_info = {fields.SAMPLING: sampling}
@@ -222,7 +234,7 @@ class AsyncRollout:
     def _collect(self, job: GenerationJob) -> DataProto:
         """The finished call's output (metrics kept on the job, sampling dropped)."""
         assert job.handles is not None
-        outputs = self._roles().rollout.wait_results("generate_sequences", job.handles)
+        outputs = self._roles.rollout.wait_results("generate_sequences", job.handles)
         job.handles = None
         for output in outputs:
             job.metrics.append(output.meta_info.pop(fields.METRICS, {}))
@@ -306,7 +318,7 @@ class AsyncRollout:
         training call while the rollout still generates the calls queued before the push;
         the snapshot is taken before that call, so the rollout gets exactly ``version``: the
         push carries it, and the rollout reports it with each sample it generates."""
-        self._push = self._roles().weights.start_push(buffered=True, version=version)
+        self._push = self._roles.weights.start_push(buffered=True, version=version)
         self.rollout_version = version
 
     def _wait_push(self) -> None:
@@ -339,11 +351,11 @@ class AsyncRollout:
             "stale_dropped_total": self.stale_dropped_total,
         }
 
-    def at_step(self, step: Callable[[], int]) -> InFlightState:
-        """This pipeline as a part of the run's state
-        (:mod:`hf_algos.trainers.lifecycle.run_state`), restored at the trainer's ``step()``
+    def in_flight(self, run: Stepped) -> InFlightState:
+        """This pipeline as a part of the run's state ``run``
+        (:class:`~hf_algos.trainers.lifecycle.run_state.RunState`), restored at its step
         (the policy version after the load)."""
-        return InFlightState(self, step)
+        return InFlightState(self, run)
 
     def load_state_dict(self, state: dict[str, Any], version: int) -> None:
         """Restore :meth:`state_dict` for a trainer (and rollout) at policy ``version``;
@@ -362,17 +374,23 @@ class AsyncRollout:
         self._push = None
 
 
+class Stepped(Protocol):
+    """What has a step: the run's state (its last step, the trainer's policy version)."""
+
+    step: int
+
+
 class InFlightState:
     """An :class:`AsyncRollout`'s generations in flight as a part of the run's state:
     :meth:`AsyncRollout.state_dict`, restored at the trainer's step when loaded."""
 
-    def __init__(self, pipeline: AsyncRollout, step: Callable[[], int]) -> None:
-        self.pipeline, self.step = pipeline, step
+    def __init__(self, pipeline: AsyncRollout, run: Stepped) -> None:
+        self.pipeline, self.run = pipeline, run
 
     def state_dict(self) -> dict[str, Any]:
         """What is in flight (:meth:`AsyncRollout.state_dict`)."""
         return self.pipeline.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore it for a trainer (and rollout) at policy version ``step()``."""
-        self.pipeline.load_state_dict(state, self.step())
+        """Restore it for a trainer (and rollout) at the run's step, the policy version."""
+        self.pipeline.load_state_dict(state, self.run.step)

@@ -3,9 +3,9 @@ that save their own shards, and the point a restart goes back to.
 
 A trainer hands its :class:`RunState` what it keeps, anything with ``state_dict`` /
 ``load_state_dict`` (:meth:`RunState.keep`): the base trainer the loader's position and the
-driver's RNG, PPO its KL controller and, in an async mode, the generations in flight. It
-says which worker groups save with a checkpoint (:attr:`RunState.roles`) and what must
-follow a load (:attr:`RunState.after_load`, e.g. the rollout getting the restored weights).
+driver's RNG, PPO its KL controller and, in an async mode, the generations in flight. Its
+worker groups (:attr:`RunState.groups`) say which of them save with a checkpoint and what
+follows a load (the rollout getting the restored weights).
 Saving, resuming and a restart's going back all read that one registry, as torchtitan's
 ``CheckpointManager`` reads its ``states``; no trainer overrides a hook for them.
 
@@ -16,7 +16,7 @@ A checkpoint's driver file keeps its layout: ``{"global_step", "loader", "rng", 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -53,9 +53,18 @@ class RNGState:
         restore_rng_state(state)
 
 
-def no_roles() -> dict[str, Checkpointable]:
-    """No worker group saves with the checkpoint (until a trainer sets :attr:`RunState.roles`)."""
-    return {}
+class WorkerGroups(Protocol):
+    """The run's worker groups as the run state sees them (a trainer's
+    :class:`~hf_algos.trainers.roles.groups.RoleGroups`)."""
+
+    def checkpointed(self) -> Mapping[str, Checkpointable]:
+        """The groups that save their shards with a checkpoint, by name."""
+        ...
+
+    def restored(self, step: int) -> None:
+        """Called after a checkpoint of ``step`` was loaded into them (e.g. the rollout gets
+        the restored weights)."""
+        ...
 
 
 class RunState:
@@ -74,11 +83,9 @@ class RunState:
         """The run's id (its log directory's name), saved with every checkpoint."""
         self.core: dict[str, Stateful] = {}
         self.extra: dict[str, Stateful] = {}
-        self.roles: Callable[[], Mapping[str, Checkpointable]] = no_roles
-        """The worker groups that save their shards (asked at each save and load: a restart
-        builds new groups)."""
-        self.after_load: list[Callable[[], None]] = []
-        """Called after a checkpoint was loaded, in order."""
+        self.groups: WorkerGroups | None = None
+        """The run's worker groups (their shards are saved and loaded with the driver's
+        state); ``None`` before the trainer starts them."""
         self.tokenizer: Any = None
         """Saved with every checkpoint, so an export writes it next to the model."""
         self.identity_record: str | None = None
@@ -122,20 +129,23 @@ class RunState:
         back here."""
         files = {IDENTITY_FILE: self.identity_record} if self.identity_record else None
         directory = self.checkpoints.save(
-            self.step, self.driver_state(), self.roles(), self.tokenizer, files
+            self.step, self.driver_state(), self._checkpointed(), self.tokenizer, files
         )
         self.resume_point = directory
         return directory
 
     def load(self, directory: Path) -> None:
-        """Load the checkpoint in ``directory`` (step, workers, driver), then run
-        :attr:`after_load`; a restart goes back here."""
-        state = self.checkpoints.load(directory, self.roles())
+        """Load the checkpoint in ``directory`` (step, workers, driver), then tell the
+        groups (:meth:`WorkerGroups.restored`); a restart goes back here."""
+        state = self.checkpoints.load(directory, self._checkpointed())
         self.step = int(state["global_step"])
         self.load_driver_state(state)
-        for callback in self.after_load:
-            callback()
+        if self.groups is not None:
+            self.groups.restored(self.step)
         self.resume_point = directory
+
+    def _checkpointed(self) -> Mapping[str, Checkpointable]:
+        return self.groups.checkpointed() if self.groups is not None else {}
 
     def go_back(self) -> None:
         """After a restart (new worker groups): load :attr:`resume_point`, else the start

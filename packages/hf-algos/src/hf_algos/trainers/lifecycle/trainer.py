@@ -1,8 +1,9 @@
 """What every trainer shares: the step loop, validation cadence, checkpoints, resume, logging.
 
-A trainer subclass supplies its worker classes, its start-up (``start_up``: data, reward,
-workers), ``train_step(batch) -> metrics`` and optionally ``validate()``; what its
-checkpoints keep beyond the loader, the RNG and the actor it adds to :attr:`Trainer.run_state`
+A trainer subclass supplies its start-up (``start_up``: one script that loads its data,
+starts its reward and its worker groups, ``self.roles``), ``train_step(batch) -> metrics``
+and optionally ``validate()``; what its checkpoints keep beyond the loader, the RNG and the
+groups' shards it adds to :attr:`Trainer.run_state`
 (:mod:`hf_algos.trainers.lifecycle.run_state`). :meth:`Trainer.fit` does the rest:
 
     start -> resume if asked -> [validate] -> for each step: train, [validate], [save], log
@@ -28,7 +29,7 @@ import logging
 import multiprocessing
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Generic, Self, TypeVar, cast
 
 from hf_algos.checkpoint import CheckpointManager
 from hf_algos.config.trainer import TrainerSection
@@ -41,19 +42,15 @@ from hf_algos.tracking.run_dir import new_run_id
 from hf_algos.trainers.lifecycle.run_state import RNGState, RunState
 from hf_algos.trainers.roles.groups import RoleGroups, build_role_groups
 from hf_controller import (
-    CallTiming,
     RayClassWithInitArgs,
     WorkerGroupError,
     export_chrome_trace,
     is_worker_death,
 )
-from hf_protocol import DataProto
 
 logger = logging.getLogger(__name__)
 
 Metrics = dict[str, float]
-WorkerClasses = tuple[dict[str, RayClassWithInitArgs], RayClassWithInitArgs | None]
-"""Training roles by name (``actor`` first) and the rollout role (or ``None``)."""
 
 
 class RestartsExhaustedError(RuntimeError):
@@ -79,11 +76,17 @@ def refuse_in_reimported_main() -> None:
         )
 
 
-class Trainer:
+StepInput = TypeVar("StepInput")
+"""What one step trains on (:meth:`Trainer.next_batch` hands it to :meth:`Trainer.train_step`):
+a batch of prompts or pairs, or an async pipeline's generated samples."""
+
+
+class Trainer(Generic[StepInput]):
     """The driver loop over a :class:`~hf_algos.data.StatefulDataLoader`.
 
-    Subclasses set ``self.roles`` (the worker groups) and ``self.loader`` before calling
-    :meth:`fit`, and implement :meth:`train_step`.
+    Subclasses set ``self.roles`` (the worker groups, one object for the whole run: a
+    restart rebuilds the groups inside it) and ``self.loader`` in :meth:`start_up`, and
+    implement :meth:`train_step`.
     """
 
     roles: RoleGroups
@@ -107,7 +110,6 @@ class Trainer:
         """What checkpoints keep and a restart goes back to
         (:mod:`hf_algos.trainers.lifecycle.run_state`): the base keeps the loader's position, the
         RNG and the actor; a trainer adds its own."""
-        self.run_state.roles = lambda: {"actor": self.roles.actor}
         self.checkpoints = self.run_state.checkpoints
         self.identity = run_identity(config_dict)
         """What this run's checkpoints belong to (:mod:`hf_algos.run_identity`)."""
@@ -122,17 +124,16 @@ class Trainer:
         self.val_generations: list[Generation] = []
         """Sample generations of the current validation (filled by :meth:`validate`, up to
         ``trainer.log_val_generations``; logged and cleared by the loop)."""
-        self._past_timings: list[CallTiming] = []  # of groups torn down by a restart
         self._config_saved = False  # config.yaml next to the checkpoints
-        self._workers_started = False  # start_workers() ran, build_workers() not yet
         self.started = False
         """:meth:`start` ran: the workers, data and reward are up."""
 
     # ------------------------------------------------------------------ start-up
 
     def start(self) -> Self:
-        """Start the run once: the trainer's :meth:`start_up` (data, reward, worker groups,
-        the slow parts overlapped). ``with trainer:`` and :meth:`fit` call it; the
+        """Start the run once: its directories claimed, then the trainer's :meth:`start_up`
+        (data, reward, worker groups, the slow parts overlapped), then the run state learns
+        the groups, the loader and the RNG. ``with trainer:`` and :meth:`fit` call it; the
         ``hybridflow`` command calls it explicitly. On a failure every worker and process
         started so far is ended before the error propagates."""
         if self.started:
@@ -143,6 +144,7 @@ class Trainer:
         except BaseException:
             self.shutdown()
             raise
+        self.run_state.groups = self.roles
         self.run_state.keep("loader", self.loader, core=True)
         self.run_state.keep("rng", RNGState(), core=True)
         self.run_state.tokenizer = self.tokenizer
@@ -189,10 +191,29 @@ class Trainer:
         self._resume_from = checkpoint
 
     def start_up(self) -> None:
-        """The trainer's start-up sequence; the base builds the worker groups of
-        :meth:`worker_classes`. A trainer that loads data or starts a reward overrides it
-        and says in its docstring what overlaps what."""
-        self.build_workers()
+        """The trainer's start-up, one script that reads top to bottom: its data, its reward
+        and its worker groups (:meth:`start_groups`, then ``self.roles.build()``), the slow
+        parts overlapped; its docstring says what overlaps what."""
+        raise NotImplementedError
+
+    def start_groups(
+        self,
+        roles: dict[str, RayClassWithInitArgs],
+        rollout: RayClassWithInitArgs | None,
+        max_replacements: int = 0,
+    ) -> RoleGroups:
+        """Start the worker groups of ``roles`` (training roles by name, ``actor`` first) and
+        ``rollout`` without waiting for them: with Ray their processes start, import and
+        construct their classes while the driver goes on. ``RoleGroups.build`` then waits
+        and builds the models (:func:`~hf_algos.trainers.roles.groups.build_role_groups`)."""
+        return build_role_groups(
+            self.trainer_config,
+            roles,
+            rollout,
+            ref_from_actor=self.actor_is_reference,
+            block_until_ready=False,
+            max_replacements=max_replacements,
+        )
 
     def __enter__(self) -> Self:
         return self.start()
@@ -202,51 +223,16 @@ class Trainer:
 
     # ------------------------------------------------------------------ workers
 
-    def worker_classes(self) -> WorkerClasses:
-        """The worker classes of the run's roles (see :func:`build_role_groups`)."""
-        raise NotImplementedError
-
-    def start_workers(self) -> None:
-        """Start the worker groups without waiting for them (the "start early" phase).
-
-        Starts (or joins) Ray and asks for the worker processes; they start, import and
-        construct their classes while the driver goes on (with Ray, seconds of work a
-        trainer overlaps with loading its data and starting its reward).
-        :meth:`build_workers` then waits for them and builds the models.
-        """
-        roles, rollout = self.worker_classes()
-        self.roles = build_role_groups(
-            self.trainer_config,
-            roles,
-            rollout,
-            ref_from_actor=self.actor_is_reference,
-            block_until_ready=False,
-        )
-        self._workers_started = True
-
-    def build_workers(self) -> None:
-        """Build the models of the groups :meth:`start_workers` started (starting them now
-        if it was not called): at start-up and after a restart."""
-        if not self._workers_started:
-            self.start_workers()
-        self._workers_started = False  # a restart starts new groups
-        self.roles.init_models()
-        self.workers_ready()
-
-    def workers_ready(self) -> None:
-        """Called once new groups have their models (e.g. to push weights to the rollout)."""
-
     def teardown_workers(self) -> None:
-        """End every worker process and release the pools' reservations (the one place a
-        trainer tears its groups down: shut-down and restarts both come here)."""
+        """End every worker process and release the pools' reservations (at shut-down; a
+        restart's :meth:`RoleGroups.rebuild` ends the old ones itself)."""
         roles = getattr(self, "roles", None)
         if roles is not None:
-            self._past_timings.extend(roles.timings())
             roles.shutdown()
 
     # ------------------------------------------------------------------ to implement
 
-    def train_step(self, batch: DataProto) -> Metrics:
+    def train_step(self, batch: StepInput) -> Metrics:
         """One training step on a batch from the loader; returns its metrics."""
         raise NotImplementedError
 
@@ -357,7 +343,7 @@ class Trainer:
         if not path.is_absolute():
             path = self.tracking.run_dir / path
         roles = getattr(self, "roles", None)
-        records = self._past_timings + (roles.timings() if roles is not None else [])
+        records = roles.timings() if roles is not None else []
         try:  # at the end of a failed run too: never hide the run's own error behind this
             path.parent.mkdir(parents=True, exist_ok=True)
             export_chrome_trace(records, path)
@@ -405,8 +391,7 @@ class Trainer:
             "and resuming from %s",
             failed_step, str(error).splitlines()[0], self.restarts, limit, where,
         )  # fmt: skip
-        self.teardown_workers()
-        self.build_workers()
+        self.roles.rebuild(self.run_state.step)  # the same object: nothing else changes hands
         self.run_state.go_back()
         # the steps after the checkpoint run again; keep each step's metrics once
         self.history = [m for m in self.history if m["training/global_step"] <= self.global_step]
@@ -418,7 +403,7 @@ class Trainer:
         }
         self.tracking.log(restart_metrics, step=self.global_step)
 
-    def _batches(self) -> Iterator[DataProto]:
+    def _batches(self) -> Iterator[StepInput]:
         """Loader batches across epochs until the run's last step.
 
         One batch at a time from the loader's position, so a step may draw more batches
@@ -427,10 +412,10 @@ class Trainer:
         while self.global_step < self.total_steps:
             yield self.next_batch()
 
-    def next_batch(self) -> DataProto:
-        """The next step's batch: the loader's next (an async trainer hands out a batch it
-        generated ahead, see :mod:`hf_algos.trainers.async_rollout.pipeline`)."""
-        return self.loader.next_batch()
+    def next_batch(self) -> StepInput:
+        """The next step's input: the loader's next batch (PPO's async modes hand out
+        samples generated ahead instead, :mod:`hf_algos.trainers.async_rollout.pipeline`)."""
+        return cast(StepInput, self.loader.next_batch())
 
     def _periodic(self) -> Metrics:
         """Validation and checkpoint on their cadence (and at the last step)."""

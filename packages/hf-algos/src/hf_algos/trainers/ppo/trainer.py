@@ -15,7 +15,7 @@
 
 (*) Unless the update is one optimizer step over the batch (``ppo_epochs=1``, one
 mini-batch): then the actor's loss takes them from that step's own forward, detached, and
-applies the rollout correction there (:func:`old_log_probs_from_update`).
+applies the rollout correction there (:func:`old_log_probs_source`, chosen once per run).
 
 Around the step sit small modules: :mod:`~hf_algos.trainers.roles.batch_io` (what goes to and
 comes back from the worker groups, and the hybrid placement's memory phases around
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Literal
 
 import torch
 
@@ -49,18 +50,22 @@ from hf_algos.config.root import RLConfig
 from hf_algos.data.loader import CollatingDataset, first_row
 from hf_algos.data.rl_dataset import rl_loader, val_dataset
 from hf_algos.data.tokenizer import load_tokenizer
-from hf_algos.kl import AdaptiveKLController, FixedKLController, KLController, apply_kl_penalty
+from hf_algos.kl import (
+    AdaptiveKLController,
+    FixedKLController,
+    KLController,
+    apply_kl_penalty,
+    penalized_rewards,
+)
 from hf_algos.losses.rollout_correction import CorrectionSettings
 from hf_algos.rewards import RewardManager, RewardModelScorer
 from hf_algos.tracking import (
-    compute_data_metrics,
-    compute_throughput_metrics,
-    compute_timing_metrics,
+    compute_step_metrics,
     timed,
     timing_metrics,
 )
-from hf_algos.trainers.async_rollout.pipeline import AsyncRollout, AsyncSpec
-from hf_algos.trainers.lifecycle.trainer import Metrics, Trainer, WorkerClasses
+from hf_algos.trainers.async_rollout.pipeline import AsyncRollout, AsyncSpec, GeneratedSamples
+from hf_algos.trainers.lifecycle.trainer import Metrics, Trainer
 from hf_algos.trainers.ppo.dynamic_sampling import sample_varied_groups
 from hf_algos.trainers.ppo.evaluation import (
     generation_rows,
@@ -73,7 +78,7 @@ from hf_algos.trainers.ppo.multiturn import MultiTurnScorer, data_with_tools
 from hf_algos.trainers.roles.batch_io import (
     MODEL_FIELDS,
     absorb,
-    for_worker,
+    call_group,
     generate,
     generation_phase,
     rename_prefix,
@@ -97,6 +102,10 @@ from hf_rollout import SamplingConfig
 
 logger = logging.getLogger(__name__)
 
+OldLogProbs = Literal["update", "rollout", "actor"]
+"""Where ``old_log_probs`` come from: the update's own forward, the rollout, or a forward of
+the actor before the update (:func:`old_log_probs_source`)."""
+
 ACTOR_UPDATE_FIELDS = (
     *MODEL_FIELDS,
     fields.OLD_LOG_PROBS,
@@ -107,7 +116,7 @@ ACTOR_UPDATE_FIELDS = (
 CRITIC_UPDATE_FIELDS = (*MODEL_FIELDS, fields.VALUES, fields.RETURNS)
 
 
-class PPOTrainer(Trainer):
+class PPOTrainer(Trainer[DataProto | GeneratedSamples]):
     """Builds the worker groups of an :class:`~hf_algos.config.RLConfig` and trains.
 
     ``with PPOTrainer(config) as trainer: trainer.fit()`` runs the whole job: constructing
@@ -130,14 +139,13 @@ class PPOTrainer(Trainer):
         self.use_critic = "critic" in needed
         self.use_ref = "ref" in needed
         self.actor_is_reference = self.use_ref and config.actor.lora.enabled
+        self.old_log_probs: OldLogProbs = old_log_probs_source(config)
+        """Where each step's ``old_log_probs`` come from, chosen once for the run."""
         self.reward: RewardScorer
         self.pipeline: AsyncRollout | None = None
-        self._async_metrics: Metrics = {}
-        self.replacement = RolloutReplacement(lambda: self.roles, config.rollout.max_replacements)
-        """Replaces a separate placement's rollout group whose worker died or hangs."""
 
     def start_up(self) -> None:
-        """Start the run, the slow parts overlapped, in this order:
+        """Start the run, top to bottom, the slow parts overlapped:
 
         1. the reward's scoring process starts and imports the reward function (one that
            cannot be loaded fails here, within seconds, before any worker starts);
@@ -146,65 +154,45 @@ class PPOTrainer(Trainer):
         3. the worker groups start: with Ray their processes start, import torch and build
            their classes in the background (the ``hybridflow`` command started Ray and the
            processes even earlier), while 4. the scoring process scores one row;
-        5. the workers build their models and the rollout gets the actor's weights;
+        5. the workers build their models and the rollout gets the actor's weights (a
+           reward model, when there is one, scores);
         6. in an async mode, the generation pipeline starts;
-        7. the run state learns what checkpoints keep (:meth:`keep_state`).
+        7. the run state learns what checkpoints keep beyond the groups' shards, the loader
+           and the RNG: the KL controller's coefficient and the generations in flight.
         """
         config, turns = self.config, self.config.rollout.multi_turn
         env_only = turns.enable and turns.reward == "environment"  # no reward function runs
         rules = config.reward.model is None and not env_only  # data_source, ground truth
-        manager: RewardManager | None = None
-        if rules:
-            manager = RewardManager.from_config(config.reward, self.tokenizer)
-            self.reward = manager
+        manager = RewardManager.from_config(config.reward, self.tokenizer) if rules else None
+        if manager is not None:  # 1.
+            self.reward = manager  # closed by shutdown(), whatever fails next
             manager.start()
-        if env_only:
-            self.reward = MultiTurnScorer(None, "environment")
-        elif manager is not None and turns.enable:
-            self.reward = MultiTurnScorer(manager, turns.reward)
-        data = data_with_tools(config.data, turns)
-        # one function for every row (reward.function_path): data_source is optional
-        fields_needed = rules and config.reward.function_path is None
+        data = data_with_tools(config.data, turns)  # 2.
+        fields_needed = rules and config.reward.function_path is None  # else one function
         self.loader = rl_loader(data, self.tokenizer, fields_needed)
         self.val_data = val_dataset(data, self.tokenizer, fields_needed) if data.val_files else None
-        self.start_workers()
-        check = manager.check_async(first_row(self._check_rows())) if manager else None
-        self.build_workers()  # waits for the workers started above, builds the models
+        roles, rollout = self._role_classes(), self._rollout_cls()  # 3.
+        self.roles = self.start_groups(roles, rollout, config.rollout.max_replacements)
+        check = manager.check_async(first_row(self._check_rows())) if manager else None  # 4.
+        self.roles.build(self.global_step)  # 5. waits for the processes started above
         if check is not None:
             check.result()  # e.g. a function the scoring process cannot load
-        if config.trainer.async_mode != "off":
+        model = config.reward.model is not None and not env_only
+        scorer = RewardModelScorer(self.roles.current("reward_model")) if model else manager
+        if turns.enable:
+            self.reward = MultiTurnScorer(scorer, turns.reward)
+        else:
+            assert scorer is not None  # a reward function or a reward model (validated)
+            self.reward = scorer
+        if config.trainer.async_mode != "off":  # 6.
             self.pipeline = async_rollout(self)
-        self.keep_state()
+            self.run_state.keep("async", self.pipeline.in_flight(self.run_state))
+        self.run_state.keep("kl_ctrl", self.kl_ctrl)  # 7.
 
-    def keep_state(self) -> None:
-        """What checkpoints keep beyond the loader and the RNG (:attr:`run_state`): the
-        actor and critic groups, the KL controller's coefficient and, in an async mode, the
-        generations in flight; after a load, the rollout gets the restored weights."""
-        state = self.run_state
-        state.roles = lambda: (
-            {"actor": self.roles.actor, "critic": self.roles.critic}
-            if self.use_critic
-            else {"actor": self.roles.actor}
-        )
-        state.keep("kl_ctrl", self.kl_ctrl)
-        if self.pipeline is not None:
-            state.keep("async", self.pipeline.at_step(lambda: self.global_step))
-        state.after_load.append(lambda: self.roles.sync_weights(self.global_step))
-
-    def worker_classes(self) -> WorkerClasses:
-        """Actor (+ reference, critic, reward model as needed) and the rollout."""
-        return self._role_classes(), self._rollout_cls()
-
-    def workers_ready(self) -> None:
-        """Push the actor's weights to the rollout, put it to sleep (hybrid) and score
-        with the new reward-model group (when there is one)."""
-        self.roles.sync_weights(self.global_step)
-        if self.roles.fused:  # steady state between steps: the rollout sleeps
-            self.roles.rollout.sleep()
-        turns = self.config.rollout.multi_turn
-        if self.roles.has("reward_model") and not (turns.enable and turns.reward == "environment"):
-            scorer = RewardModelScorer(self.roles.reward_model)
-            self.reward = MultiTurnScorer(scorer, turns.reward) if turns.enable else scorer
+    @property
+    def replacement(self) -> RolloutReplacement:
+        """The separate placement's rollout recovery and its counts (``roles.recovery``)."""
+        return self.roles.recovery
 
     def _role_classes(self) -> dict[str, RayClassWithInitArgs]:
         config = self.config
@@ -243,84 +231,104 @@ class PPOTrainer(Trainer):
 
     # ------------------------------------------------------------------ one step
 
-    def train_step(self, prompts: DataProto) -> Metrics:
-        """One step on a batch of prompts, top to bottom: generate, score, filter, old
-        log-probs, reference and values, advantages, update, sync. Returns its metrics."""
-        config, roles, correction = self.config, self.roles, self._rollout_correction
+    def train_step(self, prompts: DataProto | GeneratedSamples) -> Metrics:
+        """One step on a batch of prompts, top to bottom: generate and score (the hybrid
+        placement's rollout awake only for that), keep the groups that differ (DAPO), then
+        :meth:`learn`. An async mode's pipeline hands over samples it generated ahead
+        instead: :meth:`train_on_samples`. Returns the step's metrics."""
+        if isinstance(prompts, GeneratedSamples):
+            return self.train_on_samples(prompts)
+        config = self.config
         metrics: Metrics = {}
         timing: dict[str, float] = {}
         start = time.perf_counter()
+        with generation_phase(self.roles, config.actor.engine.offload, timing):
+            batch = self.sample_and_score(prompts, metrics, timing)
+            if config.algorithm.filter_groups.enable:  # DAPO: groups whose samples differ
+                batch, filtered = sample_varied_groups(
+                    batch,
+                    lambda draw: self.sample_and_score(
+                        self.loader.next_batch(), metrics, timing, draw
+                    ),
+                    config.algorithm.filter_groups,
+                    config.data.train_batch_size,
+                    len(self.loader),
+                    self.global_step,
+                )
+                metrics.update(filtered)
+        return self.learn(batch, metrics, timing, start)
 
-        # 1. Samples with their scores. Async: generated ahead by the pipeline (next_batch).
-        if self.pipeline is not None:
-            batch, waited = prompts, self._async_metrics.get("async/wait_s", 0.0)
-            metrics.update(self._async_metrics)
-            timing["gen"], start = waited, start - waited
-            with timed("reward", timing):
-                self.score(batch, metrics)
-        else:  # hybrid placement: the rollout wakes up for this block, then sleeps
-            with generation_phase(roles, config.actor.engine.offload, timing):
-                batch = self.generate_and_score(prompts, metrics, timing)
-                if config.algorithm.filter_groups.enable:  # DAPO: groups that differ
-                    batch, filtered = sample_varied_groups(
-                        batch,
-                        lambda draw: self.generate_and_score(
-                            self.loader.next_batch(), metrics, timing, draw
-                        ),
-                        config.algorithm.filter_groups,
-                        config.data.train_batch_size,
-                        len(self.loader),
-                        self.global_step,
-                    )
-                    metrics.update(filtered)
+    def train_on_samples(self, samples: GeneratedSamples) -> Metrics:
+        """One async step: the pipeline's samples (generated ahead on the rollout's own
+        processes, :mod:`~hf_algos.trainers.async_rollout.pipeline`), scored, then
+        :meth:`learn`. The time waited for them counts as the step's generation time."""
+        metrics: Metrics = dict(samples.metrics)
+        timing = {"gen": samples.waited_s}
+        start = time.perf_counter() - samples.waited_s
+        with timed("reward", timing):
+            self.score(samples.batch, metrics)
+        return self.learn(samples.batch, metrics, timing, start)
+
+    def learn(
+        self, batch: DataProto, metrics: Metrics, timing: dict[str, float], start: float
+    ) -> Metrics:
+        """From scored samples to new weights: old log-probs, reference and values,
+        advantages, updates, the weights to the rollout. Returns the step's metrics."""
+        config, roles, correction = self.config, self.roles, self._rollout_correction
         if len(batch) == 0:
             return self.skipped_update(metrics, timing)
+        assert batch.batch is not None, "generated samples hold tensors"
+        data = batch.batch
 
-        # 2. The behaviour policy's log-probs, and the rollout correction against them.
-        if old_log_probs_from_update(config, len(batch)):  # one optimizer step: its forward
+        # 2. The behaviour policy's log-probs (chosen once, at construction), and the
+        #    rollout correction against them.
+        if self.old_log_probs == "update":  # one optimizer step: the update's own forward
             batch.meta_info[fields.OLD_LOG_PROBS_FROM_UPDATE] = True
             check_rollout_log_probs(correction, has_rollout_log_probs(batch))
-        elif config.actor.use_rollout_log_probs:  # old == rollout: nothing to correct
+        elif self.old_log_probs == "rollout":  # old == rollout: nothing to correct
             with timed("old_log_prob", timing):
-                tensors(batch)[fields.OLD_LOG_PROBS] = tensors(batch)[fields.ROLLOUT_LOG_PROBS]
+                data[fields.OLD_LOG_PROBS] = data[fields.ROLLOUT_LOG_PROBS]
         else:
             with timed("old_log_prob", timing):
-                request = for_worker(batch, self._actor_fields(batch, MODEL_FIELDS))
-                absorb(batch, roles.actor.compute_log_prob(request), metrics)
+                keys = self._actor_fields(batch, MODEL_FIELDS)
+                call_group(roles.actor.compute_log_prob, batch, metrics, keys)
             metrics.update(apply_rollout_correction(batch, correction))
 
         # 3. The reference policy's log-probs (a KL term reads them) and the critic's values.
         if self.use_ref:
             with timed("ref", timing):
-                absorb(batch, roles.ref.compute_ref_log_prob(for_worker(batch)), metrics)
+                call_group(roles.ref.compute_ref_log_prob, batch, metrics)
         if self.use_critic:
             with timed("values", timing):
-                absorb(batch, roles.critic.compute_values(for_worker(batch)), metrics)
+                call_group(roles.critic.compute_values, batch, metrics)
 
-        # 4. Advantages: pure functions of the batch (after the reward's KL penalty, if set).
+        # 4. Rewards (the scores, minus the reward's KL penalty if set), then advantages:
+        #    pure functions of the batch.
         with timed("adv", timing):
-            if config.algorithm.use_kl_in_reward:
+            if config.algorithm.use_kl_in_reward:  # token_level_kl_penalty, its own field
                 metrics.update(self.kl_penalty(batch))
+            data[fields.TOKEN_LEVEL_REWARDS] = penalized_rewards(batch)
             compute_advantage(batch, self.estimator, **self.estimator_options)
 
         # 5. Critic and actor updates; 6. the new weights to the rollout.
         self.update(batch, metrics, timing)
         if self.pipeline is None:  # async: the pipeline pushes when its schedule says
             with timed("sync_weights", timing):
-                self.replacement.run(lambda: roles.sync_weights(self.global_step), self.global_step)
+                roles.sync_weights(self.global_step)  # self-healing (separate placement)
         if not roles.fused:
-            metrics.update(self.replacement.metrics())
+            metrics.update(roles.recovery.metrics())
 
         timing["step"] = time.perf_counter() - start
-        metrics.update(self.batch_metrics(batch, timing))
+        lengths = config.rollout.max_new_tokens, config.data.max_prompt_length
+        metrics.update(compute_step_metrics(batch, timing, config.trainer.n_workers, *lengths))
         return metrics
 
-    def next_batch(self) -> DataProto:
-        """The loader's next batch; in an async mode, the next generated one."""
+    def next_batch(self) -> DataProto | GeneratedSamples:
+        """The loader's next batch of prompts; in an async mode, the pipeline's next
+        generated samples."""
         if self.pipeline is None:
             return super().next_batch()
-        batch, self._async_metrics = self.pipeline.next_batch(self.global_step)
-        return batch
+        return self.pipeline.next_batch(self.global_step)
 
     def skipped_update(self, metrics: Metrics, timing: dict[str, float]) -> Metrics:
         """The metrics of a step whose every prompt group scored alike (dynamic sampling):
@@ -334,25 +342,23 @@ class PPOTrainer(Trainer):
         metrics.update(timing_metrics(timing))
         return metrics
 
-    def generate_and_score(
+    def sample_and_score(
         self, prompts: DataProto, metrics: Metrics, timing: dict[str, float], draw: int = 0
     ) -> DataProto:
         """Samples of ``prompts`` with their scores (``draw`` counts the step's extra
         prompt batches; it varies the sampling seed)."""
         with timed("gen", timing):
-            batch = self.generate(prompts, metrics, draw)
+            batch = self.sample(prompts, metrics, draw)
         with timed("reward", timing):
             self.score(batch, metrics)
         return batch
 
-    def generate(self, prompts: DataProto, metrics: Metrics, draw: int = 0) -> DataProto:
+    def sample(self, prompts: DataProto, metrics: Metrics, draw: int = 0) -> DataProto:
         """``rollout.n`` samples per prompt (seeded by the step and ``draw``, so a resumed
         run repeats); ReMax adds the greedy answer's score as each sample's baseline."""
         seed = step_seed(self.config.trainer.seed, self.global_step, draw)
         sampling = sampling_config(self.config.rollout, self.tokenizer, seed=seed)
-        batch = self.replacement.run(  # the weights of the last step's update
-            lambda: generate(self.roles.rollout, prompts, sampling, metrics), self.global_step - 1
-        )
+        batch = generate(self.roles.rollout, prompts, sampling, metrics)
         if self.estimator.needs_greedy_baseline:
             tensors(batch)[fields.REWARD_BASELINES] = self.greedy_baseline(prompts, metrics)
         return batch
@@ -360,22 +366,18 @@ class PPOTrainer(Trainer):
     def greedy_baseline(self, prompts: DataProto, metrics: Metrics) -> torch.Tensor:
         """ReMax: the score of each prompt's greedy answer, repeated for its ``n`` samples."""
         sampling = sampling_config(self.config.rollout, self.tokenizer, greedy=True)
-        greedy = self.replacement.run(
-            lambda: generate(self.roles.rollout, prompts, sampling, {}), self.global_step - 1
-        )
+        greedy = generate(self.roles.rollout, prompts, sampling, {})
         scores = self.reward.score(greedy)
         baseline = tensors(scores)[fields.TOKEN_LEVEL_SCORES].sum(-1)
         metrics["critic/reward_baseline/mean"] = float(baseline.mean())
         return baseline.repeat_interleave(self.config.rollout.n)
 
     def score(self, batch: DataProto, metrics: Metrics) -> None:
-        """``token_level_scores``, then ``token_level_rewards`` (minus a KL penalty if set)."""
+        """``token_level_scores`` of every sample (the reward's only output)."""
         absorb(batch, self.reward.score(batch), metrics)
-        if not self.config.algorithm.use_kl_in_reward:
-            tensors(batch)[fields.TOKEN_LEVEL_REWARDS] = tensors(batch)[fields.TOKEN_LEVEL_SCORES]
 
     def kl_penalty(self, batch: DataProto) -> Metrics:
-        """``token_level_rewards`` = scores minus the KL penalty against the reference
+        """``token_level_kl_penalty``: the reward's KL penalty against the reference
         (``algorithm.use_kl_in_reward``); the controller adapts its coefficient."""
         _, metrics = apply_kl_penalty(batch, self.kl_ctrl, self.config.algorithm.kl_penalty)
         return metrics
@@ -396,26 +398,15 @@ class PPOTrainer(Trainer):
         """The critic's update, then the actor's (each a worker-group call)."""
         if self.use_critic:
             with timed("update_critic", timing):
-                update = for_worker(batch, CRITIC_UPDATE_FIELDS)
-                absorb(None, self.roles.critic.update_critic(update), metrics)
+                update_critic = self.roles.critic.update_critic
+                call_group(update_critic, batch, metrics, CRITIC_UPDATE_FIELDS, keep_output=False)
         with timed("update_actor", timing):
             keys: tuple[str, ...] = ACTOR_UPDATE_FIELDS
-            if batch.meta_info.get(fields.OLD_LOG_PROBS_FROM_UPDATE):  # the loss corrects
+            if self.old_log_probs == "update":  # the loss applies the correction
                 keys = (*keys, fields.ROLLOUT_LOG_PROBS)
-            update = for_worker(batch, self._actor_fields(batch, keys))
-            absorb(None, self.roles.actor.update_actor(update), metrics)
+            keys = self._actor_fields(batch, keys)
+            call_group(self.roles.actor.update_actor, batch, metrics, keys, keep_output=False)
             rename_prefix(metrics, "actor/rollout_correction/", "rollout_correction/")
-
-    def batch_metrics(self, batch: DataProto, timing: dict[str, float]) -> Metrics:
-        """Data, timing and throughput metrics of the step (verl's names)."""
-        metrics = compute_data_metrics(
-            batch, self.config.rollout.max_new_tokens, self.config.data.max_prompt_length
-        )
-        metrics.update(compute_timing_metrics(batch, timing))
-        metrics.update(
-            compute_throughput_metrics(batch, timing["step"], self.config.trainer.n_workers)
-        )
-        return metrics
 
     # ------------------------------------------------------------------ validation
 
@@ -433,7 +424,7 @@ class PPOTrainer(Trainer):
         if self.pipeline is not None:  # validate the trainer's weights, not the rollout's
             self.pipeline.sync(self.global_step)
 
-        def sample(output: DataProto, scores: torch.Tensor, _: DataProto) -> None:
+        def keep_rows(output: DataProto, scores: torch.Tensor, _: DataProto) -> None:
             if len(rows) < keep:
                 rows.extend(generation_rows(output, scores, self._decode, keep - len(rows)))
 
@@ -445,7 +436,7 @@ class PPOTrainer(Trainer):
         samples = self.trainer_config.val_samples
         with generation_phase(self.roles, self.config.actor.engine.offload, {}):
             scores, sources = score_validation(
-                self.roles.rollout, self.reward, self.val_data, greedy, sample if keep else None
+                self.roles.rollout, self.reward, self.val_data, greedy, keep_rows if keep else None
             )
             metrics = validation_metrics(scores, sources)
             if samples:
@@ -513,32 +504,33 @@ def async_rollout(trainer: PPOTrainer) -> AsyncRollout:
 
     return AsyncRollout(
         spec,
-        lambda: trainer.roles,
+        trainer.roles,
         trainer.loader.next_batch,
         sampling,
-        lambda: trainer.total_steps,
-        trainer.replacement,
+        trainer.total_steps,
     )
 
 
-def old_log_probs_from_update(config: RLConfig, rows: int) -> bool:
-    """Whether a step of ``rows`` rows takes ``old_log_probs`` from the actor's update.
+def old_log_probs_source(config: RLConfig) -> OldLogProbs:
+    """Where a run's ``old_log_probs`` come from, decided once from its config.
 
-    When the update is exactly one optimizer step over the whole batch (``ppo_epochs=1``
-    and ``ppo_mini_batch_size >= rows``), the log-probs a separate no-grad forward would
-    compute equal that step's own forward, detached: the driver skips the forward
+    ``update``: when every step's update is exactly one optimizer step over the whole batch
+    (``ppo_epochs=1`` and ``ppo_mini_batch_size`` at least the step's ``train_batch_size x
+    rollout.n`` rows), the log-probs a separate no-grad forward would compute equal that
+    step's own forward, detached: the driver skips the forward
     (``actor.old_log_probs_from_update``, on by default). Not when they come from the
-    rollout (``actor.use_rollout_log_probs``) or are needed before the update (the reward's
-    KL penalty, ``algorithm.use_kl_in_reward``).
+    rollout (``rollout``: ``actor.use_rollout_log_probs``) or are needed before the update
+    (the reward's KL penalty, ``algorithm.use_kl_in_reward``). Otherwise ``actor``: the
+    actor's own forward before the update.
     """
     actor = config.actor
-    return (
-        actor.old_log_probs_from_update
-        and not actor.use_rollout_log_probs
-        and not config.algorithm.use_kl_in_reward
-        and actor.ppo_epochs == 1
-        and rows <= actor.ppo_mini_batch_size
-    )
+    if actor.use_rollout_log_probs:
+        return "rollout"
+    rows = config.data.train_batch_size * config.rollout.n  # dynamic sampling: at most
+    one_step = actor.ppo_epochs == 1 and rows <= actor.ppo_mini_batch_size
+    if actor.old_log_probs_from_update and one_step and not config.algorithm.use_kl_in_reward:
+        return "update"
+    return "actor"
 
 
 def apply_rollout_correction(batch: DataProto, settings: CorrectionSettings) -> Metrics:

@@ -2,14 +2,15 @@
 
 Every trainer (PPO and its relatives, DPO, SFT) moves batches the same way: the fields a
 worker reads (:func:`for_worker`), its output's columns and metrics folded back into the
-driver's batch (:func:`absorb`), the rollout call (:func:`generate`) and, in the hybrid
-placement, the memory phases around it (:func:`generation_phase`).
+driver's batch (:func:`absorb`), both at once (:func:`call_group`), the rollout call
+(:func:`generate`) and, in the hybrid placement, the memory phases around it
+(:func:`generation_phase`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from tensordict import TensorDict
@@ -57,6 +58,21 @@ def absorb(batch: DataProto | None, output: DataProto, metrics: Metrics) -> None
     output.meta_info.pop(fields.REWARD_ERRORS, None)
     if batch is not None:
         batch.union(output)
+
+
+def call_group(
+    method: Callable[[DataProto], DataProto],
+    batch: DataProto,
+    metrics: Metrics,
+    keys: tuple[str, ...] = MODEL_FIELDS,
+    keep_output: bool = True,
+) -> None:
+    """One worker-group call on ``batch``: ``method`` gets the fields of ``keys`` that the
+    batch holds (:func:`for_worker`); its metrics go into ``metrics`` and, with
+    ``keep_output``, its columns into ``batch`` (:func:`absorb`; an update's output has
+    none)."""
+    output = method(for_worker(batch, keys))
+    absorb(batch if keep_output else None, output, metrics)
 
 
 def rename_prefix(metrics: Metrics, old: str, new: str) -> None:

@@ -24,8 +24,9 @@ import functools
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
+from hf_algos.checkpoint import Checkpointable
 from hf_algos.config.trainer import TrainerSection
 from hf_algos.trainers.roles.placement import require_gpus, take_early_pool, worker_pool
 from hf_algos.trainers.roles.protocols import (
@@ -36,6 +37,7 @@ from hf_algos.trainers.roles.protocols import (
     RolloutGroup,
     as_group,
 )
+from hf_algos.trainers.roles.self_healing import RolloutReplacement, SelfHealingRollout
 from hf_controller import (
     CallTiming,
     RayClassWithInitArgs,
@@ -81,7 +83,35 @@ class RoleGroups:
         weight_device: str = "cpu",
         new_rollout: Callable[[], tuple[RolloutGroup, list[object]]] | None = None,
         rollout_owned: list[object] | None = None,
+        respawn: Callable[[], RoleGroups] | None = None,
+        max_replacements: int = 0,
     ) -> None:
+        self._respawn = respawn
+        """Starts the same layout again in new processes (:meth:`rebuild`)."""
+        self.recovery = RolloutReplacement(self, max_replacements)
+        """The separate placement's rollout recovery (:mod:`~hf_algos.trainers.roles.self_healing`),
+        at most ``max_replacements`` times in the run, restarts included."""
+        self._past_timings: list[CallTiming] = []  # of the groups a rebuild ended
+        self._take(
+            actor, fused, rollout, ref, critic, reward_model, owned, weight_bucket_bytes,
+            weight_device, new_rollout, rollout_owned,
+        )  # fmt: skip
+
+    def _take(
+        self,
+        actor: ActorGroup,
+        fused: bool,
+        rollout: RolloutGroup | None,
+        ref: ReferenceGroup | None,
+        critic: CriticGroup | None,
+        reward_model: RewardModelGroup | None,
+        owned: list[object] | None,
+        weight_bucket_bytes: int,
+        weight_device: str,
+        new_rollout: Callable[[], tuple[RolloutGroup, list[object]]] | None,
+        rollout_owned: list[object] | None,
+    ) -> None:
+        """Hold these groups (at construction, and the new ones of :meth:`rebuild`)."""
         self.actor = actor
         """Group with ``compute_log_prob``, ``update_actor``, checkpoints, ``send_weights``."""
         self.fused = fused
@@ -92,6 +122,7 @@ class RoleGroups:
         self._ref = ref
         self._critic = critic
         self._reward_model = reward_model
+        self._bucket_bytes, self._weight_device = weight_bucket_bytes, weight_device
         self._weights = (
             None
             if rollout is None
@@ -104,7 +135,15 @@ class RoleGroups:
 
     @property
     def rollout(self) -> RolloutGroup:
-        """Group with ``generate_sequences`` and ``update_weights``."""
+        """Group with ``generate_sequences`` and ``update_weights``: in the separate
+        placement a :class:`~hf_algos.trainers.roles.self_healing.SelfHealingRollout`, whose
+        calls survive a rollout worker's death (:attr:`recovery`)."""
+        group = _present("rollout", self._rollout)
+        return group if self.fused else cast(RolloutGroup, SelfHealingRollout(self))
+
+    @property
+    def live_rollout(self) -> RolloutGroup:
+        """The rollout group of the moment itself (a replacement puts a new one here)."""
         return _present("rollout", self._rollout)
 
     @property
@@ -126,6 +165,12 @@ class RoleGroups:
     def reward_model(self) -> RewardModelGroup:
         """Group with ``compute_rm_score``."""
         return _present("reward_model", self._reward_model)
+
+    def current(self, role: OptionalRole) -> Any:
+        """A stand-in for ``role``'s group that calls the group of the moment: for a
+        collaborator that keeps a group across :meth:`rebuild` (e.g. a reward-model scorer)."""
+        _present(role, self._optional()[role])  # absent: fail here, with the setting
+        return CurrentGroup(self, role)
 
     def has(self, role: OptionalRole) -> bool:
         """Whether this run built ``role``."""
@@ -163,7 +208,53 @@ class RoleGroups:
                 "RoleGroups.sync_weights: the weight channel is not open; call init_models() "
                 "first (it opens the channel in the separate placement)"
             )
-        self._weights.push(version)
+        if self.fused:
+            self._weights.push(version)
+        else:  # a failed push or a dead rollout worker is recovered (self_healing)
+            version = self._weights.version + 1 if version is None else version
+            self.recovery.run(lambda: self.weights.push(version), version)
+
+    def build(self, version: int = 0) -> None:
+        """Build every model (:meth:`init_models`), then load the actor's weights into the
+        rollout as policy ``version`` and, in the hybrid placement, put it to sleep (the
+        steady state between steps). At start-up and in :meth:`rebuild`."""
+        self.init_models()
+        if self._rollout is None:
+            return
+        self.sync_weights(version)
+        if self.fused:
+            self.live_rollout.sleep()
+
+    def rebuild(self, version: int = 0) -> None:
+        """End every group and start the same layout in new processes, built as
+        :meth:`build` builds (after a worker died: the trainer's restart). This object stays
+        the run's groups: whoever holds it calls the new ones."""
+        if self._respawn is None:
+            raise RuntimeError(
+                "RoleGroups.rebuild: these groups were not made by build_role_groups"
+            )
+        self._past_timings.extend(self._current_timings())
+        self.shutdown()
+        fresh = self._respawn()
+        self._take(
+            fresh.actor, fresh.fused, fresh._rollout, fresh._ref, fresh._critic,
+            fresh._reward_model, fresh.owned, fresh._bucket_bytes, fresh._weight_device,
+            fresh._new_rollout, fresh._rollout_owned,
+        )  # fmt: skip
+        self.build(version)
+
+    def checkpointed(self) -> dict[str, Checkpointable]:
+        """The groups that save their shards with a checkpoint: the actor, and the critic
+        when the run has one."""
+        saved: dict[str, Checkpointable] = {"actor": self.actor}
+        if self._critic is not None:
+            saved["critic"] = self._critic
+        return saved
+
+    def restored(self, step: int) -> None:
+        """After a checkpoint of ``step`` was loaded: the rollout gets the restored weights."""
+        if self._rollout is not None:
+            self.sync_weights(step)
 
     def replace_rollout(self, version: int | None = None) -> None:
         """End the rollout group and start a new one in its place (separate placement).
@@ -205,6 +296,10 @@ class RoleGroups:
     def timings(self) -> list[CallTiming]:
         """Dispatch / execute / collect timings of every call on the run's groups (each role
         view and top-level group once), for ``hf_controller.export_chrome_trace``."""
+        return sorted(self._past_timings + self._current_timings(), key=lambda r: r.start)
+
+    def _current_timings(self) -> list[CallTiming]:
+        """:meth:`timings` of the groups of the moment."""
         seen: set[int] = set()
         records: list[CallTiming] = []
         for group in [self.actor, *self._optional().values(), *self.owned]:
@@ -213,7 +308,7 @@ class RoleGroups:
                 continue
             seen.add(id(timer))
             records.extend(timer.records)
-        return sorted(records, key=lambda r: r.start)
+        return records
 
     def dead_workers(self, timeout_s: float = 10.0) -> list[str]:
         """``"<group> rank <r>"`` of every worker process that has died (Ray backend).
@@ -231,6 +326,16 @@ class RoleGroups:
         for item in self.owned:
             _end(item)
         self.owned.clear()
+
+
+class CurrentGroup:
+    """``roles.<role>`` of the moment, attribute by attribute (:meth:`RoleGroups.current`)."""
+
+    def __init__(self, roles: RoleGroups, role: str) -> None:
+        self._roles, self._role = roles, role
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(getattr(self._roles, self._role), name)
 
 
 def _end(item: object) -> None:
@@ -260,6 +365,7 @@ def build_role_groups(
     rollout: RayClassWithInitArgs | None,
     ref_from_actor: bool = False,
     block_until_ready: bool = True,
+    max_replacements: int = 0,
 ) -> RoleGroups:
     """Create the groups for ``roles`` (training roles by name) and the ``rollout`` role.
 
@@ -267,7 +373,9 @@ def build_role_groups(
     With ``rollout=None`` (offline DPO, SFT) only the training roles are built. With
     ``ref_from_actor`` the actor group is also the reference (a LoRA actor's base model).
     ``block_until_ready=False`` (Ray backend) returns while the worker processes still
-    start; the first call on a group (``init_models``) waits for them.
+    start; the first call on a group (``init_models``) waits for them. A separate placement's
+    rollout recovers from a dead worker or a failed push at most ``max_replacements`` times
+    (:attr:`RoleGroups.recovery`); :meth:`RoleGroups.rebuild` starts the same layout again.
     """
     if trainer.backend == "ray":  # before any pool: the dashboard starts with Ray or never
         ensure_ray(include_dashboard=trainer.ray_dashboard)
@@ -326,6 +434,8 @@ def build_role_groups(
         owned=owned,
         new_rollout=new_rollout,
         rollout_owned=rollout_owned,
+        respawn=functools.partial(build_role_groups, trainer, roles, rollout, ref_from_actor),
+        max_replacements=max_replacements,
     )
 
 

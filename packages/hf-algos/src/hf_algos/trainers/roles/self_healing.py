@@ -1,4 +1,4 @@
-"""An elastic rollout pool: a rollout worker that dies or misses its deadline is replaced.
+"""A self-healing rollout group: a rollout worker that dies or misses its deadline is replaced.
 
 In the ``separate`` placement (and so in every async mode) the rollout has processes of its
 own. When one of them dies during a call (SIGKILL, OOM, a crashed engine:
@@ -20,6 +20,13 @@ together; past it the worker's own error ends the run, as without replacement (w
 saying the bound was reached). A worker that raised any other exception (a bug, bad input)
 is never replaced. The metrics say what happened: ``rollout/replaced`` (this step),
 ``rollout/replaced_total``, ``rollout/repushed`` and ``rollout/repushed_total``.
+
+Recovery is a property of the group a call goes to: in the separate placement
+``RoleGroups.rollout`` is a :class:`SelfHealingRollout`, the same calls as the rollout group
+(:class:`~hf_algos.trainers.roles.protocols.RolloutGroup`), and ``RoleGroups.sync_weights``
+pushes through the same recovery; the trainer's step calls them as it would call any group.
+The async pipeline, which keeps calls in flight, asks :meth:`RolloutReplacement.replace`
+itself, so that it can issue its unfinished generations again.
 """
 
 from __future__ import annotations
@@ -27,13 +34,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from hf_algos.trainers.roles.groups import RoleGroups
 from hf_controller import WorkerDiedError, WorkerGroupError, WorkerTimeoutError
+from hf_protocol import DataProto
 from hf_rollout import WeightIntegrityError, WeightPushError
 
-__all__ = ["RolloutReplacement"]
+if TYPE_CHECKING:
+    from hf_algos.trainers.roles.groups import RoleGroups
+
+__all__ = ["RolloutReplacement", "SelfHealingRollout"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,11 +69,11 @@ DEAD_CHECK_S = 5.0
 
 
 class RolloutReplacement:
-    """Replaces the rollout group of ``roles()`` after a rollout worker failure, or pushes the
+    """Replaces the rollout group of ``roles`` after a rollout worker failure, or pushes the
     weights again after a failed push, at most ``max_replacements`` times in a run together
     (see the module docstring)."""
 
-    def __init__(self, roles: Callable[[], RoleGroups], max_replacements: int) -> None:
+    def __init__(self, roles: RoleGroups, max_replacements: int) -> None:
         self._roles = roles
         self.max_replacements = max_replacements
         self.total = 0
@@ -80,10 +90,10 @@ class RolloutReplacement:
         that died or missed its deadline, or a peer of a rollout worker that is dead (the
         actor's weight send may report before the rollout does); ``"repush"`` for a weight
         push that failed while every process lives; ``None`` for anything else."""
-        roles = self._roles()
+        roles = self._roles
         if not isinstance(error, WorkerGroupError) or roles.fused or not roles.has("rollout"):
             return None
-        name = str(getattr(roles.rollout, "name", ""))
+        name = str(getattr(roles.live_rollout, "name", ""))
         if isinstance(error, REPLACEABLE) and error.group == name:
             return "replace"
         dead = roles.dead_workers(timeout_s=DEAD_CHECK_S)
@@ -117,7 +127,7 @@ class RolloutReplacement:
         if cure == "repush":
             self.repush(version)
         else:
-            self._roles().replace_rollout(version)
+            self._roles.replace_rollout(version)
             self.total += 1
             self._since_metrics += 1
         self.seconds += time.perf_counter() - start
@@ -128,7 +138,7 @@ class RolloutReplacement:
         cured in turn, within the bound."""
         self.repushes += 1
         self._repushes_since_metrics += 1
-        weights = self._roles().weights
+        weights = self._roles.weights
         try:
             weights.reopen()
             weights.push(version)
@@ -137,7 +147,7 @@ class RolloutReplacement:
 
     def run(self, call: Callable[[], T], version: int | None = None) -> T:
         """``call()``, after a replacement again, until it succeeds or :meth:`replace` raises
-        (``call`` must read the rollout group anew each time, e.g. ``roles.rollout``);
+        (``call`` must read the rollout group anew each time, ``roles.live_rollout``);
         ``version`` is the policy version of the actor's current weights."""
         while True:
             try:
@@ -156,6 +166,26 @@ class RolloutReplacement:
             "rollout/repushed": float(pushes),
             "rollout/repushed_total": float(self.repushes),
         }
+
+
+class SelfHealingRollout:
+    """The separate placement's rollout group as the driver calls it: every call of the
+    rollout group (:class:`~hf_algos.trainers.roles.protocols.RolloutGroup`) goes to the
+    group of the moment, and ``generate_sequences`` whose worker died or hung is made again
+    on a new group loaded with the actor's current weights (see the module docstring)."""
+
+    def __init__(self, roles: RoleGroups) -> None:
+        self._roles = roles
+
+    def generate_sequences(self, batch: DataProto) -> DataProto:
+        """The rollout's samples of ``batch``; after a failure, from a new group."""
+        roles = self._roles
+        return roles.recovery.run(
+            lambda: roles.live_rollout.generate_sequences(batch), roles.weights.version
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._roles.live_rollout, name)
 
 
 def is_failed_push(error: WorkerGroupError) -> bool:
