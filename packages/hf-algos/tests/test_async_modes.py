@@ -16,8 +16,8 @@ import torch
 
 from hf_algos.config import RLConfig, load_config
 from hf_algos.trainers import PPOTrainer
-from hf_algos.trainers.async_rollout.pipeline import GeneratedSamples
 from hf_algos.trainers.async_rollout.partial import PartialGeneration
+from hf_algos.trainers.async_rollout.pipeline import GeneratedSamples
 from hf_algos.trainers.async_rollout.versions import (
     join_spans,
     mixed_version_rows,
