@@ -55,7 +55,7 @@ class KillingTrainer(PPOTrainer):
         super().update(batch, metrics, timing)
 
     def _signal_rollout(self) -> None:
-        rollout: Any = self.roles.rollout
+        rollout: Any = self.roles.live_rollout  # the group itself: its deadline is set below
         pid = ray.get(rollout.workers[0]._hf_process_info.remote())["pid"]
         if self.signal_number == signal.SIGSTOP:  # a deadline on this group's calls only
             rollout.call_timeout_s = self.stuck_deadline_s

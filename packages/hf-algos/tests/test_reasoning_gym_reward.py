@@ -10,6 +10,7 @@ import pytest
 
 from hf_algos.config import RewardSection
 from hf_algos.data import RLDataset, RLDatasetConfig, build_char_tokenizer, reasoning_gym_rows
+from hf_algos.data.reasoning_gym import decode_entry, encode_entry
 from hf_algos.rewards import (
     ANSWER_FORMATS,
     RewardManager,
@@ -17,7 +18,6 @@ from hf_algos.rewards import (
     extract_answer,
     get_scoring_function,
 )
-from hf_algos.rewards.reasoning_gym import decode_entry, encode_entry
 from hf_protocol import DataProto, right_pad
 
 

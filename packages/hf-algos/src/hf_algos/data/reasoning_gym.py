@@ -17,15 +17,15 @@ import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 from urllib.parse import parse_qsl
 
-from hf_algos.rewards.reasoning_gym import (
-    ANSWER_FORMATS,
-    REASONING_GYM_DATA_SOURCE,
-    encode_entry,
-    import_reasoning_gym,
-)
+ANSWER_FORMATS = ("last_number", "last_line", "answer_tag", "answer_prefix")
+"""How an answer is taken out of a response; see :func:`extract_answer`."""
+
+REASONING_GYM_DATA_SOURCE = "reasoning_gym"
+"""The ``data_source`` of every reasoning-gym row."""
 
 SPEC_PREFIX = "reasoning_gym:"
 """What a spec string starts with."""
@@ -56,7 +56,7 @@ class ReasoningGymSpec:
     """The task's own settings (the fields of its config dataclass, e.g. ``min_terms``)."""
     answer: str = "last_number"
     """Where the answer is in a response (and what the prompt asks for): one of
-    :data:`~hf_algos.rewards.reasoning_gym.ANSWER_FORMATS`."""
+    :data:`ANSWER_FORMATS`."""
 
     def __post_init__(self) -> None:
         if self.answer not in ANSWER_FORMATS:
@@ -162,7 +162,7 @@ def reasoning_gym_rows(spec: ReasoningGymSpec | str) -> list[dict[str, Any]]:
     and the answer format's instruction, :data:`INSTRUCTIONS`); ``ability``, the task's
     category; ``reward_model`` ``{"style": "rule", "ground_truth": <the entry's answer>}``;
     ``extra_info`` with ``task``, ``index``, ``answer_format``, ``entry`` (the reasoning-gym
-    entry as one JSON string, :func:`~hf_algos.rewards.reasoning_gym.encode_entry`, so Arrow
+    entry as one JSON string, :func:`encode_entry`, so Arrow
     holds any task's metadata) and ``task_config`` (the
     task's settings as JSON, for its verifier).
     """
@@ -195,3 +195,62 @@ def reasoning_gym_rows(spec: ReasoningGymSpec | str) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def encode_entry(entry: Mapping[str, Any]) -> str:
+    """A reasoning-gym entry as one JSON string that :func:`decode_entry` turns back into an
+    equal entry: tuples, sets and dicts with non-text keys are tagged (``{"__tuple__": [...]}``),
+    since verifiers compare them (``arc_agi``'s grids are tuples of tuples); other values JSON
+    cannot hold become their ``repr``."""
+    return json.dumps(_tagged(entry))
+
+
+def decode_entry(text: str) -> Any:
+    """The entry of :func:`encode_entry`'s ``text``."""
+    return json.loads(text, object_hook=_untagged)
+
+
+def _tagged(value: Any) -> Any:
+    if isinstance(value, dict):
+        if all(isinstance(key, str) for key in value):
+            return {key: _tagged(item) for key, item in value.items()}
+        return {"__dict__": [[_tagged(key), _tagged(item)] for key, item in value.items()]}
+    if isinstance(value, list):
+        return [_tagged(item) for item in value]
+    if isinstance(value, tuple):
+        return {"__tuple__": [_tagged(item) for item in value]}
+    if isinstance(value, (set, frozenset)):
+        return {"__set__": [_tagged(item) for item in sorted(value, key=repr)]}
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if hasattr(value, "tolist"):  # a numpy array or scalar
+        return _tagged(value.tolist())
+    return repr(value)
+
+
+def _untagged(value: dict[str, Any]) -> Any:
+    if len(value) == 1:
+        (key, items), *_ = value.items()
+        if key == "__tuple__":
+            return tuple(items)
+        if key == "__set__":
+            return set(items)
+        if key == "__dict__":
+            return {_hashable(k): item for k, item in items}
+    return value
+
+
+def _hashable(key: Any) -> Any:
+    return tuple(_hashable(k) for k in key) if isinstance(key, list) else key
+
+
+def import_reasoning_gym() -> ModuleType:
+    """``reasoning_gym`` (seconds to import), or an ``ImportError`` saying how to install it."""
+    try:
+        import reasoning_gym
+    except ImportError as error:
+        raise ImportError(
+            f"reasoning-gym tasks need the reasoning_gym package ({error}); install it with "
+            f"pip install 'hf-algos[tasks]'"
+        ) from error
+    return reasoning_gym

@@ -1,6 +1,7 @@
 """Rows of reasoning-gym tasks scored by the task's own verifier (``score_answer``).
 
-The rows come from :mod:`hf_algos.data.reasoning_gym` (``data_source="reasoning_gym"``);
+The rows come from :mod:`hf_algos.data.reasoning_gym` (``data_source="reasoning_gym"``,
+which also holds their entry encoding);
 their ``extra_info`` names the task, the answer format and the reasoning-gym entry. The
 answer is taken out of the response by :func:`extract_answer`, then the task's
 ``score_answer(answer, entry)`` scores it. Torch-free: this runs in the reward's scoring
@@ -13,14 +14,21 @@ import functools
 import json
 import re
 from collections.abc import Callable, Mapping
-from types import ModuleType
 from typing import Any
 
-ANSWER_FORMATS = ("last_number", "last_line", "answer_tag", "answer_prefix")
-"""How an answer is taken out of a response; see :func:`extract_answer`."""
+from hf_algos.data.reasoning_gym import (
+    ANSWER_FORMATS,
+    REASONING_GYM_DATA_SOURCE,
+    decode_entry,
+    import_reasoning_gym,
+)
 
-REASONING_GYM_DATA_SOURCE = "reasoning_gym"
-"""The ``data_source`` of every reasoning-gym row."""
+__all__ = [
+    "ANSWER_FORMATS",
+    "REASONING_GYM_DATA_SOURCE",
+    "compute_reasoning_gym_score",
+    "extract_answer",
+]
 
 _NUMBER = re.compile(r"-?(?:\d+(?:,\d{3})*(?:\.\d+)?|\.\d+)(?:\s*/\s*\d+)?")
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -80,53 +88,6 @@ def compute_reasoning_gym_score(
     return float(score_answer(answer, entry))
 
 
-def encode_entry(entry: Mapping[str, Any]) -> str:
-    """A reasoning-gym entry as one JSON string that :func:`decode_entry` turns back into an
-    equal entry: tuples, sets and dicts with non-text keys are tagged (``{"__tuple__": [...]}``),
-    since verifiers compare them (``arc_agi``'s grids are tuples of tuples); other values JSON
-    cannot hold become their ``repr``."""
-    return json.dumps(_tagged(entry))
-
-
-def decode_entry(text: str) -> Any:
-    """The entry of :func:`encode_entry`'s ``text``."""
-    return json.loads(text, object_hook=_untagged)
-
-
-def _tagged(value: Any) -> Any:
-    if isinstance(value, dict):
-        if all(isinstance(key, str) for key in value):
-            return {key: _tagged(item) for key, item in value.items()}
-        return {"__dict__": [[_tagged(key), _tagged(item)] for key, item in value.items()]}
-    if isinstance(value, list):
-        return [_tagged(item) for item in value]
-    if isinstance(value, tuple):
-        return {"__tuple__": [_tagged(item) for item in value]}
-    if isinstance(value, (set, frozenset)):
-        return {"__set__": [_tagged(item) for item in sorted(value, key=repr)]}
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    if hasattr(value, "tolist"):  # a numpy array or scalar
-        return _tagged(value.tolist())
-    return repr(value)
-
-
-def _untagged(value: dict[str, Any]) -> Any:
-    if len(value) == 1:
-        (key, items), *_ = value.items()
-        if key == "__tuple__":
-            return tuple(items)
-        if key == "__set__":
-            return set(items)
-        if key == "__dict__":
-            return {_hashable(k): item for k, item in items}
-    return value
-
-
-def _hashable(key: Any) -> Any:
-    return tuple(_hashable(k) for k in key) if isinstance(key, list) else key
-
-
 def _missing(name: str, value: Any) -> str:
     return (
         f"a reasoning_gym row's extra_info[{name!r}] is {value!r:.80}: scoring needs the task "
@@ -151,15 +112,3 @@ def _score_answer_fn(task: str, config_json: str) -> Callable[[str, dict[str, An
     settings (a few tasks' verifiers read them)."""
     dataset = import_reasoning_gym().create_dataset(task, **json.loads(config_json))
     return dataset.score_answer
-
-
-def import_reasoning_gym() -> ModuleType:
-    """``reasoning_gym`` (seconds to import), or an ``ImportError`` saying how to install it."""
-    try:
-        import reasoning_gym
-    except ImportError as error:
-        raise ImportError(
-            f"reasoning-gym tasks need the reasoning_gym package ({error}); install it with "
-            f"pip install 'hf-algos[tasks]'"
-        ) from error
-    return reasoning_gym
