@@ -345,9 +345,10 @@ class _Composer:
         if section is None or leaf not in _field_names(section):
             apply_override(self.tree, override)
             return
-        defaults = OmegaConf.to_container(OmegaConf.structured(section), resolve=False)
-        assert isinstance(defaults, dict)
-        OmegaConf.update(self.tree, override.key, defaults[leaf], merge=False)
+        defaults = OmegaConf.structured(section)  # no field defaults to an interpolation
+        default = "???" if OmegaConf.is_missing(defaults, leaf) else defaults[leaf]
+        OmegaConf.update(self.tree, override.key, default, merge=False)
+        _unfreeze(self.tree)
 
     def finish(self) -> DictConfig:
         """The merged tree with verl aliases that depend on several keys settled."""
