@@ -86,13 +86,6 @@ def _raise(error: OmegaConfBaseException, source: str) -> typing.NoReturn:
     raise ConfigurationError(f"{key}: {message}{where}; {_fix(error, key)}") from None
 
 
-def _is_scalar(value: Any) -> bool:
-    """A single value (not a list, mapping, null or ``${...}`` interpolation)."""
-    if isinstance(value, str):
-        return not value.startswith("${")
-    return isinstance(value, int | float)
-
-
 def _options(hint: Any) -> tuple[Any, ...]:
     """The types a hint allows (``X | None`` -> ``X``, ``None``)."""
     origin = typing.get_origin(hint)
@@ -130,11 +123,14 @@ def _schema_field(cls: type, key: str) -> tuple[type | None, Any]:
 
 
 def _as_list(value: Any, hint: Any) -> Any:
-    """A bare value for a list key as a one-item list (``""``: the empty list)."""
+    """A bare value for a list key as a one-item list (``""``: the empty list); a list,
+    mapping, null or ``${...}`` interpolation stays as it is."""
     one_string = isinstance(value, str) and _is_hint(hint, str)  # `str | tuple[str, ...]`
     if not _is_hint(hint, list, tuple) or one_string:
         return value
-    return [] if value == "" else [value] if _is_scalar(value) else value
+    if isinstance(value, str):
+        return [] if value == "" else value if value.startswith("${") else [value]
+    return [value] if isinstance(value, int | float) else value
 
 
 def _unfreeze(node: Any) -> None:
@@ -425,7 +421,7 @@ def _build_field(node: DictConfig, name: str, hint: Any, where: str) -> Any:
     if isinstance(child, DictConfig) and isinstance(kind, type) and dataclasses.is_dataclass(kind):
         return _build(kind, child, path)
     value = OmegaConf.to_object(child) if isinstance(child, DictConfig | ListConfig) else child
-    if isinstance(value, list) and _is_tuple(hint):
+    if isinstance(value, list) and _is_hint(hint, tuple):
         value = tuple(value)
     return value
 
@@ -451,10 +447,6 @@ def _build(cls: type, node: DictConfig, where: str) -> Any:
         if where and not text.startswith(where) and f" {where}." not in text:
             raise ConfigurationError(f"in {where}: {text}") from None
         raise
-
-
-def _is_tuple(hint: Any) -> bool:
-    return _is_hint(hint, tuple)
 
 
 def load_config(
