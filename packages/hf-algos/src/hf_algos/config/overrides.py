@@ -7,10 +7,11 @@ An override is one of
 * ``++key.sub=value``: set a key, adding it if it is not there;
 * ``~key.sub``: remove a key.
 
-The value is read as YAML flow text (as :meth:`omegaconf.OmegaConf.from_dotlist` reads it),
-with YAML 1.2's plain words: ``16`` and ``1e-6`` are numbers, ``true`` / ``false`` booleans,
-``null`` nothing, ``off`` / ``yes`` words; ``[a,b]`` is a list, ``{k: v}`` a mapping,
-``'a b'`` or ``"a b"`` a string; an empty value (``key=``) is the empty string. ``${...}``
+The value is read as YAML flow text, as :meth:`omegaconf.OmegaConf.from_dotlist` reads it,
+but with YAML 1.2's plain words (as verl users' Hydra read them): ``16`` and ``1e-6`` are
+numbers, ``true`` / ``false`` booleans, ``null`` nothing, ``off`` / ``yes`` words; ``[a,b]``
+is a list, ``{k: v}`` a mapping, ``'a b'`` or ``"a b"`` a string; an empty value (``key=``)
+is the empty string. ``${...}``
 interpolations are kept as text, also inside a list. Outside quotes a value holds letters,
 digits, spaces and ``_/-\\+.$%*@?|:``; anything else (``~/data``, ``#``, ``=``) must be quoted.
 An unbracketed ``a,b`` is refused as ambiguous (a list is ``[a,b]``, a string ``'a,b'``),
@@ -66,7 +67,7 @@ class _ValueLoader(yaml.SafeLoader):
 
 _ValueLoader.yaml_implicit_resolvers = {}
 for _tag, _pattern, _first in (
-    ("null", r"null|Null|NULL|~|", ("n", "N", "~", "")),
+    ("null", r"null|Null|NULL|", ("n", "N", "")),
     ("bool", r"true|True|TRUE|false|False|FALSE", "tTfF"),
     ("int", r"[-+]?(?:0|[1-9][0-9_]*)", "-+0123456789"),
     (
