@@ -113,8 +113,8 @@ later ones winning key by key (sections merge, values replace):
 1. `base`: an optional mapping of defaults (a command's or a recipe's own);
 2. the YAML file at `path`;
 3. `overrides`: `key=value`, `+key=value`, `++key=value` and `~key` strings, typically
-   `sys.argv[1:]`, parsed and applied by Hydra's compose API (Hydra's
-   [override grammar](https://hydra.cc/docs/advanced/override_grammar/basic/) and errors).
+   `sys.argv[1:]`, parsed by `hf_algos.config.overrides` (the grammar and its errors:
+   [CLI reference](cli.md#override-grammar)) and applied in order.
 
 ```yaml
 # grpo.yaml: GRPO on a local model, 4 workers on one machine
@@ -168,18 +168,20 @@ scoring process's death with the same fix.
 
 How values are read:
 
-- The text after `=` is read by Hydra's override grammar (`16` is a number, `true` a
-  boolean, `null` is `None`, `[a,b]` a list, `{k: v}` a mapping, `'a b'` a quoted string;
-  quote a value with spaces, commas or a leading `~`: `data.train_files=['~/d.parquet']`)
-  and converted by OmegaConf to the type the field declares. A value that does not convert
+- The text after `=` is read as YAML flow text with YAML 1.2's plain words (`16` and
+  `1e-6` are numbers, `true` a boolean, `off` a word, `null` is `None`, `[a,b]` a list,
+  `{k: v}` a mapping, `'a b'` a quoted string; quote a value with commas or characters such
+  as a leading `~`: `data.train_files=['~/d.parquet']`) and converted by OmegaConf to the
+  type the field declares. A value that does not convert
   is an error naming the key and the value:
   `rollout.n: Value 'many' of type 'str' could not be converted to Integer`.
 - A bare value for a list key is a one-item list (`data.train_files=train.parquet`); empty
-  is `[]`. Several items are a Hydra list, `trainer.loggers=[console,jsonl]`: Hydra reads
-  `console,jsonl` as a sweep and refuses it ("Ambiguous value for argument").
+  is `[]`. Several items are a list, `trainer.loggers=[console,jsonl]`: an unbracketed
+  `console,jsonl` is refused ("Ambiguous value for argument"), except verl's
+  `data.train_files=a.parquet,b.parquet` (and `data.val_files`).
 - `+key=value` adds a key inside a free mapping (`rollout.engine_kwargs`,
-  `actor.engine.model.hf_config`, `vars`), as a key new to a free mapping needs (Hydra's
-  rule); `++key=value` sets a key or adds it there; both refuse a misspelt key of the schema
+  `actor.engine.model.hf_config`, `vars`), as a key new to a free mapping needs;
+  `++key=value` sets a key or adds it there; both refuse a misspelt key of the schema
   with a suggestion. `~key` drops a key back to its default (a free mapping's key is
   removed); `rollout.engine_kwargs={k: v}` replaces a free mapping, `vars.name=...` sets or
   adds a variable.
@@ -190,7 +192,7 @@ How values are read:
 - Unknown keys are an error with a suggestion:
   `actor.engine.optim.lrr: Key 'lrr' not in 'OptimConfig'. Did you mean: 'lr'?`.
 - A recipe's file of several stages (`recipes/quickstart/config.yaml`: `sft:`, `grpo:`) is
-  read by `hf_algos.config.load_mapping` with the same Hydra grammar. It has no schema, so
+  read by `hf_algos.config.load_mapping` with the same grammar. It has no schema, so
   `grpo.trainer.save_freq=5` sets the key or adds it, `~key` removes one and `key={k: v}`
   replaces a mapping; each stage is then checked against its schema when it is built.
 - verl's key paths are accepted where they mean the same thing; see

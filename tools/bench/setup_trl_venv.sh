@@ -57,14 +57,14 @@ print(torch.__version__.split("+")[0], transformers.__version__, trl.__version__
 }
 
 WANTED="$TORCH_VERSION $TRANSFORMERS_VERSION $TRL_VERSION"
-if [[ "$(installed_versions)" == "$WANTED" ]] && "$VENV/bin/python" -c 'import hf_controller, hf_algos, omegaconf, hydra, lazy_loader, reasoning_gym, math_verify' 2>/dev/null; then
+if [[ "$(installed_versions)" == "$WANTED" ]] && "$VENV/bin/python" -c 'import hf_controller, hf_algos, omegaconf, lazy_loader, reasoning_gym, math_verify' 2>/dev/null; then
     echo "already installed: torch $TORCH_VERSION, transformers $TRANSFORMERS_VERSION, trl $TRL_VERSION"
 else
     echo "installing torch $TORCH_VERSION, trl $TRL_VERSION, transformers $TRANSFORMERS_VERSION"
     "$VENV/bin/python" -m pip install --quiet "${CONSTRAINTS[@]}" \
         "torch==$TORCH_VERSION" "trl==$TRL_VERSION" \
         "transformers==$TRANSFORMERS_VERSION" "tokenizers==$TOKENIZERS_VERSION" \
-        "omegaconf>=2.4,<2.5" "hydra-core>=1.4.0rc1,<1.5" "lazy-loader>=0.4,<1" "reasoning-gym==$REASONING_GYM_VERSION" \
+        "omegaconf==2.4.0" "lazy-loader>=0.4,<1" "reasoning-gym==$REASONING_GYM_VERSION" \
         "math-verify==$MATH_VERIFY_VERSION" -e "$ROOT/packages/hf-protocol"
     echo "installing hf-controller and hf-algos (editable, no dependencies: no Ray is needed)"
     "$VENV/bin/python" -m pip install --quiet --no-deps -e "$ROOT/packages/hf-controller" \

