@@ -41,6 +41,7 @@ from hf_algos.trainers.roles.batch_io import (
     call_group,
     for_worker,
     generate,
+    generation_phase,
     tensors,
 )
 from hf_algos.trainers.roles.sampling import sampling_config, step_seed
@@ -148,8 +149,9 @@ class DPOTrainer(Trainer[DataProto]):
         metrics: Metrics = {}
         timing: dict[str, float] = {}
         start = time.perf_counter()
-        if self.online:
-            with timed("gen", timing):
+        if self.online:  # hybrid placement: the rollout is awake for this block only
+            offload = self.config.actor.engine.offload
+            with generation_phase(self.roles, offload, timing), timed("gen", timing):
                 batch = self.sample_pairs(batch, metrics)
         if len(batch) > 0:
             with timed("ref", timing):
