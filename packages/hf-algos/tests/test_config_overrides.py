@@ -134,7 +134,7 @@ def test_verl_keys_in_overrides_and_yaml(tmp_path: Path) -> None:
         "native",
         12,
     )
-    assert config.actor.clip_ratio_low == config.actor.clip_ratio_high == pytest.approx(0.3)
+    assert config.actor.clip_low == config.actor.clip_high == pytest.approx(0.3)
     assert config.trainer.loggers == ("console", "jsonl")
     assert (config.trainer.n_workers, config.trainer.workers_per_node) == (4, 2)
     assert config.data.overlong_prompts == "drop"

@@ -38,7 +38,7 @@ def test_log_ratio_is_old_minus_rollout_and_zero_on_padding() -> None:
 
 
 def test_tis_truncates_at_the_cap() -> None:
-    out = compute_rollout_correction(OLD, ROLLOUT, MASK, mode="tis", cap=2.0)
+    out = compute_rollout_correction(OLD, ROLLOUT, MASK, mode="tis", rollout_is_cap=2.0)
     torch.testing.assert_close(out.weights, torch.tensor([[2.0, 0.25, 1.0, 0.0]]))
     assert not out.weights.requires_grad
     m = out.metrics
@@ -94,7 +94,7 @@ def test_sequence_level_uses_the_geometric_mean() -> None:
 
 def test_bad_arguments_are_refused() -> None:
     with pytest.raises(ValueError, match="rollout_is_cap=0"):
-        compute_rollout_correction(OLD, ROLLOUT, MASK, mode="tis", cap=0.0)
+        compute_rollout_correction(OLD, ROLLOUT, MASK, mode="tis", rollout_is_cap=0.0)
     with pytest.raises(ValueError, match="MIS band"):
         compute_rollout_correction(OLD, ROLLOUT, MASK, mode="mis", mis_low=1.5, mis_high=2.0)
     with pytest.raises(ValueError, match="differ in shape"):
@@ -189,7 +189,7 @@ def test_the_actor_loss_takes_old_log_probs_from_its_own_forward_when_told() -> 
         },
         meta_info={fields.OLD_LOG_PROBS_FROM_UPDATE: True},
     )
-    tis = CorrectionSettings(mode="tis", cap=2.0)
+    tis = CorrectionSettings(mode="tis", rollout_is_cap=2.0)
     loss, metrics = ppo_actor_loss({"log_probs": log_probs}, fused, rollout_correction=tis)  # type: ignore[arg-type]
     # The driver's path: old_log_probs recomputed (equal to the forward), weights written.
     driver = DataProto.from_dict(
@@ -219,7 +219,9 @@ def test_the_actor_loss_takes_old_log_probs_from_its_own_forward_when_told() -> 
 
 def test_settings_resolve_auto_for_the_loss() -> None:
     section = RolloutCorrectionSection(rollout_is_cap=3.0, level="sequence")
-    assert section.settings("off") == CorrectionSettings(mode="off", level="sequence", cap=3.0)
+    assert section.settings("off") == CorrectionSettings(
+        mode="off", level="sequence", rollout_is_cap=3.0
+    )
     assert section.settings("one_step_off").mode == "tis"
     assert RolloutCorrectionSection(mode="mis").settings("off").enabled
 

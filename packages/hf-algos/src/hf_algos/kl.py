@@ -11,7 +11,7 @@ Estimators of KL(policy || reference) from samples of the policy, with
 
 Used as a reward penalty (``token_level_rewards = token_level_scores - beta * kl``, see
 :func:`apply_kl_penalty`, with a :class:`FixedKLController` or :class:`AdaptiveKLController`
-for ``beta``) or as a loss term (``kl_coeff * aggregate_loss(kl_penalty(...))``).
+for ``beta``) or as a loss term (``kl_loss_coef * aggregate_loss(kl_penalty(...))``).
 """
 
 from __future__ import annotations
@@ -101,15 +101,15 @@ class AdaptiveKLController:
     ``beta *= 1 + error * n_steps / horizon``.
     """
 
-    def __init__(self, init_kl_coef: float, target_kl: float, horizon: float) -> None:
-        """``init_kl_coef``: starting beta; ``target_kl``: wanted KL per sequence (> 0);
+    def __init__(self, kl_coef: float, target_kl: float, horizon: float) -> None:
+        """``kl_coef``: starting beta; ``target_kl``: wanted KL per sequence (> 0);
         ``horizon``: steps over which a 20% error moves beta by 20% (> 0)."""
-        if init_kl_coef < 0 or target_kl <= 0 or horizon <= 0:
+        if kl_coef < 0 or target_kl <= 0 or horizon <= 0:
             raise ValueError(
-                f"need init_kl_coef >= 0, target_kl > 0 and horizon > 0; got {init_kl_coef}, "
+                f"need kl_coef >= 0, target_kl > 0 and horizon > 0; got {kl_coef}, "
                 f"{target_kl}, {horizon} (e.g. 0.001, 0.1, 10000)"
             )
-        self.value = float(init_kl_coef)
+        self.value = float(kl_coef)
         self.target = float(target_kl)
         self.horizon = float(horizon)
 

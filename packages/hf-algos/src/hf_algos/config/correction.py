@@ -7,7 +7,7 @@ A section of its own, as every section has (:mod:`hf_algos.config.algorithm` hol
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from hf_controller import ConfigurationError
@@ -63,13 +63,7 @@ class RolloutCorrectionSection:
         from hf_algos.losses.rollout_correction import CorrectionSettings
 
         mode: CorrectionMode = self.mode if self.mode != "auto" else auto_mode(async_mode)
-        return CorrectionSettings(
-            mode=mode,
-            level=self.level,
-            cap=self.rollout_is_cap,
-            mis_low=self.mis_low,
-            mis_high=self.mis_high,
-        )
+        return CorrectionSettings(**{**asdict(self), "mode": mode})
 
     def resolved(self, async_mode: str) -> RolloutCorrectionSection:
         """This section with ``auto`` made concrete for ``trainer.async_mode``: ``tis`` for

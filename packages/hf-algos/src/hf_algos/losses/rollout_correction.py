@@ -55,7 +55,7 @@ class CorrectionSettings:
     """``off`` (metrics only), ``tis`` or ``mis``."""
     level: CorrectionLevel = "token"
     """A ratio per token or per sequence (geometric mean)."""
-    cap: float = 2.0
+    rollout_is_cap: float = 2.0
     """TIS: the largest weight."""
     mis_low: float = 0.5
     """MIS: ratios below this get weight 0."""
@@ -80,7 +80,7 @@ class CorrectionSettings:
             response_mask,
             mode=self.mode,
             level=self.level,
-            cap=self.cap,
+            rollout_is_cap=self.rollout_is_cap,
             mis_low=self.mis_low,
             mis_high=self.mis_high,
         )
@@ -214,7 +214,7 @@ def compute_rollout_correction(
     *,
     mode: CorrectionMode,
     level: CorrectionLevel = "token",
-    cap: float = 2.0,
+    rollout_is_cap: float = 2.0,
     mis_low: float = 0.5,
     mis_high: float = 2.0,
 ) -> RolloutCorrection:
@@ -233,7 +233,7 @@ def compute_rollout_correction(
     scored = sequence_log_ratio(log_ratio, response_mask) if level == "sequence" else log_ratio
     valid = response_mask.bool()
     if mode == "tis":
-        weights, affected = truncated_is_weights(scored, response_mask, cap)
+        weights, affected = truncated_is_weights(scored, response_mask, rollout_is_cap)
     elif mode == "mis":
         weights, affected = masked_is_weights(scored, response_mask, mis_low, mis_high)
     else:

@@ -19,6 +19,7 @@ import functools
 import time
 
 from hf_algos.config.actor import ActorSection
+from hf_algos.config.keywords import keyword_names, section_kwargs
 from hf_algos.config.loading import config_to_dict
 from hf_algos.config.root import DPOConfig
 from hf_algos.config.validation import DPO_MICRO_BATCH_ROWS
@@ -83,10 +84,7 @@ class DPOTrainer(Trainer):
             else None
         )
         loss_fn = functools.partial(
-            dpo_loss_fn,
-            beta=config.dpo.beta,
-            loss_type=config.dpo.loss_type,
-            label_smoothing=config.dpo.label_smoothing,
+            dpo_loss_fn, **section_kwargs(config.dpo, keyword_names(dpo_loss_fn))
         )
         # Online, the pair count varies per step: one optimizer step takes all of them.
         rows = 2 * (config.data.train_batch_size if self.online else config.dpo.mini_batch_size)

@@ -43,6 +43,7 @@ import torch
 from hf_algos.advantages import compute_advantage
 from hf_algos.advantages.registry import AdvantageEstimator, get_advantage_estimator
 from hf_algos.config.algorithm import AlgorithmSection
+from hf_algos.config.keywords import section_kwargs
 from hf_algos.config.loading import config_to_dict
 from hf_algos.config.root import RLConfig
 from hf_algos.data.loader import CollatingDataset, first_row
@@ -580,19 +581,16 @@ def has_rollout_log_probs(batch: DataProto) -> bool:
 def estimator_options(
     algorithm: AlgorithmSection, estimator: AdvantageEstimator
 ) -> dict[str, float | bool]:
-    """The ``algorithm`` hyperparameters ``estimator`` accepts (``gamma``, ``lam``,
-    ``norm_adv_by_std``), by the names its function takes."""
-    options = {
-        "gamma": algorithm.gamma,
-        "lam": algorithm.lam,
-        "norm_adv_by_std": algorithm.norm_adv_by_std_in_grpo,
-    }
-    return {k: v for k, v in options.items() if k in estimator.hyperparameters}
+    """The ``algorithm`` fields ``estimator`` takes as hyper-parameters (``gamma``, ``lam``,
+    ``norm_adv_by_std``): the section's names are the function's."""
+    return section_kwargs(algorithm, estimator.hyperparameters)
 
 
 def build_kl_controller(config: RLConfig) -> KLController:
     """The reward-penalty coefficient controller of ``algorithm.kl_ctrl``."""
     ctrl = config.algorithm.kl_ctrl
     if ctrl.type == "adaptive":
-        return AdaptiveKLController(ctrl.kl_coef, ctrl.target_kl, ctrl.horizon)
+        return AdaptiveKLController(
+            kl_coef=ctrl.kl_coef, target_kl=ctrl.target_kl, horizon=ctrl.horizon
+        )
     return FixedKLController(ctrl.kl_coef)

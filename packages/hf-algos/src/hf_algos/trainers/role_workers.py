@@ -18,6 +18,7 @@ from transformers import PreTrainedTokenizerBase
 
 from hf_algos.config.actor import ActorSection
 from hf_algos.config.critic import CriticSection
+from hf_algos.config.keywords import keyword_names, section_kwargs
 from hf_algos.config.rollout import RolloutSection
 from hf_algos.config.trainer import TrainerSection
 from hf_algos.losses import critic_loss, ppo_actor_loss
@@ -92,14 +93,7 @@ def actor_class(
     ``run_steps``: the run's optimizer steps (:func:`optimizer_steps`)."""
     loss_fn = functools.partial(
         ppo_actor_loss,
-        clip_low=actor.clip_ratio_low,
-        clip_high=actor.clip_ratio_high,
-        clip_c=actor.clip_ratio_c,
-        loss_agg_mode=actor.loss_agg_mode,
-        entropy_coeff=actor.entropy_coeff,
-        kl_coeff=actor.kl_loss_coef if actor.use_kl_loss else 0.0,
-        kl_kind=actor.kl_loss_type,
-        policy_loss=actor.policy_loss,
+        **section_kwargs(actor, keyword_names(ppo_actor_loss)),
         rollout_correction=rollout_correction,
     )
     return actor_class_with_loss(actor, trainer, loss_fn, mini_batch_rows, run_steps=run_steps)
@@ -161,9 +155,7 @@ def critic_class(
         ppo_epochs=critic.ppo_epochs,
         seed=trainer.seed,
     )
-    loss_fn = functools.partial(
-        critic_loss, cliprange_value=critic.cliprange_value, loss_agg_mode=critic.loss_agg_mode
-    )
+    loss_fn = functools.partial(critic_loss, **section_kwargs(critic, keyword_names(critic_loss)))
     return RayClassWithInitArgs(CriticWorker, config, loss_fn)
 
 
