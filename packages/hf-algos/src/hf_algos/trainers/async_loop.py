@@ -70,13 +70,13 @@ T = TypeVar("T")
 class AsyncSpec:
     """How far generation runs ahead (see the module docstring)."""
 
-    depth: int
-    """Generations queued ahead of the trainer."""
-    push_every: int
-    """Push weights every this many steps."""
+    queue_size: int
+    """Generations queued ahead of the trainer (``trainer.queue_size``)."""
+    weight_push_every: int
+    """Push weights every this many steps (``trainer.weight_push_every``)."""
     max_staleness: int | None
     """Drop prompt groups lagging by more versions than this; ``None``: keep all."""
-    chunk_tokens: int | None = None
+    partial_chunk_tokens: int | None = None
     """Partial rollout: new tokens per call; ``None``: one call per generation (the response
     budget and the stop tokens are the step's sampling config's)."""
     pad_id: int = 0
@@ -142,7 +142,7 @@ class AsyncRollout:
         batch = self._guarded(lambda: self._finish(job), job)
         metrics: Metrics = {}
         self._guarded(self._wait_push)
-        if version - self.rollout_version >= self.spec.push_every:
+        if version - self.rollout_version >= self.spec.weight_push_every:
             self._guarded(lambda: self._start_push(version))
         batch = self._replace_stale(job, batch, version, metrics)
         self._guarded(self._fill)
@@ -195,7 +195,7 @@ class AsyncRollout:
         for job in self.queue:
             if job.output is None and job.handles is None:
                 self._issue(job)
-        while len(self.queue) < self.spec.depth and self.issued < self._total():
+        while len(self.queue) < self.spec.queue_size and self.issued < self._total():
             self.issued += 1
             job = GenerationJob(self.issued, self._draw())
             self.queue.append(job)  # first: a failed issue leaves it queued, issued again
@@ -203,9 +203,9 @@ class AsyncRollout:
 
     def _issue(self, job: GenerationJob) -> None:
         sampling, spec = self._sampling(job.index, 0), self.spec
-        if spec.chunk_tokens is not None:
+        if spec.partial_chunk_tokens is not None:
             budget, stops = sampling.max_new_tokens, tuple(stop_ids_for(sampling))
-            chunk = min(spec.chunk_tokens, budget)
+            chunk = min(spec.partial_chunk_tokens, budget)
             job.partial = PartialGeneration(budget, chunk, stops, spec.pad_id)
             sampling = dataclasses.replace(sampling, max_new_tokens=chunk)
         self._submit(job, job.prompts, sampling)

@@ -131,7 +131,7 @@ class DPOTrainer(Trainer):
         options = PreferenceDatasetConfig(
             max_prompt_length=data.max_prompt_length,
             max_response_length=self.config.max_response_length,
-            overlong=data.overlong_prompts,
+            overlong_prompts=data.overlong_prompts,
             **prompt_options(data),
         )
         return PreferenceDataset(list(files), self.tokenizer, options)

@@ -494,16 +494,18 @@ def async_rollout(trainer: PPOTrainer) -> AsyncRollout:
     config, tokenizer = trainer.config, trainer.tokenizer
     section = config.trainer
     if section.async_mode == "one_step_off":
-        spec = AsyncSpec(depth=1, push_every=1, max_staleness=None)
+        spec = AsyncSpec(queue_size=1, weight_push_every=1, max_staleness=None)
     else:
         pad = (
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         )
         spec = AsyncSpec(
-            depth=section.queue_size,
-            push_every=section.weight_push_every,
+            queue_size=section.queue_size,
+            weight_push_every=section.weight_push_every,
             max_staleness=section.max_staleness,
-            chunk_tokens=config.rollout.partial_chunk_tokens if config.rollout.partial else None,
+            partial_chunk_tokens=config.rollout.partial_chunk_tokens
+            if config.rollout.partial
+            else None,
             pad_id=int(pad or 0),
         )
 
