@@ -81,7 +81,7 @@ def test_apply_kl_penalty_subtracts_beta_kl_on_valid_tokens() -> None:
         }
     )
     controller = AdaptiveKLController(kl_coef=0.1, target_kl=1.0, horizon=10)
-    data, metrics = apply_kl_penalty(data, controller, kind="kl")
+    data, metrics = apply_kl_penalty(data, controller, kl_penalty="kl")
     assert data.batch is not None
     torch.testing.assert_close(
         data.batch["token_level_rewards"], torch.tensor([[-0.1 * LN2, 1.0, 0.0]])

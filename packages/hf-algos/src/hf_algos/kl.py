@@ -58,18 +58,22 @@ KL_ESTIMATORS: Final[dict[str, Callable[[torch.Tensor], torch.Tensor]]] = {
 """Per-token estimators by name, each a function of ``log_prob - ref_log_prob``."""
 
 
+def kl_estimator(kind: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The per-token estimator ``kind`` of :data:`KL_ESTIMATORS`; the error lists the names."""
+    try:
+        return KL_ESTIMATORS[kind]
+    except KeyError:
+        known = ", ".join(KL_ESTIMATORS)
+        raise ValueError(f"unknown KL estimator {kind!r}; choose one of {known}") from None
+
+
 def kl_penalty(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, kind: str) -> torch.Tensor:
     """Per-token KL estimate of the policy against the reference (module docstring lists kinds).
 
     Shape: ``log_prob`` and ``ref_log_prob`` ``(B, R)``; returns ``(B, R)`` (padding
     positions hold whatever the inputs give; mask them when reducing).
     """
-    try:
-        estimator = KL_ESTIMATORS[kind]
-    except KeyError:
-        known = ", ".join(KL_ESTIMATORS)
-        raise ValueError(f"unknown KL estimator {kind!r}; choose one of {known}") from None
-    return estimator(log_prob - ref_log_prob)
+    return kl_estimator(kind)(log_prob - ref_log_prob)
 
 
 class FixedKLController:
@@ -131,9 +135,10 @@ KLController = FixedKLController | AdaptiveKLController
 
 
 def apply_kl_penalty(
-    data: DataProto, controller: KLController, kind: str = "kl"
+    data: DataProto, controller: KLController, kl_penalty: str = "kl"
 ) -> tuple[DataProto, dict[str, Any]]:
-    """Write ``token_level_rewards = token_level_scores - beta * kl * response_mask``.
+    """Write ``token_level_rewards = token_level_scores - beta * kl * response_mask``, the
+    KL estimated per token by the estimator ``kl_penalty`` (``algorithm.kl_penalty``).
 
     Reads ``token_level_scores``, ``old_log_probs``, ``ref_log_prob``, ``response_mask``
     (all ``(B, R)``) from ``data.batch``; updates ``controller`` with the batch's mean
@@ -150,7 +155,8 @@ def apply_kl_penalty(
         ),
     )
     mask = batch[fields.RESPONSE_MASK].to(torch.float32)
-    kl = kl_penalty(batch[fields.OLD_LOG_PROBS], batch[fields.REF_LOG_PROB], kind) * mask
+    log_ratio = batch[fields.OLD_LOG_PROBS] - batch[fields.REF_LOG_PROB]
+    kl = kl_estimator(kl_penalty)(log_ratio) * mask
     beta = controller.value
     batch[fields.TOKEN_LEVEL_REWARDS] = batch[fields.TOKEN_LEVEL_SCORES] - beta * kl
     sequence_kl = masked_mean(kl, mask, dim=-1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 
 def keyword_names(consumer: Callable[..., Any]) -> tuple[str, ...]:
@@ -26,3 +26,13 @@ def section_kwargs(section: Any, names: Iterable[str]) -> dict[str, Any]:
     keywords, :func:`keyword_names`), by name: ``{field: value}``."""
     fields = {f.name for f in dataclasses.fields(section)}
     return {name: getattr(section, name) for name in names if name in fields}
+
+
+_T = TypeVar("_T")
+
+
+def build_from(consumer: Callable[..., _T], section: Any, **overrides: Any) -> _T:
+    """``consumer`` (a worker's config class) called with the fields of ``section`` it takes,
+    by name, and with ``overrides``: the values the trainer sets itself (the device, the
+    seed, the run's length) in place of, or besides, the section's."""
+    return consumer(**{**section_kwargs(section, keyword_names(consumer)), **overrides})

@@ -14,16 +14,18 @@ Its keywords are the field names of the ``actor`` config section
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 import torch
 
+from hf_algos.config.correction import RolloutCorrectionSection
 from hf_algos.kl import kl_penalty
 from hf_algos.losses.aggregation import aggregate_loss, global_share
 from hf_algos.losses.entropy import entropy_bonus
 from hf_algos.losses.inputs import batch_field, mini_batch_totals
 from hf_algos.losses.policy import get_policy_loss
-from hf_algos.losses.rollout_correction import CorrectionSettings
+from hf_algos.losses.rollout_correction import compute_rollout_correction
 from hf_protocol import DataProto, fields
 
 if TYPE_CHECKING:  # hf_engines imports transformers; only its types are needed here
@@ -43,7 +45,7 @@ def ppo_actor_loss(
     kl_loss_coef: float = 0.001,
     kl_loss_type: str = "low_var_kl",
     policy_loss: str = "ppo",
-    rollout_correction: CorrectionSettings | None = None,
+    rollout_correction: RolloutCorrectionSection | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Policy loss ``- entropy_coeff * entropy + kl_loss_coef * KL(policy || ref)`` (the KL
     term with ``use_kl_loss`` only).
@@ -141,7 +143,7 @@ def token_weights(
     micro_batch: DataProto,
     old_log_probs: torch.Tensor,
     mask: torch.Tensor,
-    settings: CorrectionSettings | None,
+    settings: RolloutCorrectionSection | None,
 ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
     """The policy loss's ``token_weights`` keyword (empty: none) and correction metrics.
 
@@ -157,6 +159,6 @@ def token_weights(
     if settings is None or batch is None or fields.ROLLOUT_LOG_PROBS not in batch:
         return {}, {}
     rollout = batch[fields.ROLLOUT_LOG_PROBS].to(mask.device)
-    correction = settings.apply(old_log_probs, rollout, mask)
+    correction = compute_rollout_correction(old_log_probs, rollout, mask, **asdict(settings))
     weights = {"token_weights": correction.weights} if settings.enabled else {}
     return weights, correction.metrics

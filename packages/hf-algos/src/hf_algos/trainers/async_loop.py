@@ -1,7 +1,7 @@
 """The async modes' generation pipeline: generations queued ahead of the trainer (driver side).
 
 ``trainer.async_mode`` is a driver pattern, not threads in workers. The driver keeps
-``depth`` non-blocking ``generate_sequences`` calls queued on the rollout group (a Ray actor
+``queue_size`` non-blocking ``generate_sequences`` calls queued on the rollout group (a Ray actor
 runs its calls in submission order, so the rollout never waits for the driver); each step
 takes the oldest finished batch (FIFO, so the prompts trained on follow the loader's order)::
 
@@ -9,12 +9,12 @@ takes the oldest finished batch (FIFO, so the prompts trained on follow the load
     push the actor's weights, if due             # queued on the rollout after its calls
     drop prompt groups lagging > max_staleness,  # async/stale_dropped
         generate them again with the new weights
-    queue the next loader batches up to depth    # generated while the actor trains
+    queue the next loader batches up to queue_size  # generated while the actor trains
     return batch                                 # -> score, log-probs, advantages, update
 
-``one_step_off`` is depth 1 and a push every step (batch t+1 is generated with the weights
+``one_step_off`` is a queue of 1 and a push every step (batch t+1 is generated with the weights
 of step t-1 while the actor trains on batch t: every sample lags by exactly one version);
-``fully_async`` is depth ``trainer.queue_size``, a push every ``trainer.weight_push_every``
+``fully_async`` queues ``trainer.queue_size``, a push every ``trainer.weight_push_every``
 steps and the staleness bound ``trainer.max_staleness``; with ``rollout.partial`` each
 generation is a chain of chunk calls continued with whatever weights the rollout holds
 (:class:`~hf_algos.trainers.async_partial.PartialGeneration`). Every sample carries the
@@ -134,7 +134,7 @@ class AsyncRollout:
 
     def next_batch(self, version: int) -> tuple[DataProto, Metrics]:
         """The oldest generation's samples for the trainer at policy ``version``, stale
-        groups generated again, and the ``async/*`` metrics; keeps ``depth`` queued."""
+        groups generated again, and the ``async/*`` metrics; keeps ``queue_size`` queued."""
         start = time.perf_counter()
         self.policy_version = version
         self._guarded(self._fill)

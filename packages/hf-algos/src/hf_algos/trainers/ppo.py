@@ -37,12 +37,14 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import asdict
 
 import torch
 
 from hf_algos.advantages import compute_advantage
 from hf_algos.advantages.registry import AdvantageEstimator, get_advantage_estimator
 from hf_algos.config.algorithm import AlgorithmSection
+from hf_algos.config.correction import RolloutCorrectionSection
 from hf_algos.config.keywords import section_kwargs
 from hf_algos.config.loading import config_to_dict
 from hf_algos.config.root import RLConfig
@@ -50,7 +52,7 @@ from hf_algos.data.loader import CollatingDataset, first_row
 from hf_algos.data.rl_dataset import rl_loader, val_dataset
 from hf_algos.data.tokenizer import load_tokenizer
 from hf_algos.kl import AdaptiveKLController, FixedKLController, KLController, apply_kl_penalty
-from hf_algos.losses.rollout_correction import CorrectionSettings
+from hf_algos.losses.rollout_correction import compute_rollout_correction
 from hf_algos.rewards import RewardManager, RewardModelScorer
 from hf_algos.tracking import (
     compute_data_metrics,
@@ -123,7 +125,7 @@ class PPOTrainer(Trainer):
         self.kl_ctrl = build_kl_controller(config)
         # "auto": TIS when the samples are off-policy (an async mode), else off
         algorithm, async_mode = config.algorithm, config.trainer.async_mode
-        self._rollout_correction = algorithm.rollout_correction.settings(async_mode)
+        self._rollout_correction = algorithm.rollout_correction.resolved(async_mode)
         self.estimator = get_advantage_estimator(config.algorithm.adv_estimator)
         self.estimator_options = estimator_options(config.algorithm, self.estimator)
         needed = roles_needed(config, self.estimator)
@@ -377,7 +379,9 @@ class PPOTrainer(Trainer):
     def kl_penalty(self, batch: DataProto) -> Metrics:
         """``token_level_rewards`` = scores minus the KL penalty against the reference
         (``algorithm.use_kl_in_reward``); the controller adapts its coefficient."""
-        _, metrics = apply_kl_penalty(batch, self.kl_ctrl, self.config.algorithm.kl_penalty)
+        _, metrics = apply_kl_penalty(
+            batch, self.kl_ctrl, kl_penalty=self.config.algorithm.kl_penalty
+        )
         return metrics
 
     def _actor_fields(self, batch: DataProto, keys: tuple[str, ...]) -> tuple[str, ...]:
@@ -543,13 +547,13 @@ def old_log_probs_from_update(config: RLConfig, rows: int) -> bool:
     )
 
 
-def apply_rollout_correction(batch: DataProto, settings: CorrectionSettings) -> Metrics:
+def apply_rollout_correction(batch: DataProto, settings: RolloutCorrectionSection) -> Metrics:
     """Compare ``old_log_probs`` with ``rollout_log_probs`` over the whole step's batch:
     returns the ``rollout_correction/*`` metrics and, when ``settings.mode`` is not ``off``,
     writes the per-token ``rollout_is_weights`` the actor's policy loss multiplies by.
 
     Call it after ``old_log_probs`` are in the batch (recomputed by the actor), with the
-    settings of the run's async mode (``RolloutCorrectionSection.settings``). A batch
+    section resolved for the run's async mode (``RolloutCorrectionSection.resolved``). A batch
     without ``rollout_log_probs`` has nothing to compare: no metrics, and an error when a
     correction is asked for.
     """
@@ -557,15 +561,18 @@ def apply_rollout_correction(batch: DataProto, settings: CorrectionSettings) -> 
         check_rollout_log_probs(settings, present=False)
         return {}
     data = tensors(batch)
-    correction = settings.apply(
-        data[fields.OLD_LOG_PROBS], data[fields.ROLLOUT_LOG_PROBS], data[fields.RESPONSE_MASK]
+    correction = compute_rollout_correction(
+        data[fields.OLD_LOG_PROBS],
+        data[fields.ROLLOUT_LOG_PROBS],
+        data[fields.RESPONSE_MASK],
+        **asdict(settings),
     )
     if settings.enabled:
         data[fields.ROLLOUT_IS_WEIGHTS] = correction.weights
     return correction.metrics
 
 
-def check_rollout_log_probs(settings: CorrectionSettings, present: bool) -> None:
+def check_rollout_log_probs(settings: RolloutCorrectionSection, present: bool) -> None:
     """Refuse a correction (``tis`` / ``mis``) when the rollout wrote no log-probs."""
     if settings.enabled and not present:
         raise KeyError(
