@@ -43,7 +43,6 @@ import torch
 
 from hf_algos.advantages import compute_advantage
 from hf_algos.advantages.registry import AdvantageEstimator, get_advantage_estimator
-from hf_algos.config.algorithm import AlgorithmSection
 from hf_algos.config.correction import RolloutCorrectionSection
 from hf_algos.config.keywords import section_kwargs
 from hf_algos.config.loading import config_to_dict
@@ -127,7 +126,8 @@ class PPOTrainer(Trainer):
         algorithm, async_mode = config.algorithm, config.trainer.async_mode
         self._rollout_correction = algorithm.rollout_correction.resolved(async_mode)
         self.estimator = get_advantage_estimator(config.algorithm.adv_estimator)
-        self.estimator_options = estimator_options(config.algorithm, self.estimator)
+        # gamma, lam, norm_adv_by_std: the section's fields the estimator takes, by name
+        self.estimator_options = section_kwargs(config.algorithm, self.estimator.hyperparameters)
         needed = roles_needed(config, self.estimator)
         self.use_critic = "critic" in needed
         self.use_ref = "ref" in needed
@@ -585,14 +585,6 @@ def check_rollout_log_probs(settings: RolloutCorrectionSection, present: bool) -
 def has_rollout_log_probs(batch: DataProto) -> bool:
     """Whether the rollout wrote its own log-probs into ``batch``."""
     return batch.batch is not None and fields.ROLLOUT_LOG_PROBS in batch.batch
-
-
-def estimator_options(
-    algorithm: AlgorithmSection, estimator: AdvantageEstimator
-) -> dict[str, float | bool]:
-    """The ``algorithm`` fields ``estimator`` takes as hyper-parameters (``gamma``, ``lam``,
-    ``norm_adv_by_std``): the section's names are the function's."""
-    return section_kwargs(algorithm, estimator.hyperparameters)
 
 
 def build_kl_controller(config: RLConfig) -> KLController:
