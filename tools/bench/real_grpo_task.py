@@ -59,9 +59,9 @@ class RealSettings:
     grad_clip: float
     """Gradient-norm clip."""
     clip_low: float
-    """PPO ratio clip below 1 (``actor.clip_ratio_low``)."""
+    """PPO ratio clip below 1 (``actor.clip_low``)."""
     clip_high: float
-    """PPO ratio clip above 1 (``actor.clip_ratio_high``)."""
+    """PPO ratio clip above 1 (``actor.clip_high``)."""
     val_samples: int
     """Sampled answers per validation prompt (``trainer.val_samples``)."""
     model: str

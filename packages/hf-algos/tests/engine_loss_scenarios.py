@@ -51,7 +51,12 @@ def run_ppo(model_dir: str) -> dict[str, Any]:
     batch.batch["ref_log_prob"] = old.clone()
     batch.batch["advantages"] = sign * batch.batch["response_mask"]
     loss_fn = functools.partial(
-        ppo_actor_loss, clip_low=0.2, clip_high=0.28, entropy_coeff=1e-3, kl_coeff=1e-3
+        ppo_actor_loss,
+        clip_low=0.2,
+        clip_high=0.28,
+        entropy_coeff=1e-3,
+        use_kl_loss=True,
+        kl_loss_coef=1e-3,
     )
     before = sequence_log_probs(actor, batch)
     metrics = [actor.train_step(batch, loss_fn) for _ in range(STEPS)]

@@ -55,7 +55,7 @@ class LinearRole:
 
 
 def test_save_load_resume_exactly(tmp_path: Path) -> None:
-    manager = CheckpointManager(tmp_path, max_to_keep=2)
+    manager = CheckpointManager(tmp_path, max_checkpoints=2)
     assert manager.latest() is None
     role = LinearRole(seed=0)
     for step in range(1, 4):
@@ -93,18 +93,18 @@ def test_incomplete_checkpoints_are_not_latest(tmp_path: Path) -> None:
         manager.load(tmp_path / "global_step_2")
     with pytest.raises(FileNotFoundError, match="has no 'critic' state"):
         manager.load(tmp_path / "global_step_1", {"critic": LinearRole(0)})
-    with pytest.raises(ValueError, match="max_to_keep"):
-        CheckpointManager(tmp_path, max_to_keep=0)
+    with pytest.raises(ValueError, match="max_checkpoints"):
+        CheckpointManager(tmp_path, max_checkpoints=0)
 
 
 def test_stale_temporaries_go_and_pruning_keeps_the_latest(tmp_path: Path) -> None:
-    manager = CheckpointManager(tmp_path, max_to_keep=1)
+    manager = CheckpointManager(tmp_path, max_checkpoints=1)
     (tmp_path / ".tmp-global_step_7-dead").mkdir()  # a save killed midway
     (tmp_path / "global_step_9" / "actor").mkdir(parents=True)  # an old-style partial save
     manager.save(1, {}, {"actor": LinearRole(0)})
     assert not (tmp_path / ".tmp-global_step_7-dead").exists()
     manager.save(2, {}, {"actor": LinearRole(0)})
-    # the incomplete global_step_9 neither counts towards max_to_keep nor becomes latest
+    # the incomplete global_step_9 neither counts towards max_checkpoints nor becomes latest
     assert [p.name for p in manager.checkpoints()] == ["global_step_2"]
     assert manager.latest() == tmp_path / "global_step_2"
     # a pointer naming a vanished checkpoint falls back to the newest complete one

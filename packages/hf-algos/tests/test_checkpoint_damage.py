@@ -32,8 +32,8 @@ from .test_checkpoint import LinearRole
 from .test_cli import FAST, TINY, _task, hybridflow
 
 
-def _three_checkpoints(root: Path, max_to_keep: int | None = None) -> CheckpointManager:
-    manager = CheckpointManager(root, max_to_keep)
+def _three_checkpoints(root: Path, max_checkpoints: int | None = None) -> CheckpointManager:
+    manager = CheckpointManager(root, max_checkpoints)
     role = LinearRole(seed=0)
     for step in (1, 2, 3):
         role.train_step()
@@ -90,7 +90,7 @@ def test_a_checkpoint_without_manifest_loads_with_one_warning(
 
 
 def test_resume_refuses_a_damaged_latest_or_takes_the_previous_good_one(tmp_path: Path) -> None:
-    manager = _three_checkpoints(tmp_path, max_to_keep=2)
+    manager = _three_checkpoints(tmp_path, max_checkpoints=2)
     step_2, step_3 = tmp_path / "global_step_2", tmp_path / "global_step_3"
     (step_3 / STATE_FILE).write_bytes(b"cut")
     with pytest.raises(DamagedCheckpointError) as refused:

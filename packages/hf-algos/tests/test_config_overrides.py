@@ -134,7 +134,7 @@ def test_verl_keys_in_overrides_and_yaml(tmp_path: Path) -> None:
         "native",
         12,
     )
-    assert config.actor.clip_ratio_low == config.actor.clip_ratio_high == pytest.approx(0.3)
+    assert config.actor.clip_low == config.actor.clip_high == pytest.approx(0.3)
     assert config.trainer.loggers == ("console", "jsonl")
     assert (config.trainer.n_workers, config.trainer.workers_per_node) == (4, 2)
     assert config.data.overlong_prompts == "drop"
@@ -466,3 +466,32 @@ def test_router_replay_is_an_actor_option_of_both_engines() -> None:
     assert load("actor.router_replay=true").actor.router_replay
     megatron = load("actor.router_replay=true", "actor.engine.backend=megatron").actor
     assert megatron.router_replay and megatron.engine.backend == "megatron"
+
+
+def test_verl_names_of_renamed_native_keys_reach_the_consumers_names() -> None:
+    """verl's ``clip_ratio_*`` and ``norm_adv_by_std_in_grpo`` are aliases of the keys named
+    as the policy loss and the estimator take them; both spellings of one key must agree."""
+    config = load_config(
+        RLConfig,
+        overrides=[
+            *BASE,
+            "actor_rollout_ref.actor.clip_ratio_low=0.1",
+            "actor_rollout_ref.actor.clip_ratio_high=0.28",
+            "actor_rollout_ref.actor.clip_ratio_c=3.0",
+            "algorithm.norm_adv_by_std_in_grpo=false",
+        ],
+    )
+    actor = config.actor
+    assert (actor.clip_low, actor.clip_high, actor.clip_c) == (0.1, 0.28, 3.0)
+    assert config.algorithm.norm_adv_by_std is False
+    with pytest.raises(ConfigurationError, match=r"set the same key algorithm\.norm_adv_by_std"):
+        load_config(
+            RLConfig,
+            overrides=[
+                *BASE,
+                "algorithm.norm_adv_by_std_in_grpo=false",
+                "algorithm.norm_adv_by_std=true",
+            ],
+        )
+    with pytest.raises(ConfigurationError, match="Did you mean: 'clip_low'"):
+        load_config(RLConfig, overrides=[*BASE, "actor.clip_ratio_low=0.1"])

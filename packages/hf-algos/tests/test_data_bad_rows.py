@@ -156,7 +156,7 @@ def test_overlong_error_drop_and_all_dropped(
     with pytest.raises(ValueError, match=r"every one of the 3 prompts .*shortest 6, longest 32"):
         rl_dataset(tiny, files, tokenizer)
     with pytest.raises(ValueError, match="'filter' is now called 'drop'"):
-        RLDatasetConfig(overlong="filter")
+        RLDatasetConfig(overlong_prompts="filter")
 
 
 def test_sft_and_preference_rows_are_checked(tmp_path: Path, tokenizer) -> None:

@@ -49,13 +49,15 @@ def test_pairs_collate_as_adjacent_rows(
     config = PreferenceDatasetConfig(max_prompt_length=32, max_response_length=10)
     where = r"pairs\.jsonl, line 3" if suffix == ".jsonl" else r"pairs\.parquet, row 2 \(0-based\)"
     with pytest.raises(ValueError, match=where + r": field 'chosen' is 31 tokens long"):
-        PreferenceDataset(path, tokenizer, config)  # overlong="error" is the default
-    config = PreferenceDatasetConfig(max_prompt_length=32, max_response_length=10, overlong="drop")
+        PreferenceDataset(path, tokenizer, config)  # overlong_prompts="error" is the default
+    config = PreferenceDatasetConfig(
+        max_prompt_length=32, max_response_length=10, overlong_prompts="drop"
+    )
     with caplog.at_level(logging.WARNING, logger="hf_algos.data.preference"):
         dataset = PreferenceDataset(path, tokenizer, config)
     assert len(dataset) == 2 and dataset.num_filtered == 1
     assert "dropped 1 of 3 pairs" in caplog.text
-    tight = PreferenceDatasetConfig(max_prompt_length=2, overlong="drop")
+    tight = PreferenceDatasetConfig(max_prompt_length=2, overlong_prompts="drop")
     with pytest.raises(ValueError, match=r"every one of the 3 pairs .* left none"):
         PreferenceDataset(path, tokenizer, tight)
 

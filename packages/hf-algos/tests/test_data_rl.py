@@ -90,7 +90,7 @@ def test_chat_template_applied_and_overlong_filtered(
     path = write_rows(_rows(), tmp_path / "data.jsonl")
     with caplog.at_level(logging.WARNING, logger="hf_algos.data.rl_dataset"):
         dataset = RLDataset(
-            path, chat_tokenizer, RLDatasetConfig(max_prompt_length=16, overlong="drop")
+            path, chat_tokenizer, RLDatasetConfig(max_prompt_length=16, overlong_prompts="drop")
         )
     assert len(dataset) == 2 and dataset.num_filtered == 1
     assert "dropped 1 of 3 prompts" in caplog.text

@@ -35,8 +35,9 @@ def test_actor_loss_composes_policy_entropy_and_kl() -> None:
         clip_low=0.2,
         clip_high=0.28,
         entropy_coeff=0.01,
-        kl_coeff=0.1,
-        kl_kind="low_var_kl",
+        use_kl_loss=True,
+        kl_loss_coef=0.1,
+        kl_loss_type="low_var_kl",
     )
     pg = ppo_policy_loss(NEW, OLD, ADV, MASK, clip_low=0.2, clip_high=0.28)
     entropy = (2.0 + 1.0 + 0.5 * 3) / 5
@@ -64,7 +65,7 @@ def test_actor_loss_without_kl_or_entropy_terms() -> None:
     assert loss.item() == pytest.approx(expected.item())
     assert "kl_loss" not in metrics and metrics["pg_clipfrac"] == 0.0
     with pytest.raises(KeyError, match="ref_log_prob"):
-        ppo_actor_loss(outputs, micro_batch(), kl_coeff=0.1)  # type: ignore[arg-type]
+        ppo_actor_loss(outputs, micro_batch(), use_kl_loss=True, kl_loss_coef=0.1)  # type: ignore[arg-type]
     with pytest.raises(KeyError, match=r"old_log_probs.*actor\.compute_log_prob"):
         ppo_actor_loss(outputs, DataProto.from_dict(tensors={"response_mask": MASK}))  # type: ignore[arg-type]
 
@@ -84,7 +85,9 @@ def test_critic_loss_metrics() -> None:
 
 
 def test_partials_pickle_and_give_the_same_loss() -> None:
-    loss_fn = functools.partial(ppo_actor_loss, clip_low=0.2, clip_high=0.28, kl_coeff=0.05)
+    loss_fn = functools.partial(
+        ppo_actor_loss, clip_low=0.2, clip_high=0.28, use_kl_loss=True, kl_loss_coef=0.05
+    )
     restored = pickle.loads(pickle.dumps(loss_fn))
     outputs = {"log_probs": NEW, "entropy": ENTROPY}
     batch = micro_batch(ref_log_prob=REF)
@@ -106,7 +109,8 @@ def test_all_zero_mask_gives_finite_loss_and_gradient() -> None:
     loss, metrics = ppo_actor_loss(
         {"log_probs": log_prob, "entropy": ENTROPY},  # type: ignore[arg-type]
         batch,
-        kl_coeff=0.1,
+        use_kl_loss=True,
+        kl_loss_coef=0.1,
         entropy_coeff=0.01,
     )
     loss.backward()

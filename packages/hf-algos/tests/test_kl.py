@@ -55,7 +55,7 @@ def test_unknown_kind_lists_choices() -> None:
 
 
 def test_adaptive_controller_by_hand() -> None:
-    controller = AdaptiveKLController(init_kl_coef=0.1, target_kl=0.1, horizon=100)
+    controller = AdaptiveKLController(kl_coef=0.1, target_kl=0.1, horizon=100)
     controller.update(current_kl=0.15, n_steps=10)  # error 0.5 -> clipped 0.2
     assert controller.value == pytest.approx(0.1 * 1.02)
     controller.update(current_kl=0.09, n_steps=10)  # error -0.1
@@ -82,8 +82,8 @@ def test_apply_kl_penalty_subtracts_beta_kl_on_valid_tokens() -> None:
             "response_mask": torch.tensor([[1, 1, 0]]),
         }
     )
-    controller = AdaptiveKLController(init_kl_coef=0.1, target_kl=1.0, horizon=10)
-    data, metrics = apply_kl_penalty(data, controller, kind="kl")
+    controller = AdaptiveKLController(kl_coef=0.1, target_kl=1.0, horizon=10)
+    data, metrics = apply_kl_penalty(data, controller, kl_penalty="kl")
     assert data.batch is not None
     torch.testing.assert_close(
         data.batch[TOKEN_LEVEL_KL_PENALTY], torch.tensor([[0.1 * LN2, 0.0, 0.0]])

@@ -47,7 +47,8 @@ def actor_loss(
         batch,
         loss_agg_mode=mode,
         entropy_coeff=0.01,
-        kl_coeff=0.1,
+        use_kl_loss=True,
+        kl_loss_coef=0.1,
         policy_loss=policy,
     )
 

@@ -291,7 +291,7 @@ def _task(fn: Any) -> Any:
 
     sample = {"solution": "x", "ground_truth": "x", "data_source": "t", "extra_info": None}
     blob = cloudpickle.dumps(scoring_call_of(fn))
-    return ScoringTask(function=blob, samples=[sample], timeout_s=1.0, cpu_limit_s=None)
+    return ScoringTask(function=blob, samples=[sample], timeout_s=1.0, cpu_limit_per_sample_s=None)
 
 
 def test_a_task_past_its_deadline_loses_its_process_not_the_pool() -> None:

@@ -12,7 +12,6 @@ import torch
 
 from hf_algos.config import RLConfig, RolloutCorrectionSection, load_config
 from hf_algos.losses import (
-    CorrectionSettings,
     compute_rollout_correction,
     mismatch_kl,
     ppo_actor_loss,
@@ -38,7 +37,7 @@ def test_log_ratio_is_old_minus_rollout_and_zero_on_padding() -> None:
 
 
 def test_tis_truncates_at_the_cap() -> None:
-    out = compute_rollout_correction(OLD, ROLLOUT, MASK, mode="tis", cap=2.0)
+    out = compute_rollout_correction(OLD, ROLLOUT, MASK, mode="tis", rollout_is_cap=2.0)
     torch.testing.assert_close(out.weights, torch.tensor([[2.0, 0.25, 1.0, 0.0]]))
     assert not out.weights.requires_grad
     m = out.metrics
@@ -94,7 +93,7 @@ def test_sequence_level_uses_the_geometric_mean() -> None:
 
 def test_bad_arguments_are_refused() -> None:
     with pytest.raises(ValueError, match="rollout_is_cap=0"):
-        compute_rollout_correction(OLD, ROLLOUT, MASK, mode="tis", cap=0.0)
+        compute_rollout_correction(OLD, ROLLOUT, MASK, mode="tis", rollout_is_cap=0.0)
     with pytest.raises(ValueError, match="MIS band"):
         compute_rollout_correction(OLD, ROLLOUT, MASK, mode="mis", mis_low=1.5, mis_high=2.0)
     with pytest.raises(ValueError, match="differ in shape"):
@@ -158,10 +157,10 @@ def test_apply_rollout_correction_writes_weights_only_when_on() -> None:
         fields.RESPONSE_MASK: MASK,
     }
     batch = DataProto.from_dict(tensors=dict(tensors))
-    metrics = apply_rollout_correction(batch, CorrectionSettings(mode="off"))
+    metrics = apply_rollout_correction(batch, RolloutCorrectionSection(mode="off"))
     assert "rollout_correction/kl_k1" in metrics
     assert batch.batch is not None and fields.ROLLOUT_IS_WEIGHTS not in batch.batch
-    metrics = apply_rollout_correction(batch, CorrectionSettings(mode="tis"))
+    metrics = apply_rollout_correction(batch, RolloutCorrectionSection(mode="tis"))
     torch.testing.assert_close(
         batch.batch[fields.ROLLOUT_IS_WEIGHTS], torch.tensor([[2.0, 0.25, 1.0, 0.0]])
     )
@@ -171,9 +170,9 @@ def test_apply_rollout_correction_writes_weights_only_when_on() -> None:
     no_rollout = DataProto.from_dict(
         tensors={fields.OLD_LOG_PROBS: OLD, fields.RESPONSE_MASK: MASK}
     )
-    assert apply_rollout_correction(no_rollout, CorrectionSettings(mode="off")) == {}
+    assert apply_rollout_correction(no_rollout, RolloutCorrectionSection(mode="off")) == {}
     with pytest.raises(KeyError, match="rollout_log_probs"):
-        apply_rollout_correction(no_rollout, CorrectionSettings(mode="mis"))
+        apply_rollout_correction(no_rollout, RolloutCorrectionSection(mode="mis"))
 
 
 def test_the_actor_loss_takes_old_log_probs_from_its_own_forward_when_told() -> None:
@@ -189,7 +188,7 @@ def test_the_actor_loss_takes_old_log_probs_from_its_own_forward_when_told() -> 
         },
         meta_info={fields.OLD_LOG_PROBS_FROM_UPDATE: True},
     )
-    tis = CorrectionSettings(mode="tis", cap=2.0)
+    tis = RolloutCorrectionSection(mode="tis", rollout_is_cap=2.0)
     loss, metrics = ppo_actor_loss({"log_probs": log_probs}, fused, rollout_correction=tis)  # type: ignore[arg-type]
     # The driver's path: old_log_probs recomputed (equal to the forward), weights written.
     driver = DataProto.from_dict(
@@ -217,11 +216,13 @@ def test_the_actor_loss_takes_old_log_probs_from_its_own_forward_when_told() -> 
         ppo_actor_loss({"log_probs": OLD}, unflagged)  # type: ignore[arg-type]
 
 
-def test_settings_resolve_auto_for_the_loss() -> None:
+def test_the_resolved_section_is_what_the_loss_takes() -> None:
     section = RolloutCorrectionSection(rollout_is_cap=3.0, level="sequence")
-    assert section.settings("off") == CorrectionSettings(mode="off", level="sequence", cap=3.0)
-    assert section.settings("one_step_off").mode == "tis"
-    assert RolloutCorrectionSection(mode="mis").settings("off").enabled
+    assert section.resolved("off") == RolloutCorrectionSection(
+        mode="off", level="sequence", rollout_is_cap=3.0
+    )
+    assert section.resolved("one_step_off").mode == "tis"
+    assert RolloutCorrectionSection(mode="mis").resolved("off").enabled
 
 
 def test_auto_is_tis_for_the_async_modes_and_off_in_the_synchronous_loop() -> None:

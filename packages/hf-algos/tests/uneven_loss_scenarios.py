@@ -66,7 +66,7 @@ def run_case(model_dir: str, mode: str, micro: str) -> dict[str, Any]:
     shard = batch.chunk(dist.get_world_size())[dist.get_rank()]
     config = UpdateConfig(engine=engine.config, ppo_mini_batch_size=MINI_BATCH)
     loss_fn = functools.partial(
-        ppo_actor_loss, loss_agg_mode=mode, entropy_coeff=1e-2, kl_coeff=0.1
+        ppo_actor_loss, loss_agg_mode=mode, entropy_coeff=1e-2, use_kl_loss=True, kl_loss_coef=0.1
     )
     metrics = run_update(engine, shard, config, loss_fn, "actor")
     params = {name: tensor.detach().clone() for name, tensor in engine.iter_full_params()}

@@ -12,7 +12,7 @@ checkpoint loadable:
 2. its files are fsynced and the directory is renamed to ``global_step_<k>`` (one rename);
 3. ``<root>/latest_checkpointed_iteration.txt`` is replaced last (temp file, fsync,
    ``os.replace``);
-4. old checkpoints are pruned to ``max_to_keep``, never the one ``latest`` names.
+4. old checkpoints are pruned to ``max_checkpoints``, never the one ``latest`` names.
 
 Before the fsync, ``manifest.json`` lists every file with its size and CRC-32
 (:mod:`hf_algos.checkpoint_manifest`). Loading compares the files with it first: a file
@@ -127,13 +127,15 @@ def restore_rng_state(state: Mapping[str, Any]) -> None:
 
 
 class CheckpointManager:
-    """Saves and finds checkpoints under ``root``; keeps at most ``max_to_keep`` of them."""
+    """Saves and finds checkpoints under ``root``; keeps at most ``max_checkpoints`` of them."""
 
-    def __init__(self, root: str | PathLike[str], max_to_keep: int | None = None) -> None:
-        if max_to_keep is not None and max_to_keep < 1:
-            raise ValueError(f"max_to_keep={max_to_keep} must be >= 1 (or None to keep all)")
+    def __init__(self, root: str | PathLike[str], max_checkpoints: int | None = None) -> None:
+        if max_checkpoints is not None and max_checkpoints < 1:
+            raise ValueError(
+                f"max_checkpoints={max_checkpoints} must be >= 1 (or None to keep all)"
+            )
         self.root = Path(root)
-        self.max_to_keep = max_to_keep
+        self.max_checkpoints = max_checkpoints
         self._verified: set[Path] = set()  # checked against their manifest in this process
 
     def step_dir(self, step: int) -> Path:
@@ -368,11 +370,11 @@ class CheckpointManager:
         return [path for _, path in sorted(found)]
 
     def _prune(self) -> None:
-        """Keep the ``max_to_keep`` newest complete checkpoints and the one ``latest`` names."""
-        if self.max_to_keep is None:
+        """Keep the ``max_checkpoints`` newest complete checkpoints and the one ``latest`` names."""
+        if self.max_checkpoints is None:
             return
         keep = self.latest()
-        for old in self.checkpoints()[: -self.max_to_keep]:
+        for old in self.checkpoints()[: -self.max_checkpoints]:
             if old != keep:
                 shutil.rmtree(old, ignore_errors=True)
 

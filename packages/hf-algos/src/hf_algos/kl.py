@@ -13,7 +13,7 @@ Used as a reward penalty (:func:`apply_kl_penalty` writes its own field,
 ``token_level_kl_penalty = beta * kl``, with a :class:`FixedKLController` or
 :class:`AdaptiveKLController` for ``beta``; :func:`penalized_rewards` subtracts it from the
 scores, the one place ``token_level_rewards`` is made) or as a loss term
-(``kl_coeff * aggregate_loss(kl_penalty(...))``).
+(``kl_loss_coef * aggregate_loss(kl_penalty(...))``).
 """
 
 from __future__ import annotations
@@ -64,18 +64,22 @@ KL_ESTIMATORS: Final[dict[str, Callable[[torch.Tensor], torch.Tensor]]] = {
 """Per-token estimators by name, each a function of ``log_prob - ref_log_prob``."""
 
 
+def kl_estimator(kind: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The per-token estimator ``kind`` of :data:`KL_ESTIMATORS`; the error lists the names."""
+    try:
+        return KL_ESTIMATORS[kind]
+    except KeyError:
+        known = ", ".join(KL_ESTIMATORS)
+        raise ValueError(f"unknown KL estimator {kind!r}; choose one of {known}") from None
+
+
 def kl_penalty(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, kind: str) -> torch.Tensor:
     """Per-token KL estimate of the policy against the reference (module docstring lists kinds).
 
     Shape: ``log_prob`` and ``ref_log_prob`` ``(B, R)``; returns ``(B, R)`` (padding
     positions hold whatever the inputs give; mask them when reducing).
     """
-    try:
-        estimator = KL_ESTIMATORS[kind]
-    except KeyError:
-        known = ", ".join(KL_ESTIMATORS)
-        raise ValueError(f"unknown KL estimator {kind!r}; choose one of {known}") from None
-    return estimator(log_prob - ref_log_prob)
+    return kl_estimator(kind)(log_prob - ref_log_prob)
 
 
 class FixedKLController:
@@ -107,15 +111,15 @@ class AdaptiveKLController:
     ``beta *= 1 + error * n_steps / horizon``.
     """
 
-    def __init__(self, init_kl_coef: float, target_kl: float, horizon: float) -> None:
-        """``init_kl_coef``: starting beta; ``target_kl``: wanted KL per sequence (> 0);
+    def __init__(self, kl_coef: float, target_kl: float, horizon: float) -> None:
+        """``kl_coef``: starting beta; ``target_kl``: wanted KL per sequence (> 0);
         ``horizon``: steps over which a 20% error moves beta by 20% (> 0)."""
-        if init_kl_coef < 0 or target_kl <= 0 or horizon <= 0:
+        if kl_coef < 0 or target_kl <= 0 or horizon <= 0:
             raise ValueError(
-                f"need init_kl_coef >= 0, target_kl > 0 and horizon > 0; got {init_kl_coef}, "
+                f"need kl_coef >= 0, target_kl > 0 and horizon > 0; got {kl_coef}, "
                 f"{target_kl}, {horizon} (e.g. 0.001, 0.1, 10000)"
             )
-        self.value = float(init_kl_coef)
+        self.value = float(kl_coef)
         self.target = float(target_kl)
         self.horizon = float(horizon)
 
@@ -137,9 +141,10 @@ KLController = FixedKLController | AdaptiveKLController
 
 
 def apply_kl_penalty(
-    data: DataProto, controller: KLController, kind: str = "kl"
+    data: DataProto, controller: KLController, kl_penalty: str = "kl"
 ) -> tuple[DataProto, dict[str, Any]]:
-    """Write the reward's KL penalty ``token_level_kl_penalty = beta * kl * response_mask``.
+    """Write the reward's KL penalty ``token_level_kl_penalty = beta * kl * response_mask``,
+    the KL estimated per token by the estimator ``kl_penalty`` (``algorithm.kl_penalty``).
 
     Reads ``old_log_probs``, ``ref_log_prob``, ``response_mask`` (all ``(B, R)``) from
     ``data.batch``; updates ``controller`` with the batch's mean per-sequence KL and returns
@@ -149,7 +154,8 @@ def apply_kl_penalty(
     """
     batch = _require(data, (fields.OLD_LOG_PROBS, fields.REF_LOG_PROB, fields.RESPONSE_MASK))
     mask = batch[fields.RESPONSE_MASK].to(torch.float32)
-    kl = kl_penalty(batch[fields.OLD_LOG_PROBS], batch[fields.REF_LOG_PROB], kind) * mask
+    log_ratio = batch[fields.OLD_LOG_PROBS] - batch[fields.REF_LOG_PROB]
+    kl = kl_estimator(kl_penalty)(log_ratio) * mask
     beta = controller.value
     batch[TOKEN_LEVEL_KL_PENALTY] = beta * kl
     sequence_kl = masked_mean(kl, mask, dim=-1)

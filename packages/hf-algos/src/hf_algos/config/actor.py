@@ -26,12 +26,14 @@ class ActorSection:
     """Shuffle rows between mini-batches."""
     policy_loss: str = "ppo"
     """Policy loss name in ``hf_algos.losses.POLICY_LOSSES`` (ppo, gspo, reinforce)."""
-    clip_ratio_low: float = 0.2
-    """Lower ratio clip ``1 - clip_ratio_low``."""
-    clip_ratio_high: float = 0.2
-    """Upper ratio clip ``1 + clip_ratio_high`` (clip-higher: raise it, e.g. 0.28)."""
-    clip_ratio_c: float | None = None
-    """Dual-clip bound for negative advantages (> 1, e.g. 3.0); ``None`` disables it."""
+    clip_low: float = 0.2
+    """Lower ratio clip ``1 - clip_low`` (verl: ``clip_ratio_low``)."""
+    clip_high: float = 0.2
+    """Upper ratio clip ``1 + clip_high`` (clip-higher: raise it, e.g. 0.28; verl:
+    ``clip_ratio_high``)."""
+    clip_c: float | None = None
+    """Dual-clip bound for negative advantages (> 1, e.g. 3.0); ``None`` disables it (verl:
+    ``clip_ratio_c``)."""
     loss_agg_mode: str = "token-mean"
     """How token losses are reduced (``hf_algos.losses.LOSS_AGG_MODES``)."""
     entropy_coeff: float = 0.0

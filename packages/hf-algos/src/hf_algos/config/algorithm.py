@@ -74,8 +74,9 @@ class AlgorithmSection:
     """Discount."""
     lam: float = 1.0
     """GAE lambda."""
-    norm_adv_by_std_in_grpo: bool = True
-    """GRPO: divide by the group's standard deviation (False gives Dr. GRPO)."""
+    norm_adv_by_std: bool = True
+    """GRPO: divide by the group's standard deviation (False gives Dr. GRPO; verl:
+    ``norm_adv_by_std_in_grpo``)."""
     use_kl_in_reward: bool = False
     """Subtract ``beta * KL(policy || reference)`` from the token rewards."""
     kl_penalty: str = "kl"

@@ -216,9 +216,6 @@ VERL_ALIASES: tuple[Alias, ...] = (
         for k in (
             "ppo_epochs",
             "shuffle",
-            "clip_ratio_low",
-            "clip_ratio_high",
-            "clip_ratio_c",
             "loss_agg_mode",
             "entropy_coeff",
             "use_kl_loss",
@@ -226,7 +223,10 @@ VERL_ALIASES: tuple[Alias, ...] = (
             "kl_loss_type",
         )
     ),
-    _renamed(f"{_ARA}.clip_ratio", "actor.clip_ratio_low", "actor.clip_ratio_high"),
+    _renamed(f"{_ARA}.clip_ratio_low", "actor.clip_low"),
+    _renamed(f"{_ARA}.clip_ratio_high", "actor.clip_high"),
+    _renamed(f"{_ARA}.clip_ratio_c", "actor.clip_c"),
+    _renamed(f"{_ARA}.clip_ratio", "actor.clip_low", "actor.clip_high"),
     _renamed(
         f"{_ARA}.policy_loss.loss_mode",
         "actor.policy_loss",
@@ -333,7 +333,6 @@ VERL_ALIASES: tuple[Alias, ...] = (
             "adv_estimator",
             "gamma",
             "lam",
-            "norm_adv_by_std_in_grpo",
             "use_kl_in_reward",
             "kl_penalty",
             "kl_ctrl.type",
@@ -345,6 +344,7 @@ VERL_ALIASES: tuple[Alias, ...] = (
             "filter_groups.max_num_gen_batches",
         )
     ),
+    _renamed("algorithm.norm_adv_by_std_in_grpo", "algorithm.norm_adv_by_std"),
     # rollout correction (verl 0.6's flat algorithm.rollout_is_* keys)
     _renamed(
         "algorithm.rollout_is_mode",

@@ -8,19 +8,21 @@ A section of its own, as every section has (:mod:`hf_algos.config.algorithm` hol
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from hf_controller import ConfigurationError
-
-if TYPE_CHECKING:  # the loss side imports torch; a config is read without it
-    from hf_algos.losses.rollout_correction import CorrectionMode, CorrectionSettings
 
 
 @dataclass(frozen=True)
 class RolloutCorrectionSection:
     """Reweight the policy loss by the ratio of the trainer's recomputed log-probs
     (``old_log_probs``) over the rollout's own (``rollout_log_probs``), truncated (TIS) or
-    masked outside a band (MIS). ``off`` still logs the mismatch metrics."""
+    masked outside a band (MIS). ``off`` still logs the mismatch metrics.
+
+    Resolved for the run (:meth:`resolved`), the section is what the actor loss and the
+    trainer take; its fields are the keywords of
+    :func:`~hf_algos.losses.rollout_correction.compute_rollout_correction`. Small and
+    picklable, so the actor loss carries it to the workers."""
 
     mode: Literal["auto", "off", "tis", "mis"] = "auto"
     """``auto``: ``tis`` with ``trainer.async_mode`` one_step_off / fully_async (the samples
@@ -57,20 +59,6 @@ class RolloutCorrectionSection:
         ``auto`` first with :meth:`resolved`)."""
         return self.mode in ("tis", "mis")
 
-    def settings(self, async_mode: str) -> CorrectionSettings:
-        """The section, ``auto`` resolved for ``trainer.async_mode`` (:meth:`resolved`), as
-        the loss-side :class:`~hf_algos.losses.rollout_correction.CorrectionSettings`."""
-        from hf_algos.losses.rollout_correction import CorrectionSettings
-
-        mode: CorrectionMode = self.mode if self.mode != "auto" else auto_mode(async_mode)
-        return CorrectionSettings(
-            mode=mode,
-            level=self.level,
-            cap=self.rollout_is_cap,
-            mis_low=self.mis_low,
-            mis_high=self.mis_high,
-        )
-
     def resolved(self, async_mode: str) -> RolloutCorrectionSection:
         """This section with ``auto`` made concrete for ``trainer.async_mode``: ``tis`` for
         an async mode (off-policy samples), ``off`` for the synchronous loop."""
@@ -79,7 +67,7 @@ class RolloutCorrectionSection:
         return replace(self, mode=auto_mode(async_mode))
 
 
-def auto_mode(async_mode: str) -> CorrectionMode:
+def auto_mode(async_mode: str) -> Literal["off", "tis"]:
     """What ``mode=auto`` means under ``trainer.async_mode``: ``tis`` for an async mode
     (off-policy samples), ``off`` for the synchronous loop."""
     return "off" if async_mode == "off" else "tis"

@@ -30,14 +30,14 @@ class PreferenceDatasetConfig:
     """How :class:`PreferenceDataset` tokenizes pairs."""
 
     max_prompt_length: int = 512
-    """Longest prompt in tokens (after the chat template); see ``overlong``."""
+    """Longest prompt in tokens (after the chat template); see ``overlong_prompts``."""
     max_response_length: int = 512
-    """Longest chosen / rejected response in tokens (EOS included); see ``overlong``."""
+    """Longest chosen / rejected response in tokens (EOS included); see ``overlong_prompts``."""
     use_chat_template: bool | None = None
     """``None``: use the tokenizer's chat template when it has one; ``False``: raw text."""
     append_eos: bool = True
     """End each response with the tokenizer's EOS token, as a generated answer would."""
-    overlong: str = "error"
+    overlong_prompts: str = "error"
     """``"error"``: a pair over either limit raises, naming its file, row, field and length;
     ``"drop"``: such pairs are left out (the count is logged; all left out is an error)."""
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -48,7 +48,7 @@ class PreferenceDatasetConfig:
     """Processes tokenizing the rows (``datasets.Dataset.map``)."""
 
     def __post_init__(self) -> None:
-        check_overlong_policy("overlong", self.overlong)
+        check_overlong_policy("overlong_prompts", self.overlong_prompts)
         if self.max_prompt_length < 1 or self.max_response_length < 1:
             raise ValueError(
                 f"max_prompt_length and max_response_length must be >= 1, got "
@@ -147,7 +147,7 @@ class PreferenceDataset:
 
     def _within_limits(self, encoded: EncodedPart) -> np.ndarray:
         """Which rows of ``encoded`` fit the limits, shape ``(N,)`` bool; under
-        ``overlong='error'`` the first row over one raises, naming its field."""
+        ``overlong_prompts='error'`` the first row over one raises, naming its field."""
         limits = {
             "prompt": self.config.max_prompt_length,
             "chosen": self.config.max_response_length,
@@ -155,7 +155,7 @@ class PreferenceDataset:
         }
         lengths = {key: list_lengths(encoded.rows, f"{key}_ids") for key in limits}
         over = np.stack([lengths[key] > limit for key, limit in limits.items()])
-        if self.config.overlong == "error" and over.any():
+        if self.config.overlong_prompts == "error" and over.any():
             row = int(np.flatnonzero(over.any(axis=0))[0])
             key = list(limits)[int(np.flatnonzero(over[:, row])[0])]
             raise DataError(

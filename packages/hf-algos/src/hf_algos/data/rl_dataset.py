@@ -36,12 +36,12 @@ class RLDatasetConfig:
     """How :class:`RLDataset` turns rows into prompts."""
 
     max_prompt_length: int = 512
-    """Longest prompt in tokens (after the chat template); see ``overlong``."""
+    """Longest prompt in tokens (after the chat template); see ``overlong_prompts``."""
     prompt_key: str = "prompt"
     """Row field holding the prompt: a string or a list of chat messages."""
     use_chat_template: bool | None = None
     """``None``: use the tokenizer's chat template when it has one; ``False``: raw text."""
-    overlong: str = "error"
+    overlong_prompts: str = "error"
     """``"error"``: a longer prompt raises, naming its file, row and length; ``"drop"``:
     longer prompts are left out (the count is logged; all of them left out is an error)."""
     require_reward_fields: bool = True
@@ -58,7 +58,7 @@ class RLDatasetConfig:
     def __post_init__(self) -> None:
         if self.max_prompt_length < 1:
             raise ValueError(f"max_prompt_length must be >= 1, got {self.max_prompt_length}")
-        check_overlong_policy("overlong", self.overlong)
+        check_overlong_policy("overlong_prompts", self.overlong_prompts)
 
 
 def check_overlong_policy(name: str, value: str) -> None:
@@ -69,7 +69,8 @@ def check_overlong_policy(name: str, value: str) -> None:
 
 
 def overlong_error(source: RowSource, length: int, limit: int, key: str) -> DataError:
-    """The error for one prompt of ``length`` tokens over ``limit`` under ``overlong='error'``."""
+    """The error for one prompt of ``length`` tokens over ``limit`` under
+    ``overlong_prompts='error'``."""
     return DataError(
         source,
         key,
@@ -80,7 +81,8 @@ def overlong_error(source: RowSource, length: int, limit: int, key: str) -> Data
 
 
 def all_dropped_error(what: str, lengths: Sequence[int], limit: int) -> ValueError:
-    """The error when ``overlong='drop'`` left none of ``lengths`` (every one over ``limit``)."""
+    """The error when ``overlong_prompts='drop'`` left none of ``lengths`` (every one over
+    ``limit``)."""
     return ValueError(
         f"every one of the {len(lengths)} {what} is longer than max_prompt_length={limit} "
         f"tokens (shortest {min(lengths)}, longest {max(lengths)}), so overlong_prompts=drop "
@@ -154,7 +156,7 @@ class RLDataset:
             lengths = list_lengths(encoded.rows, fields.INPUT_IDS)
             all_lengths.append(lengths)
             over = np.flatnonzero(lengths > limit)
-            if len(over) and config.overlong == "error":
+            if len(over) and config.overlong_prompts == "error":
                 source = encoded.part.source(int(over[0]))
                 raise overlong_error(source, int(lengths[over[0]]), limit, config.prompt_key)
             keep = np.flatnonzero(lengths <= limit)
@@ -201,7 +203,7 @@ def rl_dataset(
     config = RLDatasetConfig(
         max_prompt_length=data.max_prompt_length,
         prompt_key=data.prompt_key,
-        overlong=data.overlong_prompts,
+        overlong_prompts=data.overlong_prompts,
         require_reward_fields=require_reward_fields,
         **prompt_options(data),
     )

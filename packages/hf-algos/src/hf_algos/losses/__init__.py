@@ -23,7 +23,6 @@ from hf_algos.losses.policy import (
 from hf_algos.losses.rollout_correction import (
     CORRECTION_LEVELS,
     CORRECTION_MODES,
-    CorrectionSettings,
     RolloutCorrection,
     compute_rollout_correction,
     masked_is_weights,
@@ -39,7 +38,6 @@ __all__ = [
     "DPO_LOSSES",
     "LOSS_AGG_MODES",
     "POLICY_LOSSES",
-    "CorrectionSettings",
     "DPOLossOutput",
     "PolicyLossOutput",
     "RolloutCorrection",

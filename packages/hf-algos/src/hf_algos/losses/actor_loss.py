@@ -5,21 +5,27 @@ partial pickles through Ray)::
 
     loss_fn = functools.partial(ppo_actor_loss, clip_low=0.2, clip_high=0.28,
                                 loss_agg_mode="token-mean", entropy_coeff=0.0,
-                                kl_coeff=0.001, kl_kind="low_var_kl")
+                                use_kl_loss=True, kl_loss_coef=0.001,
+                                kl_loss_type="low_var_kl")
+
+Its keywords are the field names of the ``actor`` config section
+(:class:`hf_algos.config.ActorSection`), so the trainer passes them by name unchanged.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 import torch
 
+from hf_algos.config.correction import RolloutCorrectionSection
 from hf_algos.kl import kl_penalty
 from hf_algos.losses.aggregation import aggregate_loss, global_share
 from hf_algos.losses.entropy import entropy_bonus
 from hf_algos.losses.inputs import batch_field, mini_batch_totals
 from hf_algos.losses.policy import get_policy_loss
-from hf_algos.losses.rollout_correction import CorrectionSettings
+from hf_algos.losses.rollout_correction import compute_rollout_correction
 from hf_protocol import DataProto, fields
 
 if TYPE_CHECKING:  # hf_engines imports transformers; only its types are needed here
@@ -35,12 +41,14 @@ def ppo_actor_loss(
     clip_c: float | None = None,
     loss_agg_mode: str = "token-mean",
     entropy_coeff: float = 0.0,
-    kl_coeff: float = 0.0,
-    kl_kind: str = "low_var_kl",
+    use_kl_loss: bool = False,
+    kl_loss_coef: float = 0.001,
+    kl_loss_type: str = "low_var_kl",
     policy_loss: str = "ppo",
-    rollout_correction: CorrectionSettings | None = None,
+    rollout_correction: RolloutCorrectionSection | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Policy loss ``- entropy_coeff * entropy + kl_coeff * KL(policy || ref)``.
+    """Policy loss ``- entropy_coeff * entropy + kl_loss_coef * KL(policy || ref)`` (the KL
+    term with ``use_kl_loss`` only).
 
     Returns the micro-batch's share of the mini-batch loss under the engine's totals
     (:func:`~hf_algos.losses.aggregation.global_share`; its own aggregate without them);
@@ -48,7 +56,7 @@ def ppo_actor_loss(
 
     Reads ``outputs["log_probs"]`` (with gradient) and ``outputs["entropy"]``, and from
     ``micro_batch.batch``: ``old_log_probs``, ``advantages``, ``response_mask`` and, when
-    ``kl_coeff > 0``, ``ref_log_prob`` (all ``(b, R)``); when the batch holds
+    ``use_kl_loss``, ``ref_log_prob`` (all ``(b, R)``); when the batch holds
     ``rollout_is_weights`` (rollout correction), they multiply the per-token policy loss
     (not the entropy or KL terms). With ``meta_info["old_log_probs_from_update"]`` the batch
     holds no ``old_log_probs``: the update is one optimizer step, so they are ``log_probs``
@@ -90,15 +98,15 @@ def ppo_actor_loss(
         if entropy_coeff:
             loss = loss - entropy_coeff * bonus
     has_ref = micro_batch.batch is not None and fields.REF_LOG_PROB in micro_batch.batch
-    if kl_coeff or has_ref:
+    if use_kl_loss or has_ref:
         ref = batch_field(
             micro_batch, fields.REF_LOG_PROB, device, "ref.compute_ref_log_prob writes"
         )
-        kl_source = log_prob if kl_coeff else log_prob.detach()
-        kl_loss = aggregate_loss(kl_penalty(kl_source, ref, kl_kind), mask, loss_agg_mode)
+        kl_source = log_prob if use_kl_loss else log_prob.detach()
+        kl_loss = aggregate_loss(kl_penalty(kl_source, ref, kl_loss_type), mask, loss_agg_mode)
         metrics["kl_loss"] = float(kl_loss.detach())
-        if kl_coeff:
-            loss = loss + kl_coeff * kl_loss
+        if use_kl_loss:
+            loss = loss + kl_loss_coef * kl_loss
     # One share for the whole loss: pg, entropy and KL are aggregated with the same mode.
     return global_share(loss, mask, loss_agg_mode, mini_batch_totals(micro_batch)), metrics
 
@@ -135,7 +143,7 @@ def token_weights(
     micro_batch: DataProto,
     old_log_probs: torch.Tensor,
     mask: torch.Tensor,
-    settings: CorrectionSettings | None,
+    settings: RolloutCorrectionSection | None,
 ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
     """The policy loss's ``token_weights`` keyword (empty: none) and correction metrics.
 
@@ -151,6 +159,6 @@ def token_weights(
     if settings is None or batch is None or fields.ROLLOUT_LOG_PROBS not in batch:
         return {}, {}
     rollout = batch[fields.ROLLOUT_LOG_PROBS].to(mask.device)
-    correction = settings.apply(old_log_probs, rollout, mask)
+    correction = compute_rollout_correction(old_log_probs, rollout, mask, **asdict(settings))
     weights = {"token_weights": correction.weights} if settings.enabled else {}
     return weights, correction.metrics

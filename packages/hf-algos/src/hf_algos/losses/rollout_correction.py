@@ -29,7 +29,6 @@ ranks by :func:`~hf_algos.losses.aggregation.global_share` like any other loss.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final, Literal, NamedTuple
 
 import torch
@@ -44,46 +43,6 @@ CORRECTION_MODES: Final[tuple[str, ...]] = ("off", "tis", "mis")
 """Accepted ``mode`` names: no correction, truncated IS, masked IS."""
 CORRECTION_LEVELS: Final[tuple[str, ...]] = ("token", "sequence")
 """Accepted ``level`` names: a ratio per token, or one per sequence (geometric mean)."""
-
-
-@dataclass(frozen=True)
-class CorrectionSettings:
-    """How :func:`compute_rollout_correction` weighs tokens (``algorithm.rollout_correction``
-    with ``auto`` resolved); small and picklable, so an actor loss can carry it to workers."""
-
-    mode: CorrectionMode
-    """``off`` (metrics only), ``tis`` or ``mis``."""
-    level: CorrectionLevel = "token"
-    """A ratio per token or per sequence (geometric mean)."""
-    cap: float = 2.0
-    """TIS: the largest weight."""
-    mis_low: float = 0.5
-    """MIS: ratios below this get weight 0."""
-    mis_high: float = 2.0
-    """MIS: ratios above this get weight 0."""
-
-    @property
-    def enabled(self) -> bool:
-        """Whether the policy loss is reweighted (``tis`` or ``mis``)."""
-        return self.mode != "off"
-
-    def apply(
-        self,
-        old_log_probs: torch.Tensor,
-        rollout_log_probs: torch.Tensor,
-        response_mask: torch.Tensor,
-    ) -> RolloutCorrection:
-        """:func:`compute_rollout_correction` with these settings."""
-        return compute_rollout_correction(
-            old_log_probs,
-            rollout_log_probs,
-            response_mask,
-            mode=self.mode,
-            level=self.level,
-            cap=self.cap,
-            mis_low=self.mis_low,
-            mis_high=self.mis_high,
-        )
 
 
 class RolloutCorrection(NamedTuple):
@@ -214,7 +173,7 @@ def compute_rollout_correction(
     *,
     mode: CorrectionMode,
     level: CorrectionLevel = "token",
-    cap: float = 2.0,
+    rollout_is_cap: float = 2.0,
     mis_low: float = 0.5,
     mis_high: float = 2.0,
 ) -> RolloutCorrection:
@@ -233,7 +192,7 @@ def compute_rollout_correction(
     scored = sequence_log_ratio(log_ratio, response_mask) if level == "sequence" else log_ratio
     valid = response_mask.bool()
     if mode == "tis":
-        weights, affected = truncated_is_weights(scored, response_mask, cap)
+        weights, affected = truncated_is_weights(scored, response_mask, rollout_is_cap)
     elif mode == "mis":
         weights, affected = masked_is_weights(scored, response_mask, mis_low, mis_high)
     else:

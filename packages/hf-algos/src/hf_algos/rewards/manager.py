@@ -346,7 +346,7 @@ class RewardManager:
                     function=blob,
                     samples=[samples[i] for i in chunk],
                     timeout_s=self.config.timeout_s,
-                    cpu_limit_s=self.config.cpu_limit_per_sample_s,
+                    cpu_limit_per_sample_s=self.config.cpu_limit_per_sample_s,
                     max_consecutive_timeouts=self.config.max_consecutive_timeouts,
                 )
                 tasks.append((chunk, task))

@@ -51,7 +51,7 @@ class ScoringTask:
     """Per sample, field -> value (``solution``, ``ground_truth``, ``data_source``, ...)."""
     timeout_s: float
     """Seconds per sample (a batched call gets ``timeout_s x len(samples)``)."""
-    cpu_limit_s: float | None
+    cpu_limit_per_sample_s: float | None
     """CPU seconds per sample before the kernel kills the process (``None``: no limit)."""
     max_consecutive_timeouts: int = 0
     """After this many samples in a row time out, the task's other samples are not scored
@@ -131,7 +131,7 @@ def run_scoring_task(task: ScoringTask) -> list[ScoringOutcome]:
                 "reward.max_memory_mb)"
             )
         return [ScoringOutcome(status="fatal", error=fatal) for _ in task.samples]
-    _limit_cpu(task.cpu_limit_s, len(task.samples) * calls_per_sample(call))
+    _limit_cpu(task.cpu_limit_per_sample_s, len(task.samples) * calls_per_sample(call))
     if isinstance(call, WeightedCall):
         return _run_weighted(call, task)
     if call.batched:

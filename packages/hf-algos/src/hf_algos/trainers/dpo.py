@@ -19,6 +19,7 @@ import functools
 import time
 
 from hf_algos.config.actor import ActorSection
+from hf_algos.config.keywords import keyword_names, section_kwargs
 from hf_algos.config.loading import config_to_dict
 from hf_algos.config.root import DPOConfig
 from hf_algos.config.validation import DPO_MICRO_BATCH_ROWS
@@ -91,10 +92,7 @@ class DPOTrainer(Trainer[DataProto]):
             else None
         )
         loss_fn = functools.partial(
-            dpo_loss_fn,
-            beta=config.dpo.beta,
-            loss_type=config.dpo.loss_type,
-            label_smoothing=config.dpo.label_smoothing,
+            dpo_loss_fn, **section_kwargs(config.dpo, keyword_names(dpo_loss_fn))
         )
         # Online, the pair count varies per step: one optimizer step takes all of them.
         rows = 2 * (config.data.train_batch_size if self.online else config.dpo.mini_batch_size)
@@ -131,7 +129,7 @@ class DPOTrainer(Trainer[DataProto]):
         options = PreferenceDatasetConfig(
             max_prompt_length=data.max_prompt_length,
             max_response_length=self.config.max_response_length,
-            overlong=data.overlong_prompts,
+            overlong_prompts=data.overlong_prompts,
             **prompt_options(data),
         )
         return PreferenceDataset(list(files), self.tokenizer, options)

@@ -1,7 +1,7 @@
 """The async modes' generation pipeline: generations queued ahead of the trainer (driver side).
 
 ``trainer.async_mode`` is a driver pattern, not threads in workers. The driver keeps
-``depth`` non-blocking ``generate_sequences`` calls queued on the rollout group (a Ray actor
+``queue_size`` non-blocking ``generate_sequences`` calls queued on the rollout group (a Ray actor
 runs its calls in submission order, so the rollout never waits for the driver); each step
 takes the oldest finished batch (FIFO, so the prompts trained on follow the loader's order)::
 
@@ -9,12 +9,12 @@ takes the oldest finished batch (FIFO, so the prompts trained on follow the load
     push the actor's weights, if due             # queued on the rollout after its calls
     drop prompt groups lagging > max_staleness,  # async/stale_dropped
         generate them again with the new weights
-    queue the next loader batches up to depth    # generated while the actor trains
+    queue the next loader batches up to queue_size  # generated while the actor trains
     return batch                                 # -> score, log-probs, advantages, update
 
-``one_step_off`` is depth 1 and a push every step (batch t+1 is generated with the weights
+``one_step_off`` is a queue of 1 and a push every step (batch t+1 is generated with the weights
 of step t-1 while the actor trains on batch t: every sample lags by exactly one version);
-``fully_async`` is depth ``trainer.queue_size``, a push every ``trainer.weight_push_every``
+``fully_async`` queues ``trainer.queue_size``, a push every ``trainer.weight_push_every``
 steps and the staleness bound ``trainer.max_staleness``; with ``rollout.partial`` each
 generation is a chain of chunk calls continued with whatever weights the rollout holds
 (:class:`~hf_algos.trainers.async_rollout.partial.PartialGeneration`). Every sample carries the
@@ -69,13 +69,13 @@ T = TypeVar("T")
 class AsyncSpec:
     """How far generation runs ahead (see the module docstring)."""
 
-    depth: int
-    """Generations queued ahead of the trainer."""
-    push_every: int
-    """Push weights every this many steps."""
+    queue_size: int
+    """Generations queued ahead of the trainer (``trainer.queue_size``)."""
+    weight_push_every: int
+    """Push weights every this many steps (``trainer.weight_push_every``)."""
     max_staleness: int | None
     """Drop prompt groups lagging by more versions than this; ``None``: keep all."""
-    chunk_tokens: int | None = None
+    partial_chunk_tokens: int | None = None
     """Partial rollout: new tokens per call; ``None``: one call per generation (the response
     budget and the stop tokens are the step's sampling config's)."""
     pad_id: int = 0
@@ -148,7 +148,7 @@ class AsyncRollout:
 
     def next_batch(self, version: int) -> GeneratedSamples:
         """The oldest generation's samples for the trainer at policy ``version``, stale
-        groups generated again, and the ``async/*`` metrics; keeps ``depth`` queued."""
+        groups generated again, and the ``async/*`` metrics; keeps ``queue_size`` queued."""
         start = time.perf_counter()
         self.policy_version = version
         self._guarded(self._fill)
@@ -156,7 +156,7 @@ class AsyncRollout:
         batch = self._guarded(lambda: self._finish(job), job)
         metrics: Metrics = {}
         self._guarded(self._wait_push)
-        if version - self.rollout_version >= self.spec.push_every:
+        if version - self.rollout_version >= self.spec.weight_push_every:
             self._guarded(lambda: self._start_push(version))
         batch = self._replace_stale(job, batch, version, metrics)
         self._guarded(self._fill)
@@ -207,7 +207,7 @@ class AsyncRollout:
         for job in self.queue:
             if job.output is None and job.handles is None:
                 self._issue(job)
-        while len(self.queue) < self.spec.depth and self.issued < self._total:
+        while len(self.queue) < self.spec.queue_size and self.issued < self._total:
             self.issued += 1
             job = GenerationJob(self.issued, self._draw())
             self.queue.append(job)  # first: a failed issue leaves it queued, issued again
@@ -215,9 +215,9 @@ class AsyncRollout:
 
     def _issue(self, job: GenerationJob) -> None:
         sampling, spec = self._sampling(job.index, 0), self.spec
-        if spec.chunk_tokens is not None:
+        if spec.partial_chunk_tokens is not None:
             budget, stops = sampling.max_new_tokens, tuple(stop_ids_for(sampling))
-            chunk = min(spec.chunk_tokens, budget)
+            chunk = min(spec.partial_chunk_tokens, budget)
             job.partial = PartialGeneration(budget, chunk, stops, spec.pad_id)
             sampling = dataclasses.replace(sampling, max_new_tokens=chunk)
         self._submit(job, job.prompts, sampling)

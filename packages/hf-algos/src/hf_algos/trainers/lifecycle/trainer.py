@@ -104,7 +104,8 @@ class Trainer(Generic[StepInput]):
         self.config_dict = config_dict
         self.run_state = RunState(  # absolute: Ray workers write their shards into it
             CheckpointManager(
-                Path(trainer.resolved_checkpoint_dir).absolute(), trainer.max_checkpoints
+                Path(trainer.resolved_checkpoint_dir).absolute(),
+                max_checkpoints=trainer.max_checkpoints,
             )
         )
         """What checkpoints keep and a restart goes back to

@@ -16,6 +16,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from hf_algos.config.data import DataSection
+from hf_algos.config.keywords import build_from
 from hf_algos.config.multiturn import MultiTurnSection
 from hf_algos.rewards.token_scores import place_on_last_token
 from hf_algos.trainers.roles.protocols import RewardScorer
@@ -35,14 +36,12 @@ def rollout_multi_turn(
     off), reading text with the run's ``tokenizer`` (loaded again from its directory)."""
     if not section.enable:
         return None
-    return MultiTurnConfig(
+    return build_from(
+        MultiTurnConfig,
+        section,  # max_turns, max_tokens_per_turn, ...: the section's own names
         tokenizer_path=str(tokenizer.name_or_path),
         environment=worker_environment_spec(section.environment),
         env_kwargs=section.environment_kwargs(),
-        max_turns=section.max_turns,
-        max_tokens_per_turn=section.max_tokens_per_turn,
-        max_tool_response_tokens=section.max_tool_response_tokens,
-        step_timeout_s=section.step_timeout_s,
         trust_remote_code=trust_remote_code,
     )
 

@@ -38,13 +38,15 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import asdict
 from typing import Literal
 
 import torch
 
 from hf_algos.advantages import compute_advantage
 from hf_algos.advantages.registry import AdvantageEstimator, get_advantage_estimator
-from hf_algos.config.algorithm import AlgorithmSection
+from hf_algos.config.correction import RolloutCorrectionSection
+from hf_algos.config.keywords import section_kwargs
 from hf_algos.config.loading import config_to_dict
 from hf_algos.config.root import RLConfig
 from hf_algos.data.loader import CollatingDataset, first_row
@@ -57,7 +59,7 @@ from hf_algos.kl import (
     apply_kl_penalty,
     penalized_rewards,
 )
-from hf_algos.losses.rollout_correction import CorrectionSettings
+from hf_algos.losses.rollout_correction import compute_rollout_correction
 from hf_algos.rewards import RewardManager, RewardModelScorer
 from hf_algos.tracking import (
     compute_step_metrics,
@@ -132,9 +134,10 @@ class PPOTrainer(Trainer[DataProto | GeneratedSamples]):
         self.kl_ctrl = build_kl_controller(config)
         # "auto": TIS when the samples are off-policy (an async mode), else off
         algorithm, async_mode = config.algorithm, config.trainer.async_mode
-        self._rollout_correction = algorithm.rollout_correction.settings(async_mode)
+        self._rollout_correction = algorithm.rollout_correction.resolved(async_mode)
         self.estimator = get_advantage_estimator(config.algorithm.adv_estimator)
-        self.estimator_options = estimator_options(config.algorithm, self.estimator)
+        # gamma, lam, norm_adv_by_std: the section's fields the estimator takes, by name
+        self.estimator_options = section_kwargs(config.algorithm, self.estimator.hyperparameters)
         needed = roles_needed(config, self.estimator)
         self.use_critic = "critic" in needed
         self.use_ref = "ref" in needed
@@ -379,7 +382,9 @@ class PPOTrainer(Trainer[DataProto | GeneratedSamples]):
     def kl_penalty(self, batch: DataProto) -> Metrics:
         """``token_level_kl_penalty``: the reward's KL penalty against the reference
         (``algorithm.use_kl_in_reward``); the controller adapts its coefficient."""
-        _, metrics = apply_kl_penalty(batch, self.kl_ctrl, self.config.algorithm.kl_penalty)
+        _, metrics = apply_kl_penalty(
+            batch, self.kl_ctrl, kl_penalty=self.config.algorithm.kl_penalty
+        )
         return metrics
 
     def _actor_fields(self, batch: DataProto, keys: tuple[str, ...]) -> tuple[str, ...]:
@@ -485,16 +490,18 @@ def async_rollout(trainer: PPOTrainer) -> AsyncRollout:
     config, tokenizer = trainer.config, trainer.tokenizer
     section = config.trainer
     if section.async_mode == "one_step_off":
-        spec = AsyncSpec(depth=1, push_every=1, max_staleness=None)
+        spec = AsyncSpec(queue_size=1, weight_push_every=1, max_staleness=None)
     else:
         pad = (
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         )
         spec = AsyncSpec(
-            depth=section.queue_size,
-            push_every=section.weight_push_every,
+            queue_size=section.queue_size,
+            weight_push_every=section.weight_push_every,
             max_staleness=section.max_staleness,
-            chunk_tokens=config.rollout.partial_chunk_tokens if config.rollout.partial else None,
+            partial_chunk_tokens=config.rollout.partial_chunk_tokens
+            if config.rollout.partial
+            else None,
             pad_id=int(pad or 0),
         )
 
@@ -533,13 +540,13 @@ def old_log_probs_source(config: RLConfig) -> OldLogProbs:
     return "actor"
 
 
-def apply_rollout_correction(batch: DataProto, settings: CorrectionSettings) -> Metrics:
+def apply_rollout_correction(batch: DataProto, settings: RolloutCorrectionSection) -> Metrics:
     """Compare ``old_log_probs`` with ``rollout_log_probs`` over the whole step's batch:
     returns the ``rollout_correction/*`` metrics and, when ``settings.mode`` is not ``off``,
     writes the per-token ``rollout_is_weights`` the actor's policy loss multiplies by.
 
     Call it after ``old_log_probs`` are in the batch (recomputed by the actor), with the
-    settings of the run's async mode (``RolloutCorrectionSection.settings``). A batch
+    section resolved for the run's async mode (``RolloutCorrectionSection.resolved``). A batch
     without ``rollout_log_probs`` has nothing to compare: no metrics, and an error when a
     correction is asked for.
     """
@@ -547,15 +554,18 @@ def apply_rollout_correction(batch: DataProto, settings: CorrectionSettings) -> 
         check_rollout_log_probs(settings, present=False)
         return {}
     data = tensors(batch)
-    correction = settings.apply(
-        data[fields.OLD_LOG_PROBS], data[fields.ROLLOUT_LOG_PROBS], data[fields.RESPONSE_MASK]
+    correction = compute_rollout_correction(
+        data[fields.OLD_LOG_PROBS],
+        data[fields.ROLLOUT_LOG_PROBS],
+        data[fields.RESPONSE_MASK],
+        **asdict(settings),
     )
     if settings.enabled:
         data[fields.ROLLOUT_IS_WEIGHTS] = correction.weights
     return correction.metrics
 
 
-def check_rollout_log_probs(settings: CorrectionSettings, present: bool) -> None:
+def check_rollout_log_probs(settings: RolloutCorrectionSection, present: bool) -> None:
     """Refuse a correction (``tis`` / ``mis``) when the rollout wrote no log-probs."""
     if settings.enabled and not present:
         raise KeyError(
@@ -570,22 +580,11 @@ def has_rollout_log_probs(batch: DataProto) -> bool:
     return batch.batch is not None and fields.ROLLOUT_LOG_PROBS in batch.batch
 
 
-def estimator_options(
-    algorithm: AlgorithmSection, estimator: AdvantageEstimator
-) -> dict[str, float | bool]:
-    """The ``algorithm`` hyperparameters ``estimator`` accepts (``gamma``, ``lam``,
-    ``norm_adv_by_std``), by the names its function takes."""
-    options = {
-        "gamma": algorithm.gamma,
-        "lam": algorithm.lam,
-        "norm_adv_by_std": algorithm.norm_adv_by_std_in_grpo,
-    }
-    return {k: v for k, v in options.items() if k in estimator.hyperparameters}
-
-
 def build_kl_controller(config: RLConfig) -> KLController:
     """The reward-penalty coefficient controller of ``algorithm.kl_ctrl``."""
     ctrl = config.algorithm.kl_ctrl
     if ctrl.type == "adaptive":
-        return AdaptiveKLController(ctrl.kl_coef, ctrl.target_kl, ctrl.horizon)
+        return AdaptiveKLController(
+            kl_coef=ctrl.kl_coef, target_kl=ctrl.target_kl, horizon=ctrl.horizon
+        )
     return FixedKLController(ctrl.kl_coef)

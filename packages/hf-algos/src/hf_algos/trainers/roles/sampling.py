@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from transformers import PreTrainedTokenizerBase
 
+from hf_algos.config.keywords import build_from
 from hf_algos.config.rollout import RolloutSection
 from hf_rollout import SamplingConfig
 
@@ -25,12 +26,10 @@ def sampling_config(
     """Sampling for a step (``seed``) or, with ``greedy``, one deterministic answer: the one
     object that reaches the rollout workers (``meta_info["sampling"]``). ``n`` answers per
     prompt (default ``rollout.n``; 1 when greedy)."""
-    return SamplingConfig(
+    return build_from(
+        SamplingConfig,
+        rollout,  # temperature, top_p, top_k, max_new_tokens: the section's own names
         n=1 if greedy else (rollout.n if n is None else n),
-        temperature=rollout.temperature,
-        top_p=rollout.top_p,
-        top_k=rollout.top_k,
-        max_new_tokens=rollout.max_new_tokens,
         eos_token_id=tokenizer.eos_token_id,
         seed=seed,
         greedy=greedy,

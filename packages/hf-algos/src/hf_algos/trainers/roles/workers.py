@@ -17,11 +17,12 @@ from typing import Literal
 from transformers import PreTrainedTokenizerBase
 
 from hf_algos.config.actor import ActorSection
+from hf_algos.config.correction import RolloutCorrectionSection
 from hf_algos.config.critic import CriticSection
+from hf_algos.config.keywords import build_from, keyword_names, section_kwargs
 from hf_algos.config.rollout import RolloutSection
 from hf_algos.config.trainer import TrainerSection
 from hf_algos.losses import critic_loss, ppo_actor_loss
-from hf_algos.losses.rollout_correction import CorrectionSettings
 from hf_algos.trainers.ppo.multiturn import rollout_multi_turn
 from hf_algos.trainers.roles.sync_actor import SyncActorWorker
 from hf_controller import ConfigurationError, RayClassWithInitArgs
@@ -83,7 +84,7 @@ def actor_class(
     actor: ActorSection,
     trainer: TrainerSection,
     mini_batch_rows: int | None = None,
-    rollout_correction: CorrectionSettings | None = None,
+    rollout_correction: RolloutCorrectionSection | None = None,
     run_steps: int | None = None,
 ) -> RayClassWithInitArgs:
     """The actor role (a :class:`~hf_algos.trainers.roles.sync_actor.SyncActorWorker`) with
@@ -93,14 +94,7 @@ def actor_class(
     ``run_steps``: the run's optimizer steps (:func:`optimizer_steps`)."""
     loss_fn = functools.partial(
         ppo_actor_loss,
-        clip_low=actor.clip_ratio_low,
-        clip_high=actor.clip_ratio_high,
-        clip_c=actor.clip_ratio_c,
-        loss_agg_mode=actor.loss_agg_mode,
-        entropy_coeff=actor.entropy_coeff,
-        kl_coeff=actor.kl_loss_coef if actor.use_kl_loss else 0.0,
-        kl_kind=actor.kl_loss_type,
-        policy_loss=actor.policy_loss,
+        **section_kwargs(actor, keyword_names(ppo_actor_loss)),
         rollout_correction=rollout_correction,
     )
     return actor_class_with_loss(actor, trainer, loss_fn, mini_batch_rows, run_steps=run_steps)
@@ -121,14 +115,13 @@ def actor_class_with_loss(
     schedule without ``optim.total_steps`` ends (:func:`with_run_length`).
     """
     engine = with_run_length(actor.engine, run_steps)
-    config = ActorConfig(
+    config = build_from(
+        ActorConfig,
+        actor,
         engine=engine_on_device(engine, trainer, "actor.engine"),
         ppo_mini_batch_size=mini_batch_rows or actor.ppo_mini_batch_size,
-        ppo_epochs=actor.ppo_epochs,
-        shuffle=actor.shuffle,
         seed=trainer.seed,
         row_group_size=row_group_size,
-        lora=actor.lora,
     )
     return RayClassWithInitArgs(SyncActorWorker, config, loss_fn)
 
@@ -156,15 +149,13 @@ def critic_class(
     """The value model, with the clipped value loss (``run_steps``: as for the actor)."""
     model = dataclasses.replace(critic.engine.model, head="value")
     engine = with_run_length(dataclasses.replace(critic.engine, model=model), run_steps)
-    config = CriticConfig(
+    config = build_from(
+        CriticConfig,
+        critic,
         engine=engine_on_device(engine, trainer, "critic.engine"),
-        ppo_mini_batch_size=critic.ppo_mini_batch_size,
-        ppo_epochs=critic.ppo_epochs,
         seed=trainer.seed,
     )
-    loss_fn = functools.partial(
-        critic_loss, cliprange_value=critic.cliprange_value, loss_agg_mode=critic.loss_agg_mode
-    )
+    loss_fn = functools.partial(critic_loss, **section_kwargs(critic, keyword_names(critic_loss)))
     return RayClassWithInitArgs(CriticWorker, config, loss_fn)
 
 
@@ -185,13 +176,13 @@ def rollout_class(
     ``generate_sequences`` call brings its :func:`sampling_config`. With
     ``rollout.multi_turn.enable`` its samples are agent-loop episodes."""
     model = actor.engine.model
-    config = RolloutConfig(
-        backend=rollout.backend,
+    config = build_from(
+        RolloutConfig,
+        rollout,
         model_path=model.local_path(),  # a model id resolved here, in the driver
         model_config=model.hf_config,
         trust_remote_code=model.trust_remote_code,
         dtype=rollout.dtype or model.dtype,
-        max_model_len=rollout.max_model_len,
         pad_token_id=tokenizer.pad_token_id,
         seed=trainer.seed,
         device="cuda" if trainer.use_gpu else "cpu",
