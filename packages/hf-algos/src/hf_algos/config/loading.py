@@ -282,7 +282,7 @@ class _Composer:
                 for ours in translate_drop(override.key, self.cls.__name__):
                     self._drop(dataclasses.replace(override, key=ours))
             else:
-                for ours, value, _ in translate_value(
+                for ours, value in translate_value(
                     override.key, override.value, self.aliases, COMMAND_LINE
                 ):
                     self._set(dataclasses.replace(override, key=ours, value=value))
@@ -364,6 +364,18 @@ def compose_config(
     Returns the typed (not yet resolved) OmegaConf tree, user ``vars`` included; later
     sources win key by key. Unknown keys and values of the wrong type are refused here.
     """
+    return compose_tracked(cls, path, overrides, base)[0]
+
+
+def compose_tracked(
+    cls: type,
+    path: str | PathLike[str] | None = None,
+    overrides: Sequence[str] = (),
+    base: Mapping[str, Any] | None = None,
+) -> tuple[DictConfig, AliasTracker]:
+    """:func:`compose_config`'s tree, and its :class:`AliasTracker`: which of our keys each
+    source set (``set_by``), and the verl keys that several of ours combine into
+    (:mod:`hf_algos.config.convert_verl` writes those keys, not the defaults)."""
     composer = _Composer(cls)
     if base:
         composer.merge_mapping(base, "base config")
@@ -375,7 +387,7 @@ def compose_config(
         composer.tree[VARS_KEY] = composer.variables
     for override in parse_overrides(overrides, COMMA_LIST_KEYS):
         composer.apply(override)
-    return composer.finish()
+    return composer.finish(), composer.aliases
 
 
 def resolve_config(tree: DictConfig) -> DictConfig:
