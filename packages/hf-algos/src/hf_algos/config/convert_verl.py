@@ -90,7 +90,7 @@ def _leaves(data: Mapping[Any, Any]) -> Iterator[str]:
             yield str(key)
 
 
-def _get(tree: Mapping[str, Any], dotted: str) -> Any:
+def _get(tree: Mapping[Any, Any], dotted: str) -> Any:
     node: Any = tree
     for part in dotted.split("."):
         if not isinstance(node, Mapping) or part not in node:
