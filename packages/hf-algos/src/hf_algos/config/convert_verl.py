@@ -67,7 +67,9 @@ def convert_verl(
             _put(native, key, value)
     if plain.get(VARS_KEY):
         native[VARS_KEY] = plain[VARS_KEY]
-    notes = [str(warning.message) for warning in caught]
+    notes = [str(w.message) for w in caught if w.category is UserWarning]  # ignored keys
+    for other in (w for w in caught if w.category is not UserWarning):  # not ours: as they were
+        warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
     notes += _shared_notes(tracker) + _derived_notes(tracker, tree, derived)
     return VerlConversion(native, tuple(notes))
 

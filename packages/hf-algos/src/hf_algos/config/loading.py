@@ -32,7 +32,8 @@ field's choices (a ``Literal``) hold such a word, ``mode: off`` means the word, 
 User variables live in the top-level ``vars:`` mapping (free keys, dropped before the
 dataclasses are built), e.g. ``vars: {model: /models/qwen}`` and ``actor.engine.model.path:
 ${vars.model}``; every other key stays checked against the schema. verl's key paths are
-translated by :mod:`hf_algos.config.aliases` in YAML files and overrides alike.
+translated by :mod:`hf_algos.config.aliases` in YAML files and overrides alike
+(``hybridflow convert-verl`` translates a verl file once: :mod:`hf_algos.config.convert_verl`).
 """
 
 from __future__ import annotations
@@ -374,7 +375,7 @@ def compose_tracked(
     base: Mapping[str, Any] | None = None,
 ) -> tuple[DictConfig, AliasTracker]:
     """:func:`compose_config`'s tree, and its :class:`AliasTracker`: which of our keys each
-    source set (``set_by``), and the verl keys that several of ours combine into
+    source set (``set_by``), and the verl values that keys of ours are computed from
     (:mod:`hf_algos.config.convert_verl` writes those keys, not the defaults)."""
     composer = _Composer(cls)
     if base:
