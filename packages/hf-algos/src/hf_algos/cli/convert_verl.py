@@ -34,7 +34,6 @@ def add_convert_verl_parser(commands: Any, targets: Sequence[str]) -> None:
         "translate the keys once (docs/from-verl.md) and write the keys you set under our "
         "names. Notes on what did not carry over go to stderr; a verl key with no "
         "equivalent is an error naming the key and the fix.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub.add_argument("verl_config", type=Path, help="the verl YAML file")
     sub.add_argument(
