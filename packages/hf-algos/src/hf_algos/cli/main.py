@@ -5,6 +5,7 @@
     hybridflow ppo  --config my.yaml --cfg            # print the resolved config and exit
     hybridflow generate --prompts p.jsonl --output out.jsonl --config-name quickstart
     hybridflow export outputs/hybridflow/run/checkpoints/global_step_100 outputs/model
+    hybridflow convert-verl verl.yaml -o grpo.yaml    # a verl config as a native one
 
 Exit codes: 0 done, 2 a configuration error (one message, no traceback), 130 Ctrl-C (SIGINT),
 143 SIGTERM (one line each, after the workers stopped: :mod:`hf_algos.cli.signals`),
@@ -26,6 +27,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 import hf_algos
+from hf_algos.cli.convert_verl import add_convert_verl_parser, write_native_config
 from hf_algos.cli.early_checks import check_data_early
 from hf_algos.cli.help import describe_sections, packaged_configs
 from hf_algos.cli.signals import (
@@ -194,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="replace an existing non-empty out_dir whole (default: refuse it)",
     )
+    add_convert_verl_parser(commands, list(COMMANDS))
     return parser
 
 
@@ -414,6 +417,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "export":
             export(args)
+            return EXIT_OK
+        if args.command == "convert-verl":
+            write_native_config(args, COMMANDS[args.target].config)
             return EXIT_OK
         command = GENERATE if args.command == "generate" else COMMANDS[args.command]
         if command is GENERATE:

@@ -594,12 +594,10 @@ def _apply(
 
 def translate_value(
     key: str, value: Any, tracker: AliasTracker, source: str
-) -> list[tuple[str, Any, bool]]:
-    """Translate one parsed override ``key=value``: ``(our key, value, converted)`` triples,
-    ``converted`` saying the alias spelled the value differently (``rollout.name=hf``)."""
-    alias = find_alias(key, tracker.config.__name__)
-    converted = alias is not None and alias.convert is not None
-    return [(ours, v, converted) for ours, v in _apply(alias, key, value, tracker, source)]
+) -> list[tuple[str, Any]]:
+    """Translate one parsed override ``key=value``: ``(our key, value)`` pairs (verl's value
+    converted where we spell it differently: ``rollout.name=hf`` -> ``rollout.backend=native``)."""
+    return _apply(find_alias(key, tracker.config.__name__), key, value, tracker, source)
 
 
 def translate_drop(key: str, config_name: str) -> list[str]:

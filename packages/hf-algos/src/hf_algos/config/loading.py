@@ -32,7 +32,8 @@ field's choices (a ``Literal``) hold such a word, ``mode: off`` means the word, 
 User variables live in the top-level ``vars:`` mapping (free keys, dropped before the
 dataclasses are built), e.g. ``vars: {model: /models/qwen}`` and ``actor.engine.model.path:
 ${vars.model}``; every other key stays checked against the schema. verl's key paths are
-translated by :mod:`hf_algos.config.aliases` in YAML files and overrides alike.
+translated by :mod:`hf_algos.config.aliases` in YAML files and overrides alike
+(``hybridflow convert-verl`` translates a verl file once: :mod:`hf_algos.config.convert_verl`).
 """
 
 from __future__ import annotations
@@ -282,7 +283,7 @@ class _Composer:
                 for ours in translate_drop(override.key, self.cls.__name__):
                     self._drop(dataclasses.replace(override, key=ours))
             else:
-                for ours, value, _ in translate_value(
+                for ours, value in translate_value(
                     override.key, override.value, self.aliases, COMMAND_LINE
                 ):
                     self._set(dataclasses.replace(override, key=ours, value=value))
@@ -364,6 +365,18 @@ def compose_config(
     Returns the typed (not yet resolved) OmegaConf tree, user ``vars`` included; later
     sources win key by key. Unknown keys and values of the wrong type are refused here.
     """
+    return compose_tracked(cls, path, overrides, base)[0]
+
+
+def compose_tracked(
+    cls: type,
+    path: str | PathLike[str] | None = None,
+    overrides: Sequence[str] = (),
+    base: Mapping[str, Any] | None = None,
+) -> tuple[DictConfig, AliasTracker]:
+    """:func:`compose_config`'s tree, and its :class:`AliasTracker`: which of our keys each
+    source set (``set_by``), and the verl values that keys of ours are computed from
+    (:mod:`hf_algos.config.convert_verl` writes those keys, not the defaults)."""
     composer = _Composer(cls)
     if base:
         composer.merge_mapping(base, "base config")
@@ -375,7 +388,7 @@ def compose_config(
         composer.tree[VARS_KEY] = composer.variables
     for override in parse_overrides(overrides, COMMA_LIST_KEYS):
         composer.apply(override)
-    return composer.finish()
+    return composer.finish(), composer.aliases
 
 
 def resolve_config(tree: DictConfig) -> DictConfig:
