@@ -164,7 +164,7 @@ def test_only_the_keys_set_are_written_under_our_names(
         "weight_decay": 0.01,
         "grad_clip": 0.5,
     }
-    assert written["actor"]["clip_ratio_low"] == written["actor"]["clip_ratio_high"] == 0.2
+    assert written["actor"]["clip_low"] == written["actor"]["clip_high"] == 0.2
     assert written["actor"]["ppo_mini_batch_size"] == 64  # 8 prompts x rollout.n=8 (override)
     assert written["rollout"] == {
         "max_new_tokens": 1024,
