@@ -21,7 +21,7 @@ from hf_algos.config import (
     config_to_dict,
     load_config,
 )
-from hf_algos.config.validation import DPO_MICRO_BATCH_ROWS
+from hf_algos.config.cross_checks import DPO_MICRO_BATCH_ROWS
 from hf_algos.trainers.dpo import pairs_per_micro_batch
 from hf_algos.trainers.ppo.trainer import roles_needed
 from hf_controller import ConfigurationError

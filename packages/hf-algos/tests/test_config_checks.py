@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hf_algos.config.dpo import DPOSection
-from hf_algos.config.validation import require_positive
+from hf_algos.config.values import require_positive
 from hf_controller import ConfigurationError
 
 

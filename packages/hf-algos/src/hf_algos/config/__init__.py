@@ -5,6 +5,13 @@ from hf_algos.config.algorithm import AlgorithmSection, FilterGroupsSection, KLC
 from hf_algos.config.aliases import VERL_ALIASES, Alias
 from hf_algos.config.correction import RolloutCorrectionSection
 from hf_algos.config.critic import CriticSection
+from hf_algos.config.cross_checks import (
+    check_estimator,
+    check_mini_batches,
+    validate_dpo_config,
+    validate_rl_config,
+    validate_sft_config,
+)
 from hf_algos.config.data import DataSection
 from hf_algos.config.dpo import DPOSection
 from hf_algos.config.loading import (
@@ -22,13 +29,6 @@ from hf_algos.config.reward import RewardSection
 from hf_algos.config.rollout import RolloutSection
 from hf_algos.config.root import DPOConfig, RLConfig, SFTConfig
 from hf_algos.config.trainer import TrainerSection
-from hf_algos.config.validation import (
-    check_estimator,
-    check_mini_batches,
-    validate_dpo_config,
-    validate_rl_config,
-    validate_sft_config,
-)
 
 __all__ = [
     "VARS_KEY",

@@ -1,14 +1,14 @@
 """``actor``: the policy, its engine, mini-batching and policy-loss settings.
 
 Each section checks its own values in ``__post_init__``; checks that need several
-sections are in :mod:`hf_algos.config.validation`.
+sections are in :mod:`hf_algos.config.cross_checks`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hf_algos.config.validation import require_positive
+from hf_algos.config.values import require_positive
 from hf_engines.config import EngineConfig, LoRAConfig, check_lora_backend
 
 

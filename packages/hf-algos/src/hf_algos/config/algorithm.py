@@ -4,7 +4,7 @@
 ``algorithm.rollout_correction`` is :mod:`hf_algos.config.correction`.
 
 Each section checks its own values in ``__post_init__``; checks that need several
-sections are in :mod:`hf_algos.config.validation`.
+sections are in :mod:`hf_algos.config.cross_checks`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from hf_algos.config.correction import RolloutCorrectionSection
-from hf_algos.config.validation import require_positive
+from hf_algos.config.values import require_positive
 from hf_controller import ConfigurationError
 
 

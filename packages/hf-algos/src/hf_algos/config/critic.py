@@ -1,14 +1,14 @@
 """``critic``: the value model of PPO with GAE, its engine and value loss.
 
 Each section checks its own values in ``__post_init__``; checks that need several
-sections are in :mod:`hf_algos.config.validation`.
+sections are in :mod:`hf_algos.config.cross_checks`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hf_algos.config.validation import require_positive
+from hf_algos.config.values import require_positive
 from hf_engines.config import EngineConfig
 
 

@@ -1,7 +1,7 @@
 """``data``: where prompts come from, how they are cut and how many a step uses.
 
 Each section checks its own values in ``__post_init__``; checks that need several
-sections are in :mod:`hf_algos.config.validation`.
+sections are in :mod:`hf_algos.config.cross_checks`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from hf_algos.config.validation import require_positive
+from hf_algos.config.values import require_positive
 from hf_controller import ConfigurationError
 from hf_engines.config import is_planned
 from hf_engines.hub import resolve_model_path

@@ -1,14 +1,14 @@
 """``dpo``: the DPO loss and, for online DPO, how pairs are made.
 
 Each section checks its own values in ``__post_init__``; checks that need several
-sections are in :mod:`hf_algos.config.validation`.
+sections are in :mod:`hf_algos.config.cross_checks`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hf_algos.config.validation import require_positive
+from hf_algos.config.values import require_positive
 from hf_controller import ConfigurationError
 
 

@@ -1,7 +1,7 @@
 """``reward``: which functions score a response, and the processes that run them.
 
 Each section checks its own values in ``__post_init__``; checks that need several
-sections are in :mod:`hf_algos.config.validation`.
+sections are in :mod:`hf_algos.config.cross_checks`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import multiprocessing
 from dataclasses import dataclass
 from pathlib import Path
 
-from hf_algos.config.validation import require_positive
+from hf_algos.config.values import require_positive
 from hf_controller import ConfigurationError
 from hf_engines.config import EngineConfig
 

@@ -1,7 +1,7 @@
 """Root configurations of the trainers: one frozen dataclass per trainer, over the sections.
 
 Building one validates it: each section checks its own values, then ``__post_init__`` runs
-the checks across sections (:mod:`hf_algos.config.validation`), in the driver, before any
+the checks across sections (:mod:`hf_algos.config.cross_checks`), in the driver, before any
 worker starts.
 """
 
@@ -13,16 +13,16 @@ from typing import Literal
 from hf_algos.config.actor import ActorSection
 from hf_algos.config.algorithm import AlgorithmSection
 from hf_algos.config.critic import CriticSection
+from hf_algos.config.cross_checks import (
+    validate_dpo_config,
+    validate_rl_config,
+    validate_sft_config,
+)
 from hf_algos.config.data import DataSection
 from hf_algos.config.dpo import DPOSection
 from hf_algos.config.reward import RewardSection
 from hf_algos.config.rollout import RolloutSection
 from hf_algos.config.trainer import TrainerSection
-from hf_algos.config.validation import (
-    validate_dpo_config,
-    validate_rl_config,
-    validate_sft_config,
-)
 
 
 @dataclass(frozen=True)

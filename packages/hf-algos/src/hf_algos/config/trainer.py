@@ -2,7 +2,7 @@
 checkpoints, validation, logging and deadlines.
 
 Each section checks its own values in ``__post_init__``; checks that need several
-sections are in :mod:`hf_algos.config.validation`.
+sections are in :mod:`hf_algos.config.cross_checks`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from hf_algos.config.validation import require_positive
+from hf_algos.config.values import require_positive
 from hf_controller import ConfigurationError
 
 

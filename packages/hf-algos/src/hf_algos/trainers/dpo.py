@@ -19,10 +19,10 @@ import functools
 import time
 
 from hf_algos.config.actor import ActorSection
+from hf_algos.config.cross_checks import DPO_MICRO_BATCH_ROWS
 from hf_algos.config.keywords import keyword_names, section_kwargs
 from hf_algos.config.loading import config_to_dict
 from hf_algos.config.root import DPOConfig
-from hf_algos.config.validation import DPO_MICRO_BATCH_ROWS
 from hf_algos.data import (
     PreferenceDataset,
     PreferenceDatasetConfig,

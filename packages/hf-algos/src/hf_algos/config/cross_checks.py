@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING
 
 from hf_algos.config.correction import check_rollout_correction
 from hf_algos.config.multiturn import check_multi_turn
+from hf_algos.config.values import require_positive
 from hf_controller import ConfigurationError
 from hf_engines.config import check_sequence_parallel
 
-if TYPE_CHECKING:  # the sections import require_positive from here
+if TYPE_CHECKING:  # the root configs pass their sections
     from hf_algos.advantages.registry import AdvantageEstimator
     from hf_algos.config.actor import ActorSection
     from hf_algos.config.algorithm import AlgorithmSection
@@ -32,14 +33,6 @@ if TYPE_CHECKING:  # the sections import require_positive from here
     from hf_algos.config.rollout import RolloutSection
     from hf_algos.config.trainer import TrainerSection
     from hf_engines.config import EngineConfig
-
-
-def require_positive(name: str, value: float, allow_zero: bool = False) -> None:
-    """Raise :class:`~hf_controller.ConfigurationError` naming ``name`` unless ``value`` is
-    ``> 0`` (``>= 0`` with ``allow_zero``). The one positive-value check of the sections and
-    of the checks here, so every section words its errors alike."""
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ConfigurationError(f"{name}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
 
 
 def check_mini_batches(role: str, rows: int, world_size: int, rows_name: str) -> None:
