@@ -6,10 +6,10 @@
 # standalone CI and the cross-package tests.
 #
 # After the set-up, the checks run in two lanes at once, each logging to .ci-work/lanes/:
-#   packages: lint, types, docs, versions, then each package's standalone CI;
+#   packages: lint, types, docs, versions, each package's standalone CI, the fault suite;
 #   workspace: the vLLM venv and its tests, the GPU dry run, the cross-package tests, the
-#              packages' tests marked second_lane (slow multi-rank ones), the fault suite
-#              and the short chaos soak.
+#              packages' tests marked second_lane (slow multi-rank ones) and the short
+#              chaos soak.
 # One lane alone keeps about one of the two cores busy (its processes mostly wait on one
 # another), so two lanes take about half the time of one after the other. Each lane has its
 # own Ray temp directory, so neither can join the other's local cluster. A lane stops at its
@@ -68,6 +68,10 @@ lane_packages() {
         section "package_ci $package"
         "$PY" tools/package_ci.py "$package"
     done
+
+    # here, not in the workspace lane: the two lanes then end about together
+    section "fault-injection suite (the table of docs/reliability.md)"
+    "$PY" tools/reliability/run_faults.py
 }
 
 lane_workspace() {
@@ -93,9 +97,6 @@ lane_workspace() {
             || code=$?
         if ((code != 0 && code != 5)); then return "$code"; fi
     done
-
-    section "fault-injection suite (the table of docs/reliability.md)"
-    "$PY" tools/reliability/run_faults.py
 
     section "chaos soak, short: 2 workers killed (train, rollout) in a 60-step async run"
     "$PY" tools/reliability/chaos_soak.py --short
