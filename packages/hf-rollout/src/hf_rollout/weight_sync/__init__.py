@@ -8,8 +8,9 @@
   buckets, laid out and described in each bucket's head (and :data:`NamedTensors`, what a
   push carries);
 * :mod:`~hf_rollout.weight_sync.sender`: the send path (``send``, ``send_buffered``,
-  ``wait_sent`` on a channel), and :class:`WeightSender`, the actor worker's side, and
-  :class:`WeightSending`, the worker methods an actor class mixes in;
+  ``wait_sent`` on a channel), and :class:`WeightSender`, the actor worker's side;
+* :mod:`~hf_rollout.weight_sync.sending`: :class:`WeightSending`, the worker methods an
+  actor class mixes in (they delegate to its :class:`WeightSender`);
 * :mod:`~hf_rollout.weight_sync.receiver`: the receive path (``receive`` on a channel:
   stage and verify a push), and :class:`WeightReceiver`, the rollout worker's side, and
   :func:`fused_actor_weights` (the hybrid placement's in-process path);
@@ -39,7 +40,8 @@ from hf_rollout.weight_sync.link import (
     WeightSenderGroup,
 )
 from hf_rollout.weight_sync.receiver import WeightReceiver, fused_actor_weights
-from hf_rollout.weight_sync.sender import WeightSender, WeightSending
+from hf_rollout.weight_sync.sender import WeightSender
+from hf_rollout.weight_sync.sending import WeightSending
 from hf_rollout.weight_sync.wire import DIRECT_BYTES, NamedTensors
 
 __all__ = [

@@ -15,11 +15,9 @@ changes of its tensors cannot reach the receivers (no torn update).
 **The actor worker's side.** In the ``separate`` placement, the actor's rank 0 hosts a
 :class:`WeightChannel` that the rollout ranks join, and streams the weight-sync iterator
 (``iter_full_params()``) into it. Every actor rank iterates (the gather is collective under
-FSDP); only rank 0 sends. The actor worker class lives with its engine (``hf_engines``,
-which hf-rollout does not depend on). It gets the sender's worker methods
-(``weight_channel_address``, ``join_weight_channel``, ``send_weights``,
-``close_weight_channel``) by mixing in :class:`WeightSending`, which delegates to a
-:class:`WeightSender`: see ``hf_algos.trainers.roles.sync_actor.SyncActorWorker``.
+FSDP); only rank 0 sends: :class:`WeightSender`. The actor worker class gets the worker
+methods that delegate to it by mixing in
+:class:`~hf_rollout.weight_sync.sending.WeightSending`.
 """
 
 from __future__ import annotations
@@ -28,11 +26,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from hf_controller import Dispatch, register
 from hf_controller.worker import master_address
 from hf_rollout.weight_sync import handshake, wire
 from hf_rollout.weight_sync.channel import DEFAULT_TIMEOUT_S, ChannelMember, Pending, WeightChannel
@@ -46,7 +43,7 @@ from hf_rollout.weight_sync.errors import (
 from hf_rollout.weight_sync.faults import corrupted, exit_now
 from hf_rollout.weight_sync.wire import NamedTensors
 
-__all__ = ["Background", "WeightSender", "WeightSending", "send", "send_buffered", "wait_sent"]
+__all__ = ["Background", "WeightSender", "send", "send_buffered", "wait_sent"]
 
 
 def send(
@@ -380,66 +377,3 @@ class WeightSender(ChannelMember):
             send_buffered(self.channel, named_tensors, bucket_bytes, version)
         else:
             send(self.channel, named_tensors, bucket_bytes, version)
-
-
-class WeightSending:
-    """The weight-sending methods of an actor worker, to mix into a
-    :class:`~hf_controller.Worker` subclass that has ``iter_full_params()`` (its full weights
-    as ``(name, tensor)`` pairs, collective across its ranks).
-
-    In the ``separate`` placement, rank 0 hosts the :class:`WeightChannel` that the rollout
-    ranks join; :meth:`send_weights` streams the weights into it. Every rank takes part in
-    the iteration (it is collective under FSDP); only rank 0 sends. The methods delegate to
-    a :class:`WeightSender`, made on first use.
-    """
-
-    rank: int
-    _weight_sender: WeightSender | None = None
-
-    if TYPE_CHECKING:  # provided by the worker class this is mixed into
-
-        def iter_full_params(self) -> Iterator[tuple[str, torch.Tensor]]:
-            """The worker's full weights."""
-            ...
-
-    @property
-    def _sender(self) -> WeightSender:
-        """This rank's side of the weight channel (made on first use)."""
-        if self._weight_sender is None:
-            self._weight_sender = WeightSender(type(self).__name__)
-        return self._weight_sender
-
-    @register(Dispatch.RANK_ZERO)
-    def weight_channel_address(self) -> tuple[str, int]:
-        """A ``(host, port)`` on rank 0's node for the weight channel's rendezvous."""
-        return WeightSender.rendezvous_address()
-
-    @register(Dispatch.ONE_TO_ALL, blocking=False)
-    def join_weight_channel(
-        self,
-        host: str,
-        port: int,
-        world_size: int,
-        device: str = "cpu",
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        deadline_s: float | None = None,
-    ) -> None:
-        """Rank 0 joins the weight channel at ``host:port`` as its sender (channel rank 0);
-        the other ranks have nothing to join. Issued together with the rollout's join."""
-        self._sender.join(host, port, self.rank, world_size, device, timeout_s, deadline_s)
-
-    @register(Dispatch.ONE_TO_ALL, blocking=False)
-    def send_weights(self, bucket_bytes: int, buffered: bool = False, version: int = 0) -> None:
-        """Push ``iter_full_params()`` as policy ``version`` into the channel in buckets of
-        ``bucket_bytes``.
-
-        Every rank iterates (the gather is collective); rank 0 sends. Issued together with
-        the rollout's ``receive_weights``. ``buffered``: rank 0 returns once it has copied
-        the weights (see :meth:`WeightSender.send`).
-        """
-        self._sender.send(self.rank, self.iter_full_params(), bucket_bytes, buffered, version)
-
-    @register(Dispatch.ONE_TO_ALL)
-    def close_weight_channel(self) -> None:
-        """Leave the weight channel, if joined."""
-        self._sender.close()
