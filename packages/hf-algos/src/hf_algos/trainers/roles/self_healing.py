@@ -177,11 +177,11 @@ class SelfHealingRollout:
     def __init__(self, roles: RoleGroups) -> None:
         self._roles = roles
 
-    def generate_sequences(self, batch: DataProto) -> DataProto:
-        """The rollout's samples of ``batch``; after a failure, from a new group."""
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """The rollout's samples of ``prompts``; after a failure, from a new group."""
         roles = self._roles
         return roles.recovery.run(
-            lambda: roles.live_rollout.generate_sequences(batch), roles.weights.version
+            lambda: roles.live_rollout.generate_sequences(prompts), roles.weights.version
         )
 
     def __getattr__(self, name: str) -> Any:
