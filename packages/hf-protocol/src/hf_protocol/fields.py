@@ -67,9 +67,9 @@ Written by reward scoring (``RewardManager``, ``RewardModelScorer``); read by th
 penalty, metrics and online DPO pairing."""
 
 TOKEN_LEVEL_REWARDS: Final = "token_level_rewards"
-"""``(B, R)`` float32: :data:`TOKEN_LEVEL_SCORES` after any KL penalty
-(``apply_kl_penalty``; equal to the scores without one). Read by advantage estimators and
-metrics."""
+"""``(B, R)`` float32: :data:`TOKEN_LEVEL_SCORES` minus the reward's KL penalty, if any
+(``hf_algos.kl.penalized_rewards``; equal to the scores without one), written once by the
+trainer's step. Read by advantage estimators and metrics."""
 
 OLD_LOG_PROBS: Final = "old_log_probs"
 """``(B, R)`` float32: the actor's log-probs of the responses before the update, at the

@@ -135,7 +135,6 @@ class AsyncRollout:
         total_steps: int,
     ) -> None:
         self.spec = spec
-        self.replacement = roles.recovery
         self.policy_version = 0  # the trainer's, as of the last next_batch / sync
         self._roles, self._draw, self._sampling, self._total = roles, draw, sampling, total_steps
         self.queue: deque[GenerationJob] = deque()
@@ -184,7 +183,7 @@ class AsyncRollout:
     # ------------------------------------------------------------------ failures
 
     def _guarded(self, call: Callable[[], T], *current: GenerationJob) -> T:
-        """``call()``; after a rollout failure, the rollout replaced (:attr:`replacement`),
+        """``call()``; after a rollout failure, the rollout replaced (``roles.recovery``),
         every unfinished generation (``current`` and the queue's) reset, and ``call()``
         again. Anything else, or a failure past the bound, is raised."""
         while True:
@@ -192,7 +191,7 @@ class AsyncRollout:
                 return call()
             except WorkerGroupError as error:
                 # raises unless the rollout was replaced (with the actor's current weights)
-                self.replacement.replace(error, self.policy_version)
+                self._roles.recovery.replace(error, self.policy_version)
                 self._push = None  # abandoned with the old group
                 self.rollout_version = self.policy_version  # the actor's current weights
                 for job in (*current, *self.queue):

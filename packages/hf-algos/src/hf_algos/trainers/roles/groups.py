@@ -32,6 +32,7 @@ from hf_algos.trainers.roles.placement import require_gpus, take_early_pool, wor
 from hf_algos.trainers.roles.protocols import (
     ActorGroup,
     CriticGroup,
+    CurrentGroup,
     ReferenceGroup,
     RewardModelGroup,
     RolloutGroup,
@@ -92,6 +93,7 @@ class RoleGroups:
         """The separate placement's rollout recovery (:mod:`~hf_algos.trainers.roles.self_healing`),
         at most ``max_replacements`` times in the run, restarts included."""
         self._past_timings: list[CallTiming] = []  # of the groups a rebuild ended
+        self._healing_rollout = SelfHealingRollout(self)  # roles.rollout, separate placement
         self._take(
             actor, fused, rollout, ref, critic, reward_model, owned, weight_bucket_bytes,
             weight_device, new_rollout, rollout_owned,
@@ -139,7 +141,7 @@ class RoleGroups:
         placement a :class:`~hf_algos.trainers.roles.self_healing.SelfHealingRollout`, whose
         calls survive a rollout worker's death (:attr:`recovery`)."""
         group = _present("rollout", self._rollout)
-        return group if self.fused else cast(RolloutGroup, SelfHealingRollout(self))
+        return group if self.fused else cast(RolloutGroup, self._healing_rollout)
 
     @property
     def live_rollout(self) -> RolloutGroup:
@@ -326,16 +328,6 @@ class RoleGroups:
         for item in self.owned:
             _end(item)
         self.owned.clear()
-
-
-class CurrentGroup:
-    """``roles.<role>`` of the moment, attribute by attribute (:meth:`RoleGroups.current`)."""
-
-    def __init__(self, roles: RoleGroups, role: str) -> None:
-        self._roles, self._role = roles, role
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(getattr(self._roles, self._role), name)
 
 
 def _end(item: object) -> None:

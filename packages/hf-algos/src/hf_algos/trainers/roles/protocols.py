@@ -25,7 +25,7 @@ group) and :func:`as_group`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from hf_algos.trainers.roles.protocols_generated import (
     ActorGroup,
@@ -64,6 +64,18 @@ class RewardScorer(Protocol):
 
 
 GroupT = TypeVar("GroupT")
+
+
+class CurrentGroup:
+    """A stand-in for the group at ``getattr(roles, attribute)`` as it is at each call: every
+    attribute is read from the group of the moment, so a holder keeps working after the
+    groups are rebuilt or replaced (``RoleGroups.current``, ``SelfHealingRollout``)."""
+
+    def __init__(self, roles: object, attribute: str) -> None:
+        self._roles, self._attribute = roles, attribute
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(getattr(self._roles, self._attribute), name)
 
 
 def as_group(group: object, protocol: Callable[..., GroupT]) -> GroupT:

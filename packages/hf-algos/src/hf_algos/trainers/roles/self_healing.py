@@ -34,8 +34,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
+from hf_algos.trainers.roles.protocols import CurrentGroup
 from hf_controller import WorkerDiedError, WorkerGroupError, WorkerTimeoutError
 from hf_protocol import DataProto
 from hf_rollout import WeightIntegrityError, WeightPushError
@@ -168,14 +169,16 @@ class RolloutReplacement:
         }
 
 
-class SelfHealingRollout:
+class SelfHealingRollout(CurrentGroup):
     """The separate placement's rollout group as the driver calls it: every call of the
     rollout group (:class:`~hf_algos.trainers.roles.protocols.RolloutGroup`) goes to the
     group of the moment, and ``generate_sequences`` whose worker died or hung is made again
     on a new group loaded with the actor's current weights (see the module docstring)."""
 
+    _roles: RoleGroups
+
     def __init__(self, roles: RoleGroups) -> None:
-        self._roles = roles
+        super().__init__(roles, "live_rollout")
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """The rollout's samples of ``prompts``; after a failure, from a new group."""
@@ -183,9 +186,6 @@ class SelfHealingRollout:
         return roles.recovery.run(
             lambda: roles.live_rollout.generate_sequences(prompts), roles.weights.version
         )
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._roles.live_rollout, name)
 
 
 def is_failed_push(error: WorkerGroupError) -> bool:
