@@ -1,0 +1,1 @@
+"""Compatibility modules: other frameworks' names and semantics over hf-protocol."""
