@@ -89,19 +89,9 @@ def download(cache: Path) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     archive = cache / f"verl-{VERL_VERSION}.tar.gz"
     if not archive.exists():
-        command = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--no-build-isolation",
-            "--no-binary",
-            ":all:",
-            f"verl=={VERL_VERSION}",
-            "-d",
-            str(cache),
-        ]
+        # pip builds the sdist's metadata in an isolated environment (setuptools from the index)
+        sdist = ["--no-deps", "--no-binary", ":all:", f"verl=={VERL_VERSION}"]
+        command = [sys.executable, "-m", "pip", "download", "--quiet", *sdist, "-d", str(cache)]
         subprocess.run(command, check=True)
     with tarfile.open(archive) as tar:
         members = [m for m in tar.getmembers() if "/tests/" in m.name]
