@@ -10,9 +10,10 @@ hf-protocol does not have natively:
   parts of any size), so the flag changes nothing;
 * ``padding(n, padding_candidate)``: appends ``n`` copies of the first or last row in place;
 * ``unfold_column_chunks``, ``print_size``;
-* errors where verl's code asserts: what hf-protocol raises as ``ValueError`` is raised
-  here as :class:`VerlCompatError`, a ``ValueError`` that is also an ``AssertionError``,
-  so both ``except ValueError`` and verl's ``pytest.raises(AssertionError)`` catch it.
+* errors where verl's code asserts: what hf-protocol raises as ``ValueError`` (``TypeError``)
+  is raised here as :class:`VerlCompatError` (:class:`VerlCompatTypeError`), which is also
+  an ``AssertionError``, so both ``except ValueError`` and verl's
+  ``pytest.raises(AssertionError)`` catch it.
 
 Deliberate differences from verl (docs/from-verl.md): ``chunk(n)`` accepts any length
 (balanced parts instead of an assertion), pickling never goes through ``torch.save``,
@@ -59,17 +60,24 @@ class VerlCompatError(ValueError, AssertionError):
     """A ``ValueError`` of hf-protocol, also an ``AssertionError`` as verl's asserts raise."""
 
 
+class VerlCompatTypeError(TypeError, AssertionError):
+    """A ``TypeError`` of hf-protocol, also an ``AssertionError`` as verl's asserts raise."""
+
+
 def _verl_errors(function: Callable[_P, _R]) -> Callable[_P, _R]:
-    """Re-raise the ``ValueError`` of ``function`` as a :class:`VerlCompatError`."""
+    """Re-raise the ``ValueError``/``TypeError`` of ``function`` as :class:`VerlCompatError`
+    / :class:`VerlCompatTypeError`, so verl code expecting ``AssertionError`` catches them."""
 
     @functools.wraps(function)
     def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         try:
             return function(*args, **kwargs)
-        except VerlCompatError:
+        except AssertionError:
             raise
         except ValueError as error:
             raise VerlCompatError(str(error)) from error
+        except TypeError as error:
+            raise VerlCompatTypeError(str(error)) from error
 
     return wrapper
 
@@ -89,7 +97,7 @@ class _DataProtoConfigMeta(type):
     @auto_padding.setter
     def auto_padding(cls, enabled: bool) -> None:
         if not isinstance(enabled, bool):
-            raise VerlCompatError(f"auto_padding must be a bool, got {enabled!r}")
+            raise VerlCompatTypeError(f"auto_padding must be a bool, got {enabled!r}")
         cls._auto_padding = enabled
 
 
@@ -306,6 +314,7 @@ __all__ = [
     "DataProtoFuture",
     "DataProtoItem",
     "VerlCompatError",
+    "VerlCompatTypeError",
     "all_gather_data_proto",
     "collate_fn",
     "deserialize_single_tensor",
