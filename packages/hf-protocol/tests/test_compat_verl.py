@@ -232,3 +232,20 @@ def test_contiguous_concat_and_chunk_with_nested_tensors() -> None:
     assert tu.concat_tensordict(meta_only) is meta_only[0]
     with pytest.raises(ValueError, match="nested tensors"):
         tu.concat_tensordict([part([1], 0), tu.get_tensordict({"id": torch.zeros(1)})])
+
+
+def test_nested_tensors_keep_their_ragged_dimension_through_chunk_and_concat() -> None:
+    # mRoPE-style position ids: (4, seq_len) per sample, ragged in the last dimension
+    rows = [torch.arange(n).expand(4, n).contiguous() for n in (4, 4, 6)]
+    position_ids = torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+    td = tu.get_tensordict({"position_ids": position_ids, "i": torch.arange(3)})
+    first, second = tu.chunk_tensordict(td, 2)
+    assert first["position_ids"]._ragged_idx == 2  # equal lengths in this part, same layout
+    joined = tu.concat_tensordict([first, second])
+    assert [tuple(t.shape) for t in joined["position_ids"].unbind()] == [(4, 4), (4, 4), (4, 6)]
+    built = tu.nested_tensor_from_tensor_list([torch.ones(2), torch.ones(3)])
+    assert built.shape[0] == 2 and built._ragged_idx == 1
+    with pytest.raises(ValueError, match=r"ragged_idx must be in \[1, 1\]"):
+        tu.nested_tensor_from_tensor_list([torch.ones(2)], ragged_idx=2)
+    with pytest.raises(ValueError, match="cannot fill 4 parts"):
+        tu.chunk_tensordict(td, 4)

@@ -123,9 +123,7 @@ class DataProto(hf_protocol.DataProto):
         meta = dict(meta_info or {})
         if auto_padding:
             meta[DataProtoConfig.auto_padding_key] = True
-        data = super().from_dict(tensors, non_tensors, meta, num_batch_dims)
-        assert isinstance(data, DataProto)
-        return data
+        return cast(DataProto, super().from_dict(tensors, non_tensors, meta, num_batch_dims))
 
     @classmethod
     def from_single_dict(

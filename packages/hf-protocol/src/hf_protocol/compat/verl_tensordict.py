@@ -168,8 +168,38 @@ def contiguous(data: TensorDict) -> TensorDict:
     return get_tensordict(columns, values)
 
 
+def nested_tensor_from_tensor_list(
+    tensors: Sequence[torch.Tensor], ragged_idx: int | None = None
+) -> torch.Tensor:
+    """A jagged nested tensor with one component per tensor, ragged in dimension
+    ``ragged_idx`` of the result (default: the components' last dimension).
+
+    The ragged dimension is stated rather than inferred, so a part whose rows happen to
+    have equal lengths keeps the same layout as the rest of its batch.
+    """
+    if not tensors:
+        raise VerlCompatError("nested_tensor_from_tensor_list needs at least one tensor")
+    sample_dims = tensors[0].dim()
+    ragged = sample_dims if ragged_idx is None else ragged_idx
+    if not 1 <= ragged <= sample_dims:
+        raise VerlCompatError(
+            f"nested_tensor_from_tensor_list: ragged_idx must be in [1, {sample_dims}] for "
+            f"{sample_dims}-d components, got {ragged}"
+        )
+    values = torch.cat(list(tensors), dim=ragged - 1)
+    lengths = torch.tensor([t.shape[ragged - 1] for t in tensors], device=values.device)
+    offsets = torch.zeros(len(tensors) + 1, dtype=torch.long, device=values.device)
+    torch.cumsum(lengths, dim=0, out=offsets[1:])
+    return torch.nested.nested_tensor_from_jagged(values, offsets, jagged_dim=ragged)
+
+
+def _ragged_idx(tensor: torch.Tensor) -> int:
+    return int(getattr(tensor, "_ragged_idx", tensor.dim() - 1))
+
+
 def concat_nested_tensors(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Join jagged nested tensors (each ``[B_i, *ragged, ...]``) along dim 0."""
+    """Join jagged nested tensors (each ``[B_i, ...]`` with the same ragged dimension)
+    along dim 0."""
     components: list[torch.Tensor] = []
     for tensor in tensors:
         if not (tensor.is_nested and tensor.is_contiguous() and tensor.dim() >= 2):
@@ -178,7 +208,7 @@ def concat_nested_tensors(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
                 f">= 2 dims, got shape {tuple(tensor.shape)} (nested={tensor.is_nested})"
             )
         components.extend(tensor.unbind(0))
-    return torch.nested.as_nested_tensor(components, layout=torch.jagged)
+    return nested_tensor_from_tensor_list(components, _ragged_idx(tensors[0]))
 
 
 def _nested_keys(td: TensorDict) -> set[str]:
@@ -224,10 +254,15 @@ def chunk_tensordict(td: TensorDict, chunks: int) -> list[TensorDict]:
         {k: v for k, v in td.items() if k not in nested}, batch_size=td.batch_size, device=td.device
     )
     parts = [regular[start:stop] for start, stop in bounds]
+    if nested and len(td) < chunks:
+        raise VerlCompatError(
+            f"chunk_tensordict: {len(td)} rows cannot fill {chunks} parts when nested "
+            f"tensors {sorted(nested)} are present (a nested tensor has no empty form)"
+        )
     for key in nested:
         rows = td[key].unbind(0)
         for part, (start, stop) in zip(parts, bounds, strict=True):
-            part[key] = torch.nested.as_nested_tensor(list(rows[start:stop]), layout=torch.jagged)
+            part[key] = nested_tensor_from_tensor_list(rows[start:stop], _ragged_idx(td[key]))
     return parts
 
 
@@ -247,6 +282,7 @@ __all__ = [
     "get",
     "get_non_tensor_data",
     "get_tensordict",
+    "nested_tensor_from_tensor_list",
     "pop",
     "unwrap_non_tensor_data",
 ]
