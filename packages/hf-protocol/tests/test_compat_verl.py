@@ -156,6 +156,19 @@ def test_fold_and_unfold_functions(tmp_path: Path, capsys: pytest.CaptureFixture
     assert type(loaded) is DataProto and loaded.meta_info == {"name": "x"}
     data.print_size(prefix="step")
     assert capsys.readouterr().out.startswith("step, Size of tensordict: ")
+    data.meta_info.update(ids=[1, 2], cfg={"lr": 0.1}, pair=(1, "a"), empty={})
+    assert data.get_data_info().splitlines() == [
+        "batch",
+        "  obs: (4,) (torch.int64) cpu",
+        "non_tensor_batch",
+        "  labels: ndarray(4,) (object)",
+        "meta_info",
+        "  name: str",
+        "  ids: list[int]",
+        "  cfg: dict[str: float]",
+        "  pair: tuple(int, str)",
+        "  empty: dict",
+    ]
 
 
 def test_serialize_helpers_round_trip_dtypes_nested_tensors_and_device() -> None:

@@ -9,7 +9,7 @@ hf-protocol does not have natively:
   verl code, though hf-protocol never needs padding to split (``chunk`` gives balanced
   parts of any size), so the flag changes nothing;
 * ``padding(n, padding_candidate)``: appends ``n`` copies of the first or last row in place;
-* ``unfold_column_chunks``, ``print_size``;
+* ``unfold_column_chunks``, ``print_size``, ``get_data_info``;
 * errors where verl's code asserts: what hf-protocol raises as ``ValueError`` (``TypeError``)
   is raised here as :class:`VerlCompatError` (:class:`VerlCompatTypeError`), which is also
   an ``AssertionError``, so both ``except ValueError`` and verl's
@@ -227,11 +227,42 @@ class DataProto(hf_protocol.DataProto):
         )
         print(f"{prefix}, {message}" if prefix else message)
 
+    def get_data_info(self) -> str:
+        """A multi-line description: each tensor column (shape, dtype, device), each
+        non-tensor column (shape, dtype) and each meta_info entry's (nested) type."""
+        lines = ["batch"]
+        if self.batch is not None:
+            for key, tensor in tensor_columns(self.batch).items():
+                lines.append(f"  {key}: {tuple(tensor.shape)} ({tensor.dtype}) {tensor.device}")
+        lines.append("non_tensor_batch")
+        for key, array in self.non_tensor_batch.items():
+            lines.append(f"  {key}: ndarray{array.shape} ({array.dtype})")
+        lines.append("meta_info")
+        lines += [f"  {key}: {_type_info(value)}" for key, value in self.meta_info.items()]
+        return "\n".join(lines)
+
     @staticmethod
     def load_from_disk(filepath: str | os.PathLike[str], allow_pickle: bool = False) -> DataProto:
         """hf-protocol's ``load_from_disk``, returning this module's DataProto."""
         loaded = hf_protocol.DataProto.load_from_disk(filepath, allow_pickle=allow_pickle)
         return DataProto(loaded.batch, loaded.non_tensor_batch, loaded.meta_info)
+
+
+def _type_info(value: Any) -> str:
+    """``list[int]``, ``dict[str: float]``, ``tuple(int, str)``, ``ndarray(3,) (int64)``."""
+    if isinstance(value, list):
+        inner = sorted({_type_info(v) for v in value[:3]})
+        return f"list[{'|'.join(inner) if inner else '...'}]"
+    if isinstance(value, tuple):
+        return f"tuple({', '.join(_type_info(v) for v in value)})"
+    if isinstance(value, dict):
+        if not value:
+            return "dict"
+        key, item = next(iter(value.items()))
+        return f"dict[{_type_info(key)}: {_type_info(item)}]"
+    if isinstance(value, np.ndarray):
+        return f"ndarray{value.shape} ({value.dtype})"
+    return type(value).__name__
 
 
 def _rows_as_matrix(key: str, column: np.ndarray) -> np.ndarray:
