@@ -262,3 +262,23 @@ def test_nested_tensors_keep_their_ragged_dimension_through_chunk_and_concat() -
         tu.nested_tensor_from_tensor_list([torch.ones(2)], ragged_idx=2)
     with pytest.raises(ValueError, match="cannot fill 4 parts"):
         tu.chunk_tensordict(td, 4)
+
+
+def test_key_subsets_row_selection_and_padding_of_tensordicts() -> None:
+    seq = torch.nested.as_nested_tensor([torch.arange(n) for n in (1, 2, 3)], layout=torch.jagged)
+    td = tu.get_tensordict({"x": torch.arange(3), "seq": seq, "tag": ["a", "b", "c"]}, {"s": 5})
+    picked = tu.get_keys(td, ["tag", "s"])
+    assert tu.get(picked, "tag") == ["a", "b", "c"] and tu.get(picked, "s") == 5
+    assert "tag" in td
+    with pytest.raises(KeyError, match="'nope'"):
+        tu.get_keys(td, ["x", "nope"])
+    selected = tu.index_select_tensor_dict(td, [2, 0, 2])
+    assert selected["x"].tolist() == [2, 0, 2] and tu.get(selected, "tag") == ["c", "a", "c"]
+    assert [t.tolist() for t in selected["seq"].unbind()] == [[0, 1, 2], [0], [0, 1, 2]]
+    assert tu.get(selected, "s") == 5
+    padded, pad_size = tu.pad_to_divisor(td, 2)
+    assert pad_size == 1 and padded["x"].tolist() == [0, 1, 2, 0]
+    assert tu.unpad(padded, pad_size)["x"].tolist() == [0, 1, 2]
+    assert tu.pad_to_divisor(td, 3) == (td, 0) and tu.unpad(td, 0) is td
+    popped = tu.pop_keys(td, ["x"])
+    assert popped["x"].tolist() == [0, 1, 2] and "x" not in td

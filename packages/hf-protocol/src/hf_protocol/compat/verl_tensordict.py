@@ -149,6 +149,82 @@ def pop(tensordict: TensorDict, key: str, default: Any = None) -> Any:
     return _plain(tensordict.pop(key))
 
 
+def _take_keys(tensordict: TensorDict, keys: Iterable[str], remove: bool) -> TensorDict:
+    """A new TensorDict of ``keys`` (columns stay columns, batch-level values stay values)."""
+    keys = list(keys)
+    missing = [key for key in keys if key not in tensordict]
+    if missing:
+        raise KeyError(
+            f"key(s) {missing} not in the TensorDict; it has {sorted(tensordict.keys())}"
+        )
+    columns: dict[str, Any] = {}
+    values: dict[str, Any] = {}
+    for key in keys:
+        entry = tensordict.pop(key) if remove else tensordict.get(key)
+        if isinstance(entry, NonTensorData):
+            values[key] = entry.data
+        else:
+            columns[key] = entry
+    return get_tensordict(columns, values)
+
+
+def get_keys(tensordict: TensorDict, keys: Iterable[str]) -> TensorDict:
+    """A new TensorDict holding only ``keys`` (KeyError naming any that is missing)."""
+    return _take_keys(tensordict, keys, remove=False)
+
+
+def pop_keys(tensordict: TensorDict, keys: Iterable[str]) -> TensorDict:
+    """Like :func:`get_keys`, and removes those keys from ``tensordict``."""
+    return _take_keys(tensordict, keys, remove=True)
+
+
+def index_select_tensor_dict(
+    batch: TensorDict, indices: torch.Tensor | Sequence[int]
+) -> TensorDict:
+    """Rows ``indices`` (any order, repeats allowed) of every column, nested tensors and
+    per-sample lists included; batch-level values are kept."""
+    rows = torch.as_tensor(indices, dtype=torch.long)
+    if rows.dim() != 1:
+        raise VerlCompatError(f"indices must be 1-D, got shape {tuple(rows.shape)}")
+    columns: dict[str, Any] = {}
+    values: dict[str, Any] = {}
+    for key, entry in batch.items():
+        if isinstance(entry, NonTensorData):
+            values[key] = entry.data
+        elif isinstance(entry, NonTensorStack):
+            items = entry.tolist()
+            columns[key] = _stack(items[i] for i in rows.tolist())
+        elif not isinstance(entry, torch.Tensor):
+            raise VerlCompatError(f"index_select_tensor_dict: {key!r} is a {type(entry).__name__}")
+        elif entry.is_nested:
+            components = entry.unbind(0)
+            picked = [components[i] for i in rows.tolist()]
+            columns[key] = nested_tensor_from_tensor_list(picked, _ragged_idx(entry))
+        else:
+            columns[key] = entry[rows]
+    if not columns:
+        raise VerlCompatError("index_select_tensor_dict: the TensorDict has no per-row columns")
+    return get_tensordict(columns, values)
+
+
+def pad_to_divisor(data: TensorDict, size_divisor: int) -> tuple[TensorDict, int]:
+    """Append rows (copies of the first rows, cycling) until the length divides
+    ``size_divisor``; returns ``(padded, pad_size)``, undone by :func:`unpad`."""
+    length = len(data)
+    pad_size = -length % size_divisor
+    if pad_size == 0:
+        return data, 0
+    if length == 0:
+        raise VerlCompatError("pad_to_divisor: an empty TensorDict has no rows to repeat")
+    order = torch.arange(length + pad_size) % length
+    return index_select_tensor_dict(data, order), pad_size
+
+
+def unpad(data: TensorDict, pad_size: int) -> TensorDict:
+    """Drop the last ``pad_size`` rows added by :func:`pad_to_divisor`."""
+    return data[: len(data) - pad_size] if pad_size else data
+
+
 def contiguous(data: TensorDict) -> TensorDict:
     """A new TensorDict with every tensor contiguous; non-tensor entries kept as they are
     (``TensorDict.contiguous`` would turn ``NonTensorData`` into stacks)."""
@@ -280,9 +356,14 @@ __all__ = [
     "concat_tensordict",
     "contiguous",
     "get",
+    "get_keys",
     "get_non_tensor_data",
     "get_tensordict",
+    "index_select_tensor_dict",
     "nested_tensor_from_tensor_list",
+    "pad_to_divisor",
     "pop",
+    "pop_keys",
+    "unpad",
     "unwrap_non_tensor_data",
 ]
