@@ -1,8 +1,9 @@
 """Extract the overrides of verl's example launch lines into a test table.
 
-    python tools/extract_verl_launch_lines.py /path/to/verl/examples VERL_COMMIT
+    python tools/extract_verl_launch_lines.py /path/to/verl VERL_COMMIT
 
-Reads every ``*.sh`` under verl's ``examples/`` that runs ``verl.trainer.main_ppo``, takes
+Reads every ``*.sh`` under verl's ``examples/`` that runs ``verl.trainer.main_ppo`` (and the
+quickstart's line in ``docs/start/quickstart.rst``), takes
 the ``key=value`` words of that command (backslash continuations joined) and writes them,
 per script, to ``packages/hf-algos/tests/data/verl_launch_lines.json``. Shell variables are
 substituted: those the script assigns before the command (``${NAME:-default}`` falls back to
@@ -131,18 +132,19 @@ def extract(script: Path) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    """Write the table for the examples at ``argv[0]``, from verl commit ``argv[1]``."""
-    examples, commit = Path(argv[0]), argv[1]
+    """Write the table for the verl checkout at ``argv[0]``, from verl commit ``argv[1]``."""
+    verl, commit = Path(argv[0]), argv[1]
+    files = [verl / "docs/start/quickstart.rst", *sorted((verl / "examples").rglob("*.sh"))]
     scripts = {}
-    for script in sorted(examples.rglob("*.sh")):
+    for script in files:
         if "verl.trainer.main_ppo" in script.read_text(encoding="utf-8", errors="replace"):
             overrides = extract(script)
             if overrides:
-                scripts[f"examples/{script.relative_to(examples)}"] = overrides
+                scripts[str(script.relative_to(verl))] = overrides
     OUT.parent.mkdir(parents=True, exist_ok=True)
     table = {"verl_commit": commit, "source": "github.com/volcengine/verl", "scripts": scripts}
     OUT.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
-    print(f"{len(scripts)} scripts -> {OUT}")
+    print(f"{len(scripts)} launch lines -> {OUT}")
     return 0
 
 
