@@ -199,3 +199,52 @@ def test_verl_launch_lines_print_their_config(
     notes = [line for line in err.splitlines() if line]
     assert len(notes) == 1 and notes[0].startswith(f"hybridflow {command}: note: verl keys with")
     assert "log_prob_micro_batch_size_per_gpu (uses the actor's" in notes[0]
+
+
+def _composed(*overrides: str) -> tuple[Any, list[str]]:
+    """The grpo tree of ``overrides`` and the messages of its no-effect warnings."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tree = compose_config(
+            COMMANDS["grpo"].config,
+            None,
+            ["actor_rollout_ref.model.path=/models/m", *overrides],
+            COMMANDS["grpo"].defaults,
+        )
+    return tree, [str(w.message) for w in caught if w.category is VerlKeysNoEffect]
+
+
+def test_offload_switches_set_the_actors_offload() -> None:
+    actor = "actor_rollout_ref.actor.fsdp_config"
+    tree, notes = _composed(f"{actor}.param_offload=True", f"{actor}.optimizer_offload=False")
+    assert tree.actor.engine.offload is True and notes == []
+    tree, _ = _composed(f"{actor}.param_offload=False", f"{actor}.optimizer_offload=False")
+    assert tree.actor.engine.offload is False
+    tree, notes = _composed("actor_rollout_ref.ref.fsdp_config.param_offload=True")
+    assert tree.actor.engine.offload is False
+    assert notes == [
+        "verl key actor_rollout_ref.ref.fsdp_config.param_offload has no effect here: the "
+        "reference has no offload setting here: it is frozen (no gradients, no optimizer "
+        "state) and stays in GPU memory; actor.engine.offload moves the actor only"
+    ]
+
+
+def test_rollout_engine_knobs_follow_the_backend() -> None:
+    roll = "actor_rollout_ref.rollout"
+    knobs = (f"{roll}.tensor_model_parallel_size=2", f"{roll}.gpu_memory_utilization=0.5")
+    tree, notes = _composed(*knobs, f"{roll}.name=sglang")
+    assert tree.rollout.engine_kwargs == {"tp_size": 2, "mem_fraction_static": 0.5}
+    assert notes == []
+    tree, notes = _composed(*knobs)  # native, the default: named in one note line
+    assert tree.rollout.engine_kwargs == {}
+    assert len(notes) == 1 and notes[0].startswith("verl keys with no effect here: ")
+    assert f"{roll}.tensor_model_parallel_size (rollout.backend=native generates" in notes[0]
+    tree, notes = _composed(f"{roll}.name=vllm", f"+{roll}.engine_kwargs.vllm.max_loras=2")
+    assert tree.rollout.engine_kwargs == {"max_loras": 2}
+    with pytest.raises(ConfigurationError, match="set the same vllm option; keep one of them"):
+        _composed(*knobs, f"{roll}.name=vllm", "+rollout.engine_kwargs.tensor_parallel_size=4")
+
+
+def test_a_verl_plus_key_that_is_ours_sets_it() -> None:
+    tree, _ = _composed("+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16")
+    assert tree.actor.engine.fsdp.param_dtype == "bfloat16"
