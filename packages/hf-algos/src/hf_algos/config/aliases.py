@@ -264,13 +264,15 @@ def _launch_line_keys() -> tuple[Alias, ...]:
     """The further keys of verl's example launch lines (``examples/*/run_*.sh``)."""
     return (
         *_actor_launch_keys(),
+        *_model_launch_keys(),
         *_rollout_launch_keys(),
-        *_other_launch_keys(),
+        *_critic_launch_keys(),
+        *_data_launch_keys(),
     )
 
 
 def _actor_launch_keys() -> tuple[Alias, ...]:
-    """Actor, model and reference keys of verl's launch lines."""
+    """Actor keys of verl's launch lines (optimizer, FSDP, switches)."""
     dtype = "bf16 -> bfloat16, fp16 -> float16, fp32 -> float32"
     return (
         _renamed(f"{_ARA}.optim.clip_grad", "actor.engine.optim.grad_clip"),
@@ -344,6 +346,12 @@ def _actor_launch_keys() -> tuple[Alias, ...]:
             "no override of Megatron's TransformerConfig here (it follows the Hugging Face "
             "config; actor.engine.model.hf_config changes that)",
         ),
+    )
+
+
+def _model_launch_keys() -> tuple[Alias, ...]:
+    """Megatron, profiler, model and reference keys of verl's launch lines."""
+    return (
         *_megatron_extras(_ARA, "actor"),
         *_megatron_extras(_REF, "actor"),
         *(_ignored(f"{role}.profiler.*", _PROFILER_NOTE) for role in (_ARA, _REF, "critic")),
@@ -451,8 +459,8 @@ def _rollout_launch_keys() -> tuple[Alias, ...]:
     )
 
 
-def _other_launch_keys() -> tuple[Alias, ...]:
-    """Critic, algorithm, data, reward and trainer keys of verl's launch lines."""
+def _critic_launch_keys() -> tuple[Alias, ...]:
+    """Critic keys of verl's launch lines."""
     resident = _RESIDENT.format(role="the critic")
     return (
         _renamed(
@@ -483,6 +491,12 @@ def _other_launch_keys() -> tuple[Alias, ...]:
             accepted=(0, 0.0),
         ),
         *_megatron_extras("critic", "critic"),
+    )
+
+
+def _data_launch_keys() -> tuple[Alias, ...]:
+    """Algorithm, data, reward and trainer keys of verl's launch lines."""
+    return (
         _unsupported("algorithm.use_pf_ppo", "no priority-filtered PPO here", accepted=(False,)),
         _unsupported("algorithm.pf_ppo.*", "no priority-filtered PPO here"),
         *(
