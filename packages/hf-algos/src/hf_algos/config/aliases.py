@@ -221,7 +221,7 @@ _OPTIMIZER_NOTE = (
 )
 
 _PROFILER_NOTE = "no profiler hooks here; trainer.trace_file writes a timeline of every step"
-_MICRO_NOTE = "uses the actor's micro-batches (actor.engine.micro_batch)"
+_MICRO_NOTE = "uses the actor's micro-batches, actor.engine.micro_batch"
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 _DTYPES.update({v: v for v in list(_DTYPES.values())})
 _RESIDENT = (
@@ -364,7 +364,7 @@ def _model_launch_keys() -> tuple[Alias, ...]:
         _ignored("actor_rollout_ref.model.use_shm", "the model loads from its path"),
         _ignored(
             "actor_rollout_ref.model.use_fused_kernels",
-            "log-probs come from the logits, in chunks, without verl's fused kernels",
+            "log-probs come from the logits, without verl's fused kernels",
         ),
         _ignored("actor_rollout_ref.model.fused_kernel_options.*", "no fused kernels here"),
         _unsupported(

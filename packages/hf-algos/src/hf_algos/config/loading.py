@@ -396,7 +396,9 @@ def compose_config(
     """Merge ``base``, the YAML at ``path`` and ``overrides`` into the schema of ``cls``.
 
     Returns the typed (not yet resolved) OmegaConf tree, user ``vars`` included; later
-    sources win key by key. Unknown keys and values of the wrong type are refused here.
+    sources win key by key. Unknown keys and values of the wrong type are refused here. The
+    verl keys given that have no effect here are named in one
+    :class:`~hf_algos.config.aliases.VerlKeysNoEffect` warning (the CLI prints it as a note).
     """
     tree, tracker = compose_tracked(cls, path, overrides, base)
     if tracker.ignored:  # one line for all of them, pointing at the caller
