@@ -26,7 +26,7 @@ _WHAT = {
     "same": "same key",
     "derived": "computed",
     "shared": "must equal ours",
-    "ignored": "ignored (warning)",
+    "ignored": "no effect (noted)",
     "refused": "**refused**",
     "unsupported": "not supported",
 }

@@ -183,9 +183,10 @@ def test_only_the_keys_set_are_written_under_our_names(
         "data.truncation",
         "data.return_raw_chat",
         "use_remove_padding",
-        "param_offload",
+        "log_prob_micro_batch_size_per_gpu",
     ):
         assert f"verl key {ignored}" in notes or f".{ignored} has no effect" in notes, ignored
+    assert "offload" not in written["actor"]["engine"]  # verl's offload switches false: unset
     assert "actor_rollout_ref.ref.strategy='fsdp' is not written: actor.engine.backend" in notes
     assert "ppo_mini_batch_size=8 (prompts) is written as actor.ppo_mini_batch_size=64" in notes
     assert "trainer.n_gpus_per_node=8 (with trainer.nnodes=1) is written as" in notes

@@ -19,6 +19,7 @@ import difflib
 import os
 import sys
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,7 @@ from hf_algos.config import (
     DPOConfig,
     RLConfig,
     SFTConfig,
+    VerlKeysNoEffect,
     compose_config,
     instantiate_config,
     merge_config,
@@ -253,7 +255,16 @@ def find_config(args: argparse.Namespace) -> Path | None:
 def compose_command_config(command: Command, args: argparse.Namespace) -> DictConfig:
     """The typed, unresolved config tree of ``command`` (YAML, overrides, the command's
     defaults); light: OmegaConf and the schema, no torch."""
-    tree = compose_config(command.config, find_config(args), args.overrides, command.defaults)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", VerlKeysNoEffect)
+        tree = compose_config(command.config, find_config(args), args.overrides, command.defaults)
+    for warning in caught:  # verl keys with no effect: one plain line, not Python's warning
+        if issubclass(warning.category, VerlKeysNoEffect):
+            print(f"hybridflow {args.command}: note: {warning.message}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
     return command.prepare(tree) if command.prepare is not None else tree
 
 

@@ -2,7 +2,7 @@
 
 from hf_algos.config.actor import ActorSection
 from hf_algos.config.algorithm import AlgorithmSection, FilterGroupsSection, KLControlSection
-from hf_algos.config.aliases import VERL_ALIASES, Alias
+from hf_algos.config.aliases import VERL_ALIASES, Alias, VerlKeysNoEffect
 from hf_algos.config.correction import RolloutCorrectionSection
 from hf_algos.config.critic import CriticSection
 from hf_algos.config.cross_checks import (
@@ -49,6 +49,7 @@ __all__ = [
     "RolloutSection",
     "SFTConfig",
     "TrainerSection",
+    "VerlKeysNoEffect",
     "check_estimator",
     "check_mini_batches",
     "compose_config",

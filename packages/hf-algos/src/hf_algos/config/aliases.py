@@ -10,21 +10,26 @@ Each :class:`Alias` says what a verl key path becomes here:
 * ``shared``: a setting verl gives each role but one of ours covers for several (the
   reference runs in the actor's engine layout): the value must equal ours, else an error
   names the key to set;
-* ``ignored``: a performance knob that has no effect here (a warning says so);
+* ``ignored``: a performance knob that has no effect here (one warning names them all);
 * ``refused``: the key exists in both but means something else; the error explains the
   difference and the value to use;
 * ``unsupported``: no equivalent here; the error says so.
 
-Any other key under verl's own sections (``actor_rollout_ref``, ``custom_reward_function``,
-``reward_model``) is refused as unsupported. ``tools/gen_config_reference.py`` renders the
-table into ``docs/from-verl.md``.
+A key ending in ``.*`` stands for every key below it (verl's ``profiler.*``); an exact entry
+wins over it. Any other key under verl's own sections (``actor_rollout_ref``,
+``custom_reward_function``, ``reward_model``, ...) is refused as unsupported.
+``tools/gen_verl_keys.py`` renders the table into ``docs/from-verl.md``.
+
+verl's rollout engine knobs (``tensor_model_parallel_size``, ``gpu_memory_utilization``, ...)
+are ``derived``: they become ``rollout.engine_kwargs`` under the names of the backend chosen
+(:data:`ROLLOUT_ENGINE_KEYS`), once every source is merged, and have no effect with the native
+backend (which generates with the actor's own model).
 """
 
 from __future__ import annotations
 
 import difflib
-import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -32,11 +37,18 @@ from hf_controller import ConfigurationError
 
 AliasKind = Literal["renamed", "same", "derived", "shared", "ignored", "refused", "unsupported"]
 
-VERL_ROOTS = ("actor_rollout_ref", "async_training", "custom_reward_function", "reward_model")
+VERL_ROOTS = (
+    "actor_rollout_ref",
+    "async_training",
+    "custom_reward_function",
+    "reward_model",
+    "global_profiler",
+)
 """Top-level sections only verl has: every key under them must be in the table."""
 
 _ARA = "actor_rollout_ref.actor"
 _ROLL = "actor_rollout_ref.rollout"
+_REF = "actor_rollout_ref.ref"
 
 
 @dataclass(frozen=True)
@@ -56,8 +68,20 @@ class Alias:
     configs: tuple[str, ...] = ()
     """Root config classes this entry applies to (empty: all)."""
     accepted: tuple[Any, ...] = ()
-    """Values of a refused or unsupported key that mean what we do anyway (verl's
-    ``critic_warmup=0``): accepted, and they set nothing."""
+    """Values that mean what we do anyway (verl's ``critic_warmup=0``, an offload switch
+    set to ``false``): accepted, and they set nothing."""
+
+
+class VerlKeysNoEffect(UserWarning):
+    """The verl keys of one load that have no effect here, with why (one warning for all)."""
+
+
+def no_effect_message(ignored: Sequence[tuple[str, str]]) -> str:
+    """One line naming every verl key that has no effect here, each with its reason."""
+    if len(ignored) == 1:
+        key, note = ignored[0]
+        return f"verl key {key} has no effect here: {note}"
+    return "verl keys with no effect here: " + "; ".join(f"{k} ({note})" for k, note in ignored)
 
 
 def _map(values: Mapping[Any, Any], name: str) -> Callable[[Any], Any]:
@@ -80,6 +104,14 @@ def _not_null(name: str, instead: str) -> Callable[[Any], Any]:
         return value
 
     return convert
+
+
+def _rollout_name(value: Any) -> Any:
+    if value == "trtllm":
+        raise ConfigurationError(
+            f"{_ROLL}.name='trtllm' has no equivalent here; use vllm, sglang or hf (native)"
+        )
+    return "native" if value == "hf" else value
 
 
 def _renamed(verl: str, *ours: str, note: str = "", **kw: Any) -> Alias:
@@ -111,6 +143,15 @@ _MEGATRON_SIZES = (
     "expert_model_parallel_size",
 )
 """verl's ``megatron.*`` layout keys we map."""
+_OFFLOAD_NOTE = (
+    "true -> actor.engine.offload=true: the actor's parameters, gradients and optimizer "
+    "state move to the CPU together while the rollout generates (verl moves each one "
+    "separately, around every phase); false (the default) sets nothing"
+)
+_REF_OFFLOAD_NOTE = (
+    "the reference has no offload setting here: it is frozen (no gradients, no optimizer "
+    "state) and stays in GPU memory; actor.engine.offload moves the actor only"
+)
 _REF_NOTE = "the reference runs in the actor's engine layout: must equal the actor's value"
 
 
@@ -147,12 +188,383 @@ def _reference_layout() -> tuple[Alias, ...]:
     )
 
 
+ROLLOUT_ENGINE_KEYS: dict[str, dict[str, str]] = {
+    "tensor_model_parallel_size": {"vllm": "tensor_parallel_size", "sglang": "tp_size"},
+    "gpu_memory_utilization": {"vllm": "gpu_memory_utilization", "sglang": "mem_fraction_static"},
+    "enforce_eager": {"vllm": "enforce_eager", "sglang": "disable_cuda_graph"},
+    "max_num_seqs": {"vllm": "max_num_seqs", "sglang": "max_running_requests"},
+    "max_num_batched_tokens": {"vllm": "max_num_batched_tokens"},
+    "enable_chunked_prefill": {"vllm": "enable_chunked_prefill"},
+}
+"""verl's ``actor_rollout_ref.rollout.<key>`` engine knobs -> ``rollout.engine_kwargs`` name,
+per ``rollout.backend`` (a backend not listed has no such option: the key is a no-op)."""
+
+_ENGINE_NOTES = {
+    "native": "rollout.backend=native generates with the actor's own model, in its memory "
+    "(rollout.name=vllm or sglang for an inference engine)",
+    "sglang": "no sglang option of that name",
+}
+"""Why an engine knob does nothing with a backend (shown with the no-op note)."""
+
+
+def _engine_note(key: str) -> str:
+    names = ROLLOUT_ENGINE_KEYS[key]
+    per_backend = ", ".join(f"{b}: rollout.engine_kwargs.{n}" for b, n in names.items())
+    return f"by rollout.backend: {per_backend}; native: no effect"
+
+
 _OPTIMIZERS = {"AdamW": "adamw", "Muon": "muon"}
 """verl's ``optim.optimizer`` (a class of ``torch.optim``) -> our ``optim.name``."""
 _OPTIMIZER_NOTE = (
     "AdamW -> adamw, Muon -> muon (Muon on the transformer blocks' 2-D weights, AdamW on "
     "the rest, as torch's Muon needs); other classes have no equivalent"
 )
+
+_PROFILER_NOTE = "no profiler hooks here; trainer.trace_file writes a timeline of every step"
+_MICRO_NOTE = "uses the actor's micro-batches, actor.engine.micro_batch"
+_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+_DTYPES.update({v: v for v in list(_DTYPES.values())})
+_RESIDENT = (
+    "{role} has no offload setting here and stays in GPU memory; actor.engine.offload moves "
+    "the actor only"
+)
+
+
+def _megatron_extras(verl_role: str, role: str) -> tuple[Alias, ...]:
+    """verl's Megatron keys beyond the layout sizes, for one role (actor, ref, critic)."""
+    return (
+        _unsupported(
+            f"{verl_role}.megatron.context_parallel_size",
+            "no context parallelism in the Megatron engine here; "
+            "actor.engine.fsdp.ulysses_sequence_parallel_size splits sequences (FSDP)",
+            accepted=(1,),
+        ),
+        _unsupported(
+            f"{verl_role}.megatron.expert_tensor_parallel_size",
+            f"{role}.engine.megatron.tensor_model_parallel_size shards the experts too",
+        ),
+        _unsupported(
+            f"{verl_role}.megatron.virtual_pipeline_model_parallel_size",
+            "no interleaved pipeline schedule here",
+            accepted=(None,),
+        ),
+        _unsupported(
+            f"{verl_role}.megatron.use_dist_checkpointing",
+            f"the model loads from its Hugging Face checkpoint ({role}.engine.model.path)",
+            accepted=(False,),
+        ),
+        _ignored(
+            f"{verl_role}.megatron.dist_checkpointing_path",
+            "read only with use_dist_checkpointing, which has no equivalent here",
+        ),
+    )
+
+
+def _launch_line_keys() -> tuple[Alias, ...]:
+    """The further keys of verl's example launch lines (``examples/*/run_*.sh``)."""
+    return (
+        *_actor_launch_keys(),
+        *_model_launch_keys(),
+        *_rollout_launch_keys(),
+        *_critic_launch_keys(),
+        *_data_launch_keys(),
+    )
+
+
+def _actor_launch_keys() -> tuple[Alias, ...]:
+    """Actor keys of verl's launch lines (optimizer, FSDP, switches)."""
+    dtype = "bf16 -> bfloat16, fp16 -> float16, fp32 -> float32"
+    return (
+        _renamed(f"{_ARA}.optim.clip_grad", "actor.engine.optim.grad_clip"),
+        _renamed(f"{_ARA}.optim.lr_decay_style", "actor.engine.optim.schedule"),
+        _unsupported(
+            f"{_ARA}.optim.lr_warmup_steps_ratio",
+            "give the warmup in steps: actor.engine.optim.warmup_steps",
+            accepted=(0, 0.0),
+        ),
+        _unsupported(
+            f"{_ARA}.optim.override_optimizer_config.*",
+            "no Megatron optimizer overrides here; actor.engine.offload moves the optimizer "
+            "state to the CPU while the rollout generates",
+        ),
+        _renamed(f"{_ARA}.fsdp_config.fsdp_size", "actor.engine.fsdp.dp_shard", note="-1: all"),
+        *(
+            _renamed(
+                f"{_ARA}.fsdp_config.mixed_precision.{k}",
+                f"actor.engine.fsdp.{k}",
+                note=dtype,
+                convert=_map(_DTYPES, f"{_ARA}.fsdp_config.mixed_precision.{k}"),
+            )
+            for k in ("param_dtype", "reduce_dtype")
+        ),
+        _ignored(f"{_ARA}.fsdp_config.mixed_precision.buffer_dtype", "buffers keep their dtype"),
+        *(
+            _renamed(
+                key,
+                "actor.engine.model.dtype",
+                note=dtype,
+                convert=_map(_DTYPES, key),
+            )
+            for key in (f"{_ARA}.fsdp_config.model_dtype", "actor_rollout_ref.model.torch_dtype")
+        ),
+        *(
+            _ignored(f"{role}.fsdp_config.{k}", "FSDP2 prefetches and keeps the parameters itself")
+            for role in (_ARA, _REF)
+            for k in ("forward_prefetch", "use_orig_params")
+        ),
+        *(
+            _ignored(f"{role}.use_torch_compile", "nothing is compiled with torch.compile here")
+            for role in (_ARA, _REF)
+        ),
+        *(
+            _ignored(f"{role}.entropy_from_logits_with_chunking", "no such switch here")
+            for role in (_ARA, _REF)
+        ),
+        _ignored(f"{_ARA}.entropy_checkpointing", "no such switch here"),
+        _unsupported(f"{_ARA}.calculate_sum_pi_squared", "no such metric here", accepted=(False,)),
+        _unsupported(
+            f"{_ARA}.use_prefix_grouper",
+            "a group's responses do not share their prompt's forward here",
+            accepted=(False,),
+        ),
+        _unsupported(f"{_ARA}.freeze_vision_tower", "text-only models here", accepted=(False,)),
+        _renamed(
+            f"{_ARA}.router_replay.mode",
+            "actor.router_replay",
+            note="R3 -> true, disabled -> false; R2 has no equivalent",
+            convert=_map({"R3": True, "disabled": False}, f"{_ARA}.router_replay.mode"),
+        ),
+        _unsupported(
+            f"{_ARA}.checkpoint.*",
+            "a checkpoint holds the whole training state; trainer.export_dir writes a Hugging "
+            "Face model at the end",
+        ),
+        _renamed(f"{_ARA}.megatron.seed", "actor.engine.model.seed"),
+        _ignored(f"{_ARA}.megatron.use_mbridge", "the engine converts Hugging Face weights itself"),
+        _unsupported(
+            f"{_ARA}.megatron.override_transformer_config.*",
+            "no override of Megatron's TransformerConfig here (it follows the Hugging Face "
+            "config; actor.engine.model.hf_config changes that)",
+        ),
+    )
+
+
+def _model_launch_keys() -> tuple[Alias, ...]:
+    """Megatron, profiler, model and reference keys of verl's launch lines."""
+    return (
+        *_megatron_extras(_ARA, "actor"),
+        *_megatron_extras(_REF, "actor"),
+        *(_ignored(f"{role}.profiler.*", _PROFILER_NOTE) for role in (_ARA, _REF, "critic")),
+        _ignored("global_profiler.*", _PROFILER_NOTE),
+        _unsupported(
+            "actor_rollout_ref.model.override_config.*",
+            "the model's Hugging Face config is used as saved (actor.engine.model.hf_config "
+            "is a whole config, for a randomly initialised model)",
+        ),
+        _ignored("actor_rollout_ref.model.use_shm", "the model loads from its path"),
+        _ignored(
+            "actor_rollout_ref.model.use_fused_kernels",
+            "log-probs come from the logits, without verl's fused kernels",
+        ),
+        _ignored("actor_rollout_ref.model.fused_kernel_options.*", "no fused kernels here"),
+        _unsupported(
+            "actor_rollout_ref.model.enable_activation_offload",
+            "activation checkpointing (enable_gradient_checkpointing) saves the memory here",
+            accepted=(False,),
+        ),
+        _unsupported(
+            "actor_rollout_ref.model.exclude_modules", "LoRA goes on actor.lora.target_modules"
+        ),
+        _unsupported("actor_rollout_ref.model.lora_adapter_path", "LoRA adapters start fresh"),
+        _unsupported(
+            "actor_rollout_ref.hybrid_engine",
+            "the actor and the rollout share processes (trainer.placement=hybrid, the default)",
+            accepted=(True,),
+        ),
+        _ignored("actor_rollout_ref.nccl_timeout", "trainer.call_timeout_s bounds worker calls"),
+        *(
+            _ignored(f"{_REF}.{k}", _MICRO_NOTE)
+            for k in (
+                "log_prob_max_token_len_per_gpu",
+                "log_prob_use_dynamic_bsz",
+                "log_prob_micro_batch_size",
+            )
+        ),
+    )
+
+
+def _rollout_launch_keys() -> tuple[Alias, ...]:
+    """Rollout keys of verl's launch lines."""
+    return (
+        *(
+            _ignored(f"{_ROLL}.{k}", _MICRO_NOTE)
+            for k in (
+                "log_prob_max_token_len_per_gpu",
+                "log_prob_use_dynamic_bsz",
+                "log_prob_micro_batch_size",
+            )
+        ),
+        *(
+            Alias(
+                f"{_ROLL}.engine_kwargs.{backend}.*",
+                "derived",
+                ("rollout.engine_kwargs.*",),
+                f"rollout.engine_kwargs.* when rollout.backend={backend}; else no effect",
+            )
+            for backend in ("vllm", "sglang", "trtllm")
+        ),
+        _ignored(
+            f"{_ROLL}.free_cache_engine",
+            "the rollout frees its KV cache between generations (hybrid placement) anyway",
+        ),
+        _ignored(f"{_ROLL}.load_format", "the rollout's weights come from the actor"),
+        _ignored(
+            f"{_ROLL}.layered_summon", "weights are pushed in buckets (trainer.weight_bucket_mb)"
+        ),
+        _ignored(f"{_ROLL}.multi_stage_wake_up", "the rollout wakes up in one stage"),
+        _renamed(
+            f"{_ROLL}.checkpoint_engine.update_weights_bucket_megabytes", "trainer.weight_bucket_mb"
+        ),
+        _ignored(f"{_ROLL}.disable_log_stats", "engine statistics are not logged"),
+        _ignored(f"{_ROLL}.skip_tokenizer_init", "the engine is given token ids"),
+        _ignored(
+            f"{_ROLL}.calculate_log_probs",
+            "the rollout's log-probs are used as algorithm.rollout_correction and "
+            "actor.use_rollout_log_probs say",
+        ),
+        _unsupported(
+            f"{_ROLL}.over_sample_rate",
+            "every prompt of a batch is generated to the end",
+            accepted=(0, 0.0),
+        ),
+        *(
+            _unsupported(f"{_ROLL}.{k}", "one rollout engine per rollout worker", accepted=(1,))
+            for k in ("data_parallel_size", "expert_parallel_size")
+        ),
+        _renamed(
+            f"{_ROLL}.enable_rollout_routing_replay",
+            "actor.router_replay",
+            note="verl's R3: the rollout records the expert choices, the actor replays them",
+        ),
+        _ignored(f"{_ROLL}.prometheus.*", "no metrics server here"),
+        _ignored(f"{_ROLL}.trace.*", _PROFILER_NOTE),
+        *(
+            _unsupported(
+                f"{_ROLL}.multi_turn.{k}",
+                "tools, environments and turns are set in rollout.multi_turn "
+                "(tools, environment, max_turns)",
+            )
+            for k in ("format", "interaction_config_path", "max_user_turns")
+        ),
+    )
+
+
+def _critic_launch_keys() -> tuple[Alias, ...]:
+    """Critic keys of verl's launch lines."""
+    resident = _RESIDENT.format(role="the critic")
+    return (
+        _renamed(
+            "critic.model.enable_gradient_checkpointing",
+            "critic.engine.fsdp.activation_checkpointing",
+        ),
+        _renamed("critic.model.trust_remote_code", "critic.engine.model.trust_remote_code"),
+        _ignored(
+            "critic.model.use_remove_padding",
+            "padding is skipped by default (critic.engine.model.remove_padding=auto)",
+        ),
+        *(
+            Alias(f"critic.{k}", "ignored", (), resident, accepted=(False,))
+            for k in (
+                "model.fsdp_config.param_offload",
+                "model.fsdp_config.optimizer_offload",
+                "megatron.param_offload",
+                "megatron.optimizer_offload",
+                "megatron.grad_offload",
+            )
+        ),
+        _renamed("critic.ppo_max_token_len_per_gpu", "critic.engine.micro_batch.max_tokens"),
+        _ignored("critic.forward_max_token_len_per_gpu", "uses critic.engine.micro_batch"),
+        _ignored("critic.use_dynamic_bsz", "set critic.engine.micro_batch.max_tokens to pack"),
+        _unsupported(
+            "critic.optim.lr_warmup_steps_ratio",
+            "give the warmup in steps: critic.engine.optim.warmup_steps",
+            accepted=(0, 0.0),
+        ),
+        *_megatron_extras("critic", "critic"),
+    )
+
+
+def _data_launch_keys() -> tuple[Alias, ...]:
+    """Algorithm, data, reward and trainer keys of verl's launch lines."""
+    return (
+        _unsupported("algorithm.use_pf_ppo", "no priority-filtered PPO here", accepted=(False,)),
+        _unsupported("algorithm.pf_ppo.*", "no priority-filtered PPO here"),
+        *(
+            _unsupported(
+                f"algorithm.rollout_correction.{k}",
+                "verl's nested rollout-correction keys have no equivalent; ours are "
+                "algorithm.rollout_correction.mode / level / rollout_is_cap / mis_low / "
+                "mis_high (verl 0.6's flat algorithm.rollout_is_* keys translate)",
+            )
+            for k in (
+                "bypass_mode",
+                "loss_type",
+                "rollout_is",
+                "rollout_is_batch_normalize",
+                "rollout_is_threshold",
+                "rollout_rs",
+                "rollout_rs_threshold",
+            )
+        ),
+        _unsupported("data.image_key", "text-only datasets here"),
+        _unsupported(
+            "data.custom_cls.*", "no custom dataset class; rows are read by hf_algos.data"
+        ),
+        _unsupported("data.sampler.*", "no custom sampler; data.shuffle orders the prompts"),
+        _ignored("data.dataloader_num_workers", "prompts are batched in the driver"),
+        _renamed("data.filter_overlong_prompts_workers", "data.num_proc"),
+        _ignored(
+            "data.trust_remote_code",
+            "the tokenizer follows actor.engine.model.trust_remote_code",
+        ),
+        _renamed("data.apply_chat_template_kwargs.*", "data.chat_template_kwargs.*"),
+        _ignored(
+            "reward_model.use_reward_loop", "rewards are scored in reward.num_workers processes"
+        ),
+        _renamed("reward_model.num_workers", "reward.num_workers"),
+        _renamed(
+            "reward_model.micro_batch_size_per_gpu", "reward.model.micro_batch.micro_batch_size"
+        ),
+        Alias(
+            "reward_model.model.fsdp_config.param_offload",
+            "ignored",
+            (),
+            _RESIDENT.format(role="the reward model"),
+            accepted=(False,),
+        ),
+        _ignored(
+            "reward_model.model.use_remove_padding",
+            "padding is skipped by default (reward.model.model.remove_padding=auto)",
+        ),
+        _unsupported(
+            "reward_model.rollout.*",
+            "no generative reward model here; reward.model scores with a value head, "
+            "reward.function_path with code",
+        ),
+        _unsupported(
+            "reward_model.sandbox_fusion.*",
+            "no sandbox service; a reward function (reward.function_path) runs in "
+            "reward.num_workers processes",
+        ),
+        _unsupported(
+            "reward_model.reward_kwargs.*",
+            "no reward-manager arguments here (verl's DAPO overlong buffer); shape the score "
+            "in the reward function (reward.function_path)",
+        ),
+        _renamed("trainer.max_critic_ckpt_to_keep", "trainer.max_checkpoints"),
+        _ignored("trainer.use_legacy_worker_impl", "one worker implementation here"),
+    )
+
 
 VERL_ALIASES: tuple[Alias, ...] = (
     # data
@@ -242,36 +654,40 @@ VERL_ALIASES: tuple[Alias, ...] = (
     ),
     _unsupported(f"{_ARA}.ppo_micro_batch_size", "use actor.engine.micro_batch.micro_batch_size"),
     _ignored(f"{_ARA}.use_dynamic_bsz", "set actor.engine.micro_batch.max_tokens to pack"),
-    _ignored(f"{_ARA}.fsdp_config.param_offload", "see actor.engine.offload"),
-    _ignored(f"{_ARA}.fsdp_config.optimizer_offload", "see actor.engine.offload"),
+    *(
+        _renamed(f"{_ARA}.{k}", "actor.engine.offload", note=_OFFLOAD_NOTE, accepted=(False,))
+        for k in (
+            "fsdp_config.param_offload",
+            "fsdp_config.optimizer_offload",
+            "megatron.param_offload",
+            "megatron.optimizer_offload",
+            "megatron.grad_offload",
+        )
+    ),
     *_engine_layout(_ARA, "actor"),
     # reference
     _ignored("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", "uses the actor's"),
-    _ignored("actor_rollout_ref.ref.fsdp_config.param_offload", "the reference shares the actor's"),
+    *(
+        Alias(f"{_REF}.{k}", "ignored", (), _REF_OFFLOAD_NOTE, accepted=(False,))
+        for k in ("fsdp_config.param_offload", "megatron.param_offload")
+    ),
     *_reference_layout(),
     # rollout
     _renamed(
         f"{_ROLL}.name",
         "rollout.backend",
-        note="hf -> native",
-        convert=lambda v: "native" if v == "hf" else v,
+        note="hf -> native; trtllm has no equivalent",
+        convert=_rollout_name,
     ),
     *(
         _renamed(f"{_ROLL}.{k}", f"rollout.{k}")
         for k in ("n", "temperature", "top_p", "top_k", "max_model_len", "dtype")
     ),
     _renamed(f"{_ROLL}.response_length", "rollout.max_new_tokens"),
-    _renamed(
-        f"{_ROLL}.gpu_memory_utilization",
-        "rollout.engine_kwargs.gpu_memory_utilization",
-        note="vllm / sglang",
+    *(
+        Alias(f"{_ROLL}.{k}", "derived", ("rollout.engine_kwargs",), _engine_note(k))
+        for k in ROLLOUT_ENGINE_KEYS
     ),
-    _renamed(
-        f"{_ROLL}.tensor_model_parallel_size",
-        "rollout.engine_kwargs.tensor_parallel_size",
-        note="vllm / sglang",
-    ),
-    _renamed(f"{_ROLL}.enforce_eager", "rollout.engine_kwargs.enforce_eager", note="vllm"),
     _ignored(f"{_ROLL}.log_prob_micro_batch_size_per_gpu", "uses the actor's micro-batches"),
     _renamed(
         f"{_ROLL}.val_kwargs.n",
@@ -279,7 +695,7 @@ VERL_ALIASES: tuple[Alias, ...] = (
         note="sampled at rollout.temperature besides the greedy answer",
     ),
     _unsupported(
-        f"{_ROLL}.val_kwargs",
+        f"{_ROLL}.val_kwargs.*",
         "validation decodes greedily; rollout.val_kwargs.n (trainer.val_samples) adds k "
         "sampled answers per prompt at rollout.temperature",
     ),
@@ -455,16 +871,19 @@ VERL_ALIASES: tuple[Alias, ...] = (
         "mode is our rollout.multi_turn agent loop)",
     ),
     _unsupported("trainer.default_hdfs_dir", "checkpoints go to trainer.checkpoint_dir only"),
+    *_launch_line_keys(),
 )
 """Every verl key we know, in the order ``docs/from-verl.md`` lists them."""
 
 
 def find_alias(key: str, config_name: str) -> Alias | None:
     """The table entry for verl key ``key`` under root config ``config_name``, if any."""
-    for alias in VERL_ALIASES:
-        if alias.verl == key and (not alias.configs or config_name in alias.configs):
-            return alias
-    return None
+    applies = [a for a in VERL_ALIASES if not a.configs or config_name in a.configs]
+    exact = next((a for a in applies if a.verl == key), None)
+    if exact is not None:
+        return exact
+    below = [a for a in applies if a.verl.endswith(".*") and key.startswith(a.verl[:-1])]
+    return max(below, key=lambda a: len(a.verl), default=None)
 
 
 @dataclass
@@ -482,6 +901,15 @@ class AliasTracker:
     """verl's ``actor_rollout_ref.actor.ppo_mini_batch_size`` (prompts) and its source."""
     shared: list[tuple[str, Any, str, str]] = field(default_factory=list)
     """``shared`` keys given: (verl key, value, our key it must equal, source)."""
+    ignored: list[tuple[str, str]] = field(default_factory=list)
+    """verl keys given that have no effect here: (key, why), in the order given."""
+    engine: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    """verl's rollout engine knobs given (:data:`ROLLOUT_ENGINE_KEYS`): key -> (value, source)."""
+
+    def ignore(self, key: str, note: str) -> None:
+        """Note that verl key ``key`` has no effect here (once per key)."""
+        if all(given != key for given, _ in self.ignored):
+            self.ignored.append((key, note))
 
     def record(self, given: str, ours: str, value: Any, source: str) -> None:
         """Note that ``given`` set ``ours``; the same key given twice differently is an error."""
@@ -497,14 +925,48 @@ class AliasTracker:
         """Values computed from several keys once all sources are merged (see
         :meth:`workers` and :meth:`mini_batch_rows`)."""
         self.check_shared(tree)
-        return {**self.workers(tree), **self.mini_batch_rows(tree)}
+        return {**self.workers(tree), **self.mini_batch_rows(tree), **self.engine_kwargs(tree)}
+
+    def engine_kwargs(self, tree: Any) -> dict[str, Any]:
+        """verl's rollout engine knobs as ``rollout.engine_kwargs`` of the backend chosen
+        (:data:`ROLLOUT_ENGINE_KEYS`); with a backend that has no such option, a no-op noted."""
+        from omegaconf import OmegaConf
+
+        backend = str(OmegaConf.select(tree, "rollout.backend", default="native"))
+        result: dict[str, Any] = {}
+        for key, (value, source) in self.engine.items():
+            if ".engine_kwargs." in key:  # verl's engine_kwargs.<backend>.<name>
+                for_backend, _, name = key.split(".engine_kwargs.", 1)[1].partition(".")
+                if for_backend != backend:
+                    self.ignore(key, f"for rollout.name={for_backend}; rollout.backend={backend}")
+                    continue
+            else:
+                name = ROLLOUT_ENGINE_KEYS[key.rpartition(".")[2]].get(backend, "")
+            if not name:
+                self.ignore(key, _ENGINE_NOTES.get(backend, f"no {backend} rollout option"))
+                continue
+            ours = f"rollout.engine_kwargs.{name}"
+            explicit = self.set_by.get(ours)
+            if explicit is not None and explicit[1] != value:
+                raise ConfigurationError(
+                    f"{key}={value!r} (from {source}) and {ours}={explicit[1]!r} set the same "
+                    f"{backend} option; keep one of them"
+                )
+            result[ours] = value
+        return result
 
     def check_shared(self, tree: Any) -> None:
         """Every ``shared`` key given equals the value of ours it stands for, or raise."""
         from omegaconf import OmegaConf
+        from omegaconf.errors import OmegaConfBaseException
 
         for given, value, ours, source in self.shared:
-            actual = OmegaConf.select(tree, ours, throw_on_resolution_failure=False)
+            try:  # a required section not given yet (``actor: ???``): nothing to compare
+                actual = OmegaConf.select(
+                    tree, ours, throw_on_missing=False, throw_on_resolution_failure=False
+                )
+            except (AttributeError, OmegaConfBaseException):  # below a ??? node
+                actual = None
             if actual is not None and actual != value:
                 verl_ours = next(
                     (a.verl for a in VERL_ALIASES if a.kind == "renamed" and a.ours == (ours,)),
@@ -560,12 +1022,12 @@ def _apply(
             close = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise ConfigurationError(
-                f"verl key {key} (from {source}) has no equivalent in hybridflow{hint}; "
-                "docs/from-verl.md lists the verl keys that are translated"
+                f"verl key {key} (from {source}) has no equivalent in hybridflow{hint}; drop "
+                "it (docs/from-verl.md lists the verl keys that are translated)"
             )
         tracker.record(key, key, value, source)
         return [(key, value)]
-    if alias.kind in ("refused", "unsupported") and value in alias.accepted:
+    if _is_accepted(value, alias.accepted):
         return []
     if alias.kind == "refused":
         raise ConfigurationError(f"{key}={value!r} (from {source}) is refused: {alias.note}")
@@ -574,7 +1036,7 @@ def _apply(
             f"verl key {key} (from {source}) is not supported by hybridflow: {alias.note}"
         )
     if alias.kind == "ignored":
-        warnings.warn(f"verl key {key} has no effect here: {alias.note}", stacklevel=3)
+        tracker.ignore(key, alias.note)
         return []
     if alias.kind == "shared":
         converted = alias.convert(value) if alias.convert is not None else value
@@ -583,13 +1045,22 @@ def _apply(
     if alias.kind == "derived":
         if alias.verl == "trainer.n_gpus_per_node":
             tracker.gpus_per_node = int(value)
+        elif alias.ours == ("rollout.engine_kwargs",) or alias.verl.endswith(".*"):
+            tracker.engine[key] = (value, source)
         else:
             tracker.mini_batch_prompts = (int(value), source)
         return []
     converted = alias.convert(value) if alias.convert is not None else value
-    for ours in alias.ours:
+    below = key[len(alias.verl) - 1 :] if alias.verl.endswith(".*") else ""  # a `x.*` entry
+    targets = [ours[:-1] + below if ours.endswith(".*") else ours for ours in alias.ours]
+    for ours in targets:
         tracker.record(key, ours, converted, source)
-    return [(ours, converted) for ours in alias.ours]
+    return [(ours, converted) for ours in targets]
+
+
+def _is_accepted(value: Any, accepted: tuple[Any, ...]) -> bool:
+    """Whether ``value`` is one of ``accepted``, types included (``False`` is not ``0``)."""
+    return any(type(value) is type(a) and value == a for a in accepted)
 
 
 def translate_value(

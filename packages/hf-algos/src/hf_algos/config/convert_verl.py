@@ -20,7 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from hf_algos.config.aliases import AliasTracker, find_alias
+from hf_algos.config.aliases import AliasTracker, find_alias, no_effect_message
 from hf_algos.config.loading import VARS_KEY, compose_tracked
 
 _ABSENT = object()
@@ -67,8 +67,8 @@ def convert_verl(
             _put(native, key, value)
     if plain.get(VARS_KEY):
         native[VARS_KEY] = plain[VARS_KEY]
-    notes = [str(w.message) for w in caught if w.category is UserWarning]  # ignored keys
-    for other in (w for w in caught if w.category is not UserWarning):  # not ours: as they were
+    notes = [no_effect_message([ignored]) for ignored in tracker.ignored]  # one line per key
+    for other in caught:  # not ours: as they were
         warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
     notes += _shared_notes(tracker) + _derived_notes(tracker, tree, derived)
     return VerlConversion(native, tuple(notes))

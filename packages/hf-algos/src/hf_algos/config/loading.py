@@ -42,6 +42,7 @@ import dataclasses
 import difflib
 import types
 import typing
+import warnings
 from collections.abc import Mapping, Sequence
 from os import PathLike
 from pathlib import Path
@@ -50,7 +51,14 @@ from typing import Any, TypeVar
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from hf_algos.config.aliases import AliasTracker, translate_drop, translate_tree, translate_value
+from hf_algos.config.aliases import (
+    AliasTracker,
+    VerlKeysNoEffect,
+    no_effect_message,
+    translate_drop,
+    translate_tree,
+    translate_value,
+)
 from hf_algos.config.overrides import Override, apply_override, parse_overrides
 from hf_controller import ConfigurationError
 
@@ -286,7 +294,10 @@ class _Composer:
                 for ours, value in translate_value(
                     override.key, override.value, self.aliases, COMMAND_LINE
                 ):
-                    self._set(dataclasses.replace(override, key=ours, value=value))
+                    # verl's `+key` adds to verl's config and a translated key may land in a
+                    # free mapping: set ours, or add it (checked: only inside free mappings)
+                    action = override.action if ours == override.key else "force"
+                    self._set(dataclasses.replace(override, key=ours, value=value, action=action))
         except OmegaConfBaseException as error:
             _raise(error, f"{COMMAND_LINE}: {override.text}")
 
@@ -294,6 +305,8 @@ class _Composer:
         """Set (``=``), add (``+``) or force (``++``) one of our keys."""
         if override.action != "set":
             self._check_addable(override.key, override.text)
+        else:
+            self._check_known(override.key, override.text)
         _, hint = _schema_field(self.cls, override.key)
         self._fill_sections(override.key)
         value = _as_list(override.value, hint)
@@ -316,6 +329,26 @@ class _Composer:
                 node[part] = {} if section is None else OmegaConf.structured(section)
                 _unfreeze(node)
             node = node[part]
+
+    def _check_known(self, key: str, text: str) -> None:
+        """A key of no section of the schema (a misspelling, or a verl key we do not
+        translate) refused in one line naming it, before OmegaConf's own error."""
+        section: type | None = self.cls
+        parts = key.split(".")
+        for index, part in enumerate(parts):
+            fields = _field_names(section)
+            if part not in fields:
+                close = difflib.get_close_matches(part, fields, n=1)
+                hint = f". Did you mean: {close[0]!r}?" if close else ""
+                owner = section.__name__ if section is not None else self.cls.__name__
+                raise ConfigurationError(
+                    f"{'.'.join(parts[: index + 1])}: Key {part!r} not in {owner!r}{hint} (from "
+                    f"{COMMAND_LINE}: {text}); drop it or fix its spelling (docs/from-verl.md "
+                    "lists the verl keys that are translated, docs/configuration.md our keys)"
+                )
+            section = _section(typing.get_type_hints(section).get(part))
+            if section is None:  # a value or a free mapping: its own type checks apply
+                return
 
     def _check_addable(self, key: str, text: str) -> None:
         """``+key`` / ``++key`` add keys only inside free mappings: a misspelt key added to a
@@ -363,9 +396,14 @@ def compose_config(
     """Merge ``base``, the YAML at ``path`` and ``overrides`` into the schema of ``cls``.
 
     Returns the typed (not yet resolved) OmegaConf tree, user ``vars`` included; later
-    sources win key by key. Unknown keys and values of the wrong type are refused here.
+    sources win key by key. Unknown keys and values of the wrong type are refused here. The
+    verl keys given that have no effect here are named in one
+    :class:`~hf_algos.config.aliases.VerlKeysNoEffect` warning (the CLI prints it as a note).
     """
-    return compose_tracked(cls, path, overrides, base)[0]
+    tree, tracker = compose_tracked(cls, path, overrides, base)
+    if tracker.ignored:  # one line for all of them, pointing at the caller
+        warnings.warn(no_effect_message(tracker.ignored), VerlKeysNoEffect, stacklevel=2)
+    return tree
 
 
 def compose_tracked(
