@@ -82,7 +82,7 @@ def _fix(error: OmegaConfBaseException, key: str) -> str:
     if "not in" in str(error).split("\n")[0]:
         return (
             "check the spelling (`hybridflow <command> --help` lists the sections, "
-            "docs/configuration.md every key); use +key=value only inside free mappings"
+            "docs/configuration.md every key)"
         )
     return "give a value of the type docs/configuration.md lists for this key"
 
