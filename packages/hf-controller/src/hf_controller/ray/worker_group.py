@@ -219,13 +219,20 @@ class RayWorkerGroup(WorkerGroup):
         # Without a worker_env the rank's environment is set by the constructor, not by a
         # runtime_env: an actor with a runtime_env always gets a fresh process, started
         # through Ray's setup_worker (twice the start-up CPU; 64 light workers took 66 s
-        # here, against 36 s for as many plain actors).
-        env_at_init = not worker_env and not hasattr(cls_with_init.cls, "remote")
+        # here, against 36 s for as many plain actors). A class already decorated with
+        # ``@ray.remote`` is rewrapped with the same options, unless they hold a runtime_env.
+        decorated = hasattr(cls_with_init.cls, "remote")
+        remote_options = (
+            dict(getattr(cls_with_init.cls, "_default_options", {})) if decorated else {}
+        )
+        env_at_init = not worker_env and "runtime_env" not in remote_options
         actor_class: Any = (
-            ray.remote(_setting_rank_env(user_class))
+            ray.remote(**remote_options)(_setting_rank_env(user_class))
+            if env_at_init and remote_options
+            else ray.remote(_setting_rank_env(user_class))
             if env_at_init
             else cls_with_init.cls
-            if hasattr(cls_with_init.cls, "remote")
+            if decorated
             else ray.remote(user_class)
         )
         # The loopback switch only concerns a local Ray we started; a real cluster's
