@@ -271,7 +271,7 @@ class RayWorkerGroup(WorkerGroup):
                 "scheduling_strategy": PlacementGroupSchedulingStrategy(
                     slot.placement_group, slot.bundle_index
                 ),
-                **({} if env_at_init else {"runtime_env": {"env_vars": env}}),
+                **({} if env_at_init else {"runtime_env": _with_env(remote_options, env)}),
                 **getattr(cls_with_init, "options", {}),
             }
             if detached or named:  # a host cannot take a name: these are actors of their own
@@ -491,6 +491,14 @@ def _kill(workers: list[Any], pool: RayResourcePool | None) -> None:
     if pool is not None:
         with contextlib.suppress(Exception):
             pool._remove_user()
+
+
+def _with_env(remote_options: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+    """The runtime_env of a worker: its class's own (``@ray.remote(runtime_env=...)``, which
+    the actor's options would replace) with the rank's environment added to its env_vars."""
+    runtime_env = dict(remote_options.get("runtime_env") or {})
+    runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **env}
+    return runtime_env
 
 
 def _setting_rank_env(cls: type) -> type:
