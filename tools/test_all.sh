@@ -6,7 +6,8 @@
 # standalone CI and the cross-package tests.
 #
 # After the set-up, the checks run in two lanes at once, each logging to .ci-work/lanes/:
-#   packages: lint, types, docs, versions, each package's standalone CI, the fault suite;
+#   packages: lint, types, docs, versions, each package's standalone CI, verl's own tests
+#             through the compat modules (tools/verl_tests.py), the fault suite;
 #   workspace: the vLLM venv and its tests, the GPU dry run, the cross-package tests, the
 #              packages' tests marked second_lane (slow multi-rank ones) and the short
 #              chaos soak.
@@ -68,6 +69,9 @@ lane_packages() {
         section "package_ci $package"
         "$PY" tools/package_ci.py "$package"
     done
+
+    section "verl's own tests (verl 0.9.1 sdist from PyPI), imports pointed at our compat modules"
+    "$PY" tools/verl_tests.py
 
     # here, not in the workspace lane: the two lanes then end about together
     section "fault-injection suite (the table of docs/reliability.md)"

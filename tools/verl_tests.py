@@ -15,6 +15,7 @@ deliberately different (docs/from-verl.md).
     python tools/verl_tests.py                 # download (once), rewrite, run; exit code of pytest
     python tools/verl_tests.py --all           # also the excepted tests (to see where they stand)
     python tools/verl_tests.py -- -k padding   # extra pytest arguments after --
+    python tools/verl_tests.py --only test_protocol_on_cpu.py   # one file in scope (repeatable)
 """
 
 from __future__ import annotations
@@ -65,7 +66,12 @@ EXCLUDED_FILES: dict[str, str] = {
 }
 
 # single tests in the files above that are left out: node id -> reason
-EXCEPTIONS: dict[str, str] = {}
+EXCEPTIONS: dict[str, str] = {
+    "test_protocol_on_cpu.py::test_chunk_concat": (
+        "deliberately different: chunk(5) of 6 rows gives balanced parts (2/1/1/1/1) where "
+        "verl asserts that the length divides evenly (docs/from-verl.md)"
+    ),
+}
 
 # (pattern, replacement) applied to each line of a test file in scope, in order
 IMPORT_REWRITES: list[tuple[str, str]] = [
@@ -90,19 +96,9 @@ def download(cache: Path) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     archive = cache / f"verl-{VERL_VERSION}.tar.gz"
     if not archive.exists():
-        command = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--no-build-isolation",
-            "--no-binary",
-            ":all:",
-            f"verl=={VERL_VERSION}",
-            "-d",
-            str(cache),
-        ]
+        # pip builds the sdist's metadata in an isolated environment (setuptools from the index)
+        sdist = ["--no-deps", "--no-binary", ":all:", f"verl=={VERL_VERSION}"]
+        command = [sys.executable, "-m", "pip", "download", "--quiet", *sdist, "-d", str(cache)]
         subprocess.run(command, check=True)
     with tarfile.open(archive) as tar:
         members = [m for m in tar.getmembers() if "/tests/" in m.name]
@@ -149,11 +145,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--all", action="store_true", help="run the excepted tests too")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=sorted(IN_SCOPE),
+        help="run only this file in scope (repeatable; default: every file in scope)",
+    )
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to pytest")
     args = parser.parse_args(argv)
     tests = download(args.cache)
     work = args.cache / "rewritten"
     paths = prepare(tests, work)
+    if args.only:
+        paths = [path for path in paths if path in args.only]
     command = [
         sys.executable,
         "-m",

@@ -106,3 +106,18 @@ def test_to_moves_tensors_and_returns_self(make_batch: Callable[..., DataProto])
     data = make_batch(length=2)
     assert data.to("cpu") is data
     assert data.batch is not None and data.batch.device == torch.device("cpu")
+
+
+def test_none_non_tensor_batch_and_meta_info_mean_empty() -> None:
+    labels = np.array(["a", "b"], dtype=object)
+    data = DataProto(batch=None, non_tensor_batch=None, meta_info=None)  # type: ignore[arg-type]
+    assert (len(data), data.non_tensor_batch, data.meta_info) == (0, {}, {})
+    with_rows = DataProto(
+        batch=TensorDict({"x": torch.zeros(2)}, batch_size=[2]),
+        non_tensor_batch=None,  # type: ignore[arg-type]
+        meta_info={"step": 1},
+    )
+    assert len(with_rows) == 2 and with_rows.non_tensor_batch == {}
+    with_rows.non_tensor_batch["labels"] = labels  # the dict is a real, writable one
+    joined = DataProto.concat([with_rows, with_rows])
+    assert joined.non_tensor_batch["labels"].tolist() == ["a", "b", "a", "b"]

@@ -133,3 +133,19 @@ def test_fold_and_unfold_batch_dim(make_batch: Callable[..., DataProto]) -> None
         ValueError, match="new_batch_size=4 must be positive and divide the length 6"
     ):
         data.fold_batch_dim(4)
+
+
+def test_concat_gathers_metrics_given_as_lists_of_per_worker_dicts() -> None:
+    parts = [
+        DataProto.from_dict({"a": torch.zeros(1)}, meta_info={"step": 2}),
+        DataProto.from_dict(
+            {"a": torch.ones(1)}, meta_info={"metrics": [{"loss": 0.5}, {"loss": 0.7}]}
+        ),
+        DataProto.from_dict({"a": torch.ones(1)}, meta_info={"metrics": {"loss": 0.6, "kl": 1}}),
+        DataProto.from_dict({"a": torch.ones(1)}, meta_info={"metrics": None}),
+    ]
+    merged = DataProto.concat(parts)
+    assert merged.meta_info == {"step": 2, "metrics": {"loss": [0.5, 0.7, 0.6], "kl": [1]}}
+    bad = DataProto.from_dict({"a": torch.ones(1)}, meta_info={"metrics": [{"loss": 1.0}, 3]})
+    with pytest.raises(TypeError, match="list of such dicts"):
+        DataProto.concat([parts[0], bad])

@@ -58,3 +58,25 @@ def test_union_numpy_dict_treats_nan_as_equal() -> None:
     assert set(left) == {"a", "b"}
     with pytest.raises(ValueError, match=r"\['a'\]"):
         union_numpy_dict(left, {"a": np.array([0.0, 1.0])})
+
+
+def test_union_numpy_dict_compares_self_referencing_object_arrays() -> None:
+    def cycle() -> np.ndarray:
+        array = np.empty(2, dtype=object)
+        array[0], array[1] = array, "x"
+        return array
+
+    left, right = cycle(), cycle()
+    merged = union_numpy_dict({"data": left}, {"data": right})
+    assert merged["data"] is left
+    nested = [1]
+    nested.append(nested)  # type: ignore[arg-type]
+    other = [1]
+    other.append(other)  # type: ignore[arg-type]
+    lists = union_numpy_dict(
+        {"n": np.array([nested, 0], dtype=object)}, {"n": np.array([other, 0], dtype=object)}
+    )
+    assert lists["n"][0] is nested
+    not_a_cycle = np.array([None, "x"], dtype=object)
+    with pytest.raises(ValueError, match=r"key\(s\) \['data'\]"):
+        union_numpy_dict({"data": left}, {"data": not_a_cycle})

@@ -9,7 +9,7 @@ compare them, with errors that name the offending key.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -73,8 +73,14 @@ def values_equal(a: Any, b: Any) -> bool:
 
     Handles tensors, numpy arrays (object arrays element by element), nested lists,
     tuples and dicts, and treats NaN as equal to NaN so a column never conflicts
-    with itself.
+    with itself. Self-referencing containers (an object array holding itself)
+    compare without endless recursion: a pair already being compared further up
+    counts as equal, so two cycles of the same shape are equal.
     """
+    return _values_equal(a, b, set())
+
+
+def _values_equal(a: Any, b: Any, active: set[tuple[int, int]]) -> bool:
     if a is b:
         return True
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
@@ -87,22 +93,39 @@ def values_equal(a: Any, b: Any) -> bool:
         if a.shape != b.shape:
             return False
         if a.dtype == object or b.dtype == object:
-            return all(values_equal(x, y) for x, y in zip(a.ravel(), b.ravel(), strict=True))
+            return _items_equal(a, b, zip(a.ravel(), b.ravel(), strict=True), active)
         if np.issubdtype(a.dtype, np.inexact) or np.issubdtype(b.dtype, np.inexact):
             return bool(np.array_equal(a, b, equal_nan=True))
         return bool(np.array_equal(a, b))
     if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return a.keys() == b.keys() and all(values_equal(a[k], b[k]) for k in a)
+        if a.keys() != b.keys():
+            return False
+        return _items_equal(a, b, ((a[k], b[k]) for k in a), active)
     if isinstance(a, Sequence) and isinstance(b, Sequence) and not isinstance(a, (str, bytes)):
         if isinstance(b, (str, bytes)) or type(a) is not type(b) or len(a) != len(b):
             return False
-        return all(values_equal(x, y) for x, y in zip(a, b, strict=True))
+        return _items_equal(a, b, zip(a, b, strict=True), active)
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
     try:
         return bool(a == b)
     except (TypeError, ValueError):
         return False
+
+
+def _items_equal(
+    a: Any, b: Any, pairs: Iterator[tuple[Any, Any]], active: set[tuple[int, int]]
+) -> bool:
+    """Containers ``a`` and ``b`` are equal when all their item ``pairs`` are; a pair met
+    again while it is still being compared (a cycle) counts as equal."""
+    key = (id(a), id(b))
+    if key in active:
+        return True
+    active.add(key)
+    try:
+        return all(_values_equal(x, y, active) for x, y in pairs)
+    finally:
+        active.discard(key)
 
 
 def describe_tensor(tensor: torch.Tensor) -> str:

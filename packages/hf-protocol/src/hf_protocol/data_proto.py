@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from hf_protocol import storage, transport
+from hf_protocol import storage, tensordict_form, transport
 from hf_protocol.columns import (
     as_row_indices,
     cat_rows,
@@ -75,9 +75,13 @@ class DataProto:
     meta_info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        # None means "nothing here" for both dicts, as in verl (DataProto(non_tensor_batch=None)).
+        non_tensor: dict[str, Any] | None = self.non_tensor_batch
         self.non_tensor_batch = {
-            key: to_numpy_column(key, value) for key, value in self.non_tensor_batch.items()
+            key: to_numpy_column(key, value) for key, value in (non_tensor or {}).items()
         }
+        meta: dict[str, Any] | None = self.meta_info
+        self.meta_info = {} if meta is None else meta
         self.check_consistency()
 
     # ------------------------------------------------------------------ construction
@@ -123,6 +127,33 @@ class DataProto:
         tensors = {k: v for k, v in data.items() if isinstance(v, torch.Tensor)}
         non_tensors = {k: v for k, v in data.items() if not isinstance(v, torch.Tensor)}
         return cls.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta_info)
+
+    @classmethod
+    def from_tensordict(
+        cls,
+        tensor_dict: TensorDict,
+        meta_info: dict[str, Any] | None = None,
+        num_batch_dims: int = 1,
+    ) -> DataProto:
+        """Build a DataProto from one TensorDict (the inverse of :meth:`to_tensordict`).
+
+        Tensors become ``batch`` columns, ``NonTensorStack`` entries non-tensor columns,
+        and ``NonTensorData`` entries meta_info (added to the ``meta_info`` given here).
+        """
+        batch, non_tensor, meta = tensordict_form.parts_from_tensordict(
+            tensor_dict, meta_info, num_batch_dims
+        )
+        return cls(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
+
+    def to_tensordict(self) -> TensorDict:
+        """This DataProto as one TensorDict: tensor columns as they are, non-tensor columns
+        as ``NonTensorStack`` (one entry per sample), meta_info entries as ``NonTensorData``.
+
+        The tensors are shared, not copied. Raises ValueError when a key is in two parts.
+        """
+        return tensordict_form.parts_to_tensordict(
+            self.batch, self.non_tensor_batch, self.meta_info, len(self)
+        )
 
     def check_consistency(self) -> None:
         """Raise if a column does not have exactly one row per sample."""

@@ -76,8 +76,10 @@ def union_meta_info(meta1: dict[str, Any], meta2: dict[str, Any]) -> dict[str, A
 def merge_concat_meta_info(metas: list[dict[str, Any]]) -> dict[str, Any]:
     """meta_info of ``DataProto.concat``: shared keys must agree, metrics are gathered.
 
-    ``metrics`` (a dict name -> value or list of values) from every part merges into
-    one dict name -> list of all values, so per-worker metrics survive the gather.
+    ``metrics`` of a part is a dict name -> value (or list of values), or a list of
+    such dicts (one per worker, as verl's workers report them). Every part's metrics
+    merge into one dict name -> list of all values, in order, so per-worker metrics
+    survive the gather.
     """
     merged: dict[str, Any] = {}
     metrics: dict[str, list[Any]] = {}
@@ -101,14 +103,17 @@ def merge_concat_meta_info(metas: list[dict[str, Any]]) -> dict[str, Any]:
 def _gather_metrics(into: dict[str, list[Any]], metrics: Any, part: int) -> None:
     if metrics is None:
         return
-    if not isinstance(metrics, Mapping):
-        raise TypeError(
-            f"concat: meta_info['metrics'] of part {part} must be a dict name -> value, "
-            f"got {type(metrics).__name__}"
-        )
-    for name, value in metrics.items():
-        bucket = into.setdefault(name, [])
-        if isinstance(value, list):
-            bucket.extend(value)
-        else:
-            bucket.append(value)
+    per_worker = metrics if isinstance(metrics, list) else [metrics]
+    for entry in per_worker:
+        if not isinstance(entry, Mapping):
+            raise TypeError(
+                f"concat: meta_info['metrics'] of part {part} must be a dict name -> value or "
+                f"a list of such dicts, got {type(metrics).__name__} holding "
+                f"{type(entry).__name__}"
+            )
+        for name, value in entry.items():
+            bucket = into.setdefault(name, [])
+            if isinstance(value, list):
+                bucket.extend(value)
+            else:
+                bucket.append(value)

@@ -1,0 +1,1 @@
+"""A verl user's custom workers (online DPO) on HybridFlow, only the imports changed."""
