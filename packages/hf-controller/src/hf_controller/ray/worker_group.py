@@ -216,25 +216,7 @@ class RayWorkerGroup(WorkerGroup):
         master_addr, master_port = _rendezvous_address(slots[0])
         user_class = unwrap_worker_class(cls_with_init.cls)
         make_picklable_for_workers(user_class)
-        # Without a worker_env the rank's environment is set by the constructor, not by a
-        # runtime_env: an actor with a runtime_env always gets a fresh process, started
-        # through Ray's setup_worker (twice the start-up CPU; 64 light workers took 66 s
-        # here, against 36 s for as many plain actors). A class already decorated with
-        # ``@ray.remote`` is rewrapped with the same options, unless they hold a runtime_env.
-        decorated = hasattr(cls_with_init.cls, "remote")
-        remote_options = (
-            dict(getattr(cls_with_init.cls, "_default_options", {})) if decorated else {}
-        )
-        env_at_init = not worker_env and "runtime_env" not in remote_options
-        actor_class: Any = (
-            ray.remote(**remote_options)(_setting_rank_env(user_class))
-            if env_at_init and remote_options
-            else ray.remote(_setting_rank_env(user_class))
-            if env_at_init
-            else cls_with_init.cls
-            if decorated
-            else ray.remote(user_class)
-        )
+        actor_class, env_at_init, remote_options = _actor_class(cls_with_init.cls, worker_env)
         # The loopback switch only concerns a local Ray we started; a real cluster's
         # workers keep their nodes' own setting (and so their network addresses).
         loopback = {LOOPBACK_ENV: os.environ.get(LOOPBACK_ENV, "0")} if started_local_ray() else {}
@@ -491,6 +473,31 @@ def _kill(workers: list[Any], pool: RayResourcePool | None) -> None:
     if pool is not None:
         with contextlib.suppress(Exception):
             pool._remove_user()
+
+
+def _actor_class(cls: Any, worker_env: dict[str, str] | None) -> tuple[Any, bool, dict[str, Any]]:
+    """The Ray actor class for the worker class ``cls`` (plain or ``@ray.remote``), whether
+    its constructor takes the rank's environment first (else a runtime_env carries it), and
+    the options ``cls`` was decorated with.
+
+    Without a worker_env the rank's environment is set by the constructor, not by a
+    runtime_env: an actor with a runtime_env always gets a fresh process, started through
+    Ray's setup_worker (twice the start-up CPU; 64 light workers took 66 s here, against
+    36 s for as many plain actors). A decorated class is rewrapped with its own options,
+    unless they hold a runtime_env (which the rank's environment then joins).
+    """
+    import ray
+
+    decorated = hasattr(cls, "remote")
+    remote_options = dict(getattr(cls, "_default_options", {})) if decorated else {}
+    user_class = unwrap_worker_class(cls)
+    if not worker_env and "runtime_env" not in remote_options:
+        setting = _setting_rank_env(user_class)
+        actor: Any = (
+            ray.remote(**remote_options)(setting) if remote_options else ray.remote(setting)
+        )
+        return actor, True, remote_options
+    return (cls if decorated else ray.remote(user_class)), False, remote_options
 
 
 def _with_env(remote_options: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
