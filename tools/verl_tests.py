@@ -5,7 +5,8 @@ own tests: the source distribution of verl on PyPI (it holds ``tests/``) is down
 cache, the tests in scope are copied into a work folder with their ``verl`` imports pointed at
 ``hf_controller.compat.verl`` and ``hf_protocol.compat.verl``, and pytest runs them. Nothing
 else in a test is changed, except in the files marked ``resources``: verl marks them for GPUs
-although they need only Ray resources, so there ``use_gpu=True`` becomes ``use_gpu=False``.
+although they need only Ray resources, so there ``use_gpu=True`` becomes ``use_gpu=False``
+(and a ``RayResourcePool(...)`` that leaves ``use_gpu`` at its default gets ``use_gpu=False``).
 
 The tests left out are listed in ``EXCLUDED_FILES`` and ``EXCEPTIONS``, each with its
 reason: verl internals we do not have, GPU-only work, or a place where our behaviour is
@@ -114,6 +115,10 @@ def rewrite(source: str, mode: str) -> str:
             line = re.sub(pattern, replacement, line)
         if mode == "resources":
             line = line.replace("use_gpu=True", "use_gpu=False")
+            # a pool that leaves use_gpu at verl's default (True) asks for GPUs too
+            line = re.sub(
+                r"(RayResourcePool\((?:(?!use_gpu)[^()])*)\)", r"\1, use_gpu=False)", line
+            )
         lines.append(line)
     text = "".join(lines)
     leftover = re.findall(r"^\s*(?:from|import) verl\b.*$", text, flags=re.M)

@@ -41,6 +41,11 @@ def test_resource_only_files_run_without_gpus() -> None:
     line = "pool = RayResourcePool([4], use_gpu=True)\n"
     assert verl_tests.rewrite(line, "resources") == "pool = RayResourcePool([4], use_gpu=False)\n"
     assert verl_tests.rewrite(line, "cpu") == line
+    # verl's default is use_gpu=True: a pool that does not say gets use_gpu=False too
+    default = "resource_pool = RayResourcePool(process_on_nodes=[2])\n"
+    expected = "resource_pool = RayResourcePool(process_on_nodes=[2], use_gpu=False)\n"
+    assert verl_tests.rewrite(default, "resources") == expected
+    assert verl_tests.rewrite(default, "cpu") == default
 
 
 def test_a_verl_import_without_a_compat_module_stops_the_run() -> None:

@@ -136,3 +136,17 @@ def test_a_broadcast_shares_one_call_and_per_rank_data_gets_its_own() -> None:
     own = _calls_for(ranks, [rows], {"k": [1] * 64})
     assert [args[0].values for args, _ in own] == [[r] for r in ranks]
     assert len({id(call) for call in own}) == 64
+
+
+def test_tensordict_splits_balanced_and_joins_with_torch_cat() -> None:
+    torch = pytest.importorskip("torch")
+    tensordict = pytest.importorskip("tensordict")
+    from hf_controller.futures import concat_parts
+
+    batch = tensordict.TensorDict({"x": torch.arange(5.0)}, batch_size=[5])
+    args, _ = run(Dispatch.DP_COMPUTE_PROTO, FakeGroup(4), batch)
+    # TensorDict.chunk(4) on 5 rows would give 2/2/1 (three parts); the split is 2/1/1/1
+    assert [len(part) for part in args[0]] == [2, 1, 1, 1]
+    joined = concat_parts(args[0])
+    assert isinstance(joined, tensordict.TensorDict)
+    assert joined["x"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]

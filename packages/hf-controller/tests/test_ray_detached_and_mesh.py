@@ -6,9 +6,11 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
 from rows import Rows
 
 from hf_controller import (
+    ConfigurationError,
     Dispatch,
     RayClassWithInitArgs,
     RayResourcePool,
@@ -83,3 +85,33 @@ def test_mesh_dispatch_sends_one_shard_per_dp_rank(ray_session: Any) -> None:
     out = group.forward(Rows(range(5)))
     assert out.values == [(0, 0), (0, 1), (0, 2), (2, 3), (2, 4)]  # dp0 via rank 0, dp1 via rank 2
     assert group.dp_layout("train") == ([0, 0, 1, 1], [True, False, True, False])
+
+
+def test_from_detached_refuses_an_empty_worker_names_list(ray_session: Any) -> None:
+    # a plain group's worker_names is [], so passing it on used to build a group of no workers
+    with pytest.raises(ConfigurationError, match=r"worker_names=\[\].*named=True"):
+        RayWorkerGroup.from_detached(
+            worker_names=[], ray_cls_with_init=RayClassWithInitArgs(StatefulWorker)
+        )
+    with pytest.raises(ConfigurationError, match="world_size=0"):
+        RayWorkerGroup.from_detached(
+            name_prefix="none", world_size=0, ray_cls_with_init=RayClassWithInitArgs(StatefulWorker)
+        )
+
+
+def test_named_group_is_attached_to_in_the_same_job(ray_session: Any) -> None:
+    group = RayWorkerGroup(
+        RayResourcePool([2], use_gpu=False),
+        RayClassWithInitArgs(StatefulWorker),
+        name_prefix="named_group",
+        named=True,
+    )
+    assert group.worker_names == ["named_group:0", "named_group:1"]
+    group.bump()
+    attached = RayWorkerGroup.from_detached(
+        worker_names=group.worker_names, ray_cls_with_init=RayClassWithInitArgs(StatefulWorker)
+    )
+    assert attached.bump() == [2, 2]  # the same processes: their state is kept
+    del attached  # attached groups do not end the workers
+    assert group.bump() == [3, 3]
+    group.shutdown()

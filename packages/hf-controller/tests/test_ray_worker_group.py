@@ -2,6 +2,7 @@
 
 import asyncio
 import os
+import threading
 from typing import Any
 
 import pytest
@@ -270,3 +271,38 @@ def test_a_second_background_start_while_ray_is_half_imported_does_nothing(
     monkeypatch.setattr(cluster, "_background", object())  # a start under way
     cluster.start_ray_in_background()
     assert cluster._background is not None
+
+
+class EnvWorker(Worker):
+    def __init__(self) -> None:
+        super().__init__()
+        self._meeting = threading.Barrier(2, timeout=20)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def env(self, key: str) -> str:
+        return os.environ.get(key, "unset")
+
+    def meet(self) -> bool:
+        """Returns once a second call is inside it too (needs max_concurrency >= 2)."""
+        self._meeting.wait()
+        return True
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"max_concurrency": 2}, {"runtime_env": {"env_vars": {"FROM_CLASS": "yes"}}}],
+    ids=["options-kept", "runtime-env-kept"],
+)
+def test_a_decorated_class_keeps_its_options_and_gets_the_rank_env(
+    ray_session: Any, options: dict[str, Any]
+) -> None:
+    decorated = ray_module.remote(**options)(EnvWorker)
+    group = RayWorkerGroup(RayResourcePool([2], use_gpu=False), RayClassWithInitArgs(decorated))
+    assert group.env("RANK") == ["0", "1"]
+    assert group.env("RAY_LOCAL_WORLD_SIZE") == ["2", "2"]
+    expected = "yes" if "runtime_env" in options else "unset"
+    assert group.env("FROM_CLASS") == [expected, expected]
+    if "max_concurrency" in options:  # two calls run at once on one actor
+        calls = [group.execute_rank_zero_async("meet") for _ in range(2)]
+        assert ray_session.get(calls, timeout=30) == [True, True]
+    group.shutdown()

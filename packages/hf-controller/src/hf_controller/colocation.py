@@ -5,7 +5,8 @@ class whose instance constructs every role; each role's registered method ``m``
 is exposed as ``{role}_m``. A group of that class can ``spawn`` / ``fuse`` one
 group view per role. The *fused* variant also gives every role a
 ``fused_workers`` dict of its siblings, so roles hand data (weights, caches) to
-each other in memory instead of through Ray.
+each other in memory instead of through Ray, and the fused worker reaches each role as
+an attribute (``self.actor``), for methods of a subclass of the fused class.
 """
 
 from __future__ import annotations
@@ -54,8 +55,14 @@ def _build(class_dict: dict[str, ClassWithInitArgs], fused: bool) -> RayClassWit
                 role: cls(*init_args[role][0], **init_args[role][1]) for role, cls in roles.items()
             }
             if fused:
-                for worker in self.workers.values():
+                for role, worker in self.workers.items():
                     worker.fused_workers = self.workers
+                    if hasattr(self, role):
+                        raise ValueError(
+                            f"fused role {role!r} clashes with an attribute of the fused worker "
+                            f"{type(self).__name__}; rename the role"
+                        )
+                    setattr(self, role, worker)  # a fused class's own methods: self.actor...
 
     for role, cls in roles.items():
         for name, spec in registered_methods(cls).items():

@@ -51,10 +51,21 @@ def materialize(
     return new_args, new_kwargs
 
 
+def is_tensordict(value: Any) -> bool:
+    """True for a ``tensordict.TensorDict`` (told by module, so tensordict need not be
+    installed): DP modes split it along its batch dimension and join it with ``torch.cat``."""
+    return type(value).__module__.split(".")[0] == "tensordict"
+
+
 def concat_parts(parts: Sequence[Any]) -> Any:
-    """Concatenate per-worker results with their own type's ``concat`` classmethod."""
+    """Concatenate per-worker results with their own type's ``concat`` classmethod
+    (TensorDicts, which have none, with ``torch.cat``)."""
     if not parts:
         raise ValueError("nothing to concatenate: the group returned no results")
+    if is_tensordict(parts[0]):
+        import torch
+
+        return torch.cat(list(parts))
     concat = getattr(type(parts[0]), "concat", None)
     if concat is None:
         raise TypeError(

@@ -2,8 +2,9 @@
 
 The controller knows no DataProto: any argument offering ``chunk(n)`` is split
 into ``n`` balanced parts, and results offering a static ``concat(items)`` are
-joined. With ``pad_to_equal`` every part gets the same number of rows (leading
-rows are repeated) and the padding is cut from the gathered result.
+joined (a TensorDict is split on its batch dimension and joined with
+``torch.cat``). With ``pad_to_equal`` every part gets the same number of rows
+(leading rows are repeated) and the padding is cut from the gathered result.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from hf_controller.futures import is_future
+from hf_controller.futures import is_future, is_tensordict
 
 T = TypeVar("T")
 
@@ -74,7 +75,11 @@ def shard(
     padding = None
     if pad_to_equal and not is_future(value):
         value, padding = pad_to_multiple(value, world_size)
-    parts = value.chunk(world_size)
+    if is_tensordict(value):  # TensorDict.chunk is torch.chunk's split: uneven, maybe short
+        sizes = [len(part) for part in split_balanced(range(len(value)), world_size)]
+        parts = value.split(sizes)
+    else:
+        parts = value.chunk(world_size)
     if len(parts) != world_size:
         raise ValueError(
             f"{type(value).__name__}.chunk({world_size}) returned {len(parts)} parts; the "

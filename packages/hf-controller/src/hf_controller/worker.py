@@ -2,7 +2,8 @@
 
 A worker learns who it is (rank, world size, group name) from environment
 variables that the worker group sets for it (``RANK``, ``WORLD_SIZE``,
-``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), so
+``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``; also
+``RAY_LOCAL_WORLD_SIZE``, the same as ``LOCAL_WORLD_SIZE``, which verl's rollout code reads), so
 ``torch.distributed.init_process_group()`` works inside it unchanged. The local
 backend runs several workers in one process and hands each its identity through
 :func:`worker_context` instead.
@@ -30,6 +31,7 @@ RESERVED_ENV = (
     "WORLD_SIZE",
     "LOCAL_RANK",
     "LOCAL_WORLD_SIZE",
+    "RAY_LOCAL_WORLD_SIZE",
     "MASTER_ADDR",
     "MASTER_PORT",
 )

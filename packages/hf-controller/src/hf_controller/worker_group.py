@@ -277,10 +277,15 @@ class WorkerGroup:
 
     # ------------------------------------------------------------------ mesh layouts
 
+    def _mesh_answers(self, mesh_name: str) -> list[tuple[int, bool]]:
+        """Each rank's ``(dp_rank, is_collect)`` for ``mesh_name``, as its worker answers."""
+        answers: list[tuple[int, bool]] = self._query_dispatch_info(mesh_name)  # type: ignore[attr-defined]
+        return answers
+
     def dp_layout(self, mesh_name: str) -> tuple[list[int], list[bool]]:
         """Per-rank ``(dp_rank, is_collect)`` for ``mesh_name``, asked of the workers once."""
         if mesh_name not in self._dp_layout_cache:
-            answers = self._query_dispatch_info(mesh_name)  # type: ignore[attr-defined]
+            answers = self._mesh_answers(mesh_name)
             dp_ranks = [int(a[0]) for a in answers]
             collect = [bool(a[1]) for a in answers]
             if sorted(set(dp_ranks)) != list(range(max(dp_ranks) + 1)):

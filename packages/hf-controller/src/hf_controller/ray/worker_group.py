@@ -97,6 +97,11 @@ class RayWorkerGroup(WorkerGroup):
     last user releases the pool's placement groups), on :meth:`shutdown` (or ``kill``),
     or when the last reference to the group and its ``spawn`` views is dropped. Groups
     with ``detached=True`` are only ended by :meth:`shutdown`.
+
+    ``named=True`` gives every worker the Ray actor name ``{name_prefix}:{rank}`` (listed in
+    :attr:`worker_names`) without making it detached: another process of the same job (a
+    Ray task, say) can then attach to the group with :meth:`from_detached`. Detached
+    groups are always named.
     """
 
     def __init__(
@@ -110,6 +115,7 @@ class RayWorkerGroup(WorkerGroup):
         call_timeout_s: float | None = None,
         block_until_ready: bool = True,
         relay_fanout: int | None = None,
+        named: bool = False,
         **kwargs: Any,
     ) -> None:
         if ray_cls_with_init is None:
@@ -126,12 +132,19 @@ class RayWorkerGroup(WorkerGroup):
         name = name_prefix or f"{user_class.__name__}_{uuid.uuid4().hex[:6]}"
         start_refs: list[Any] | None = None  # the hosts' constructions, when hosted
         if worker_names is not None:
+            if not worker_names:
+                raise ConfigurationError(
+                    "RayWorkerGroup got worker_names=[] (e.g. from_detached(worker_names=[])): a "
+                    "group needs at least one worker. Pass the worker_names of a group created "
+                    "with detached=True or named=True (a plain group's worker_names is empty), "
+                    "or from_detached(name_prefix=..., world_size=...)"
+                )
             self._workers = [_get_actor(n) for n in worker_names]
             self._worker_names = list(worker_names)
         elif resource_pool is not None:
             self._worker_names = []
             self._workers, start_refs = self._create_workers(
-                name, resource_pool, ray_cls_with_init, detached, worker_env
+                name, resource_pool, ray_cls_with_init, detached, worker_env, named
             )
         else:
             raise ConfigurationError("RayWorkerGroup needs a resource_pool or worker_names")
@@ -186,6 +199,7 @@ class RayWorkerGroup(WorkerGroup):
         cls_with_init: ClassWithInitArgs,
         detached: bool,
         worker_env: dict[str, str] | None,
+        named: bool = False,
     ) -> tuple[list[Any], list[Any] | None]:
         """The workers (actors, or the pool's prestarted hosts building the class), and the
         hosts' construction refs (``None`` for actors of their own)."""
@@ -202,25 +216,14 @@ class RayWorkerGroup(WorkerGroup):
         master_addr, master_port = _rendezvous_address(slots[0])
         user_class = unwrap_worker_class(cls_with_init.cls)
         make_picklable_for_workers(user_class)
-        # Without a worker_env the rank's environment is set by the constructor, not by a
-        # runtime_env: an actor with a runtime_env always gets a fresh process, started
-        # through Ray's setup_worker (twice the start-up CPU; 64 light workers took 66 s
-        # here, against 36 s for as many plain actors).
-        env_at_init = not worker_env and not hasattr(cls_with_init.cls, "remote")
-        actor_class: Any = (
-            ray.remote(_setting_rank_env(user_class))
-            if env_at_init
-            else cls_with_init.cls
-            if hasattr(cls_with_init.cls, "remote")
-            else ray.remote(user_class)
-        )
+        actor_class, env_at_init, remote_options = _actor_class(cls_with_init.cls, worker_env)
         # The loopback switch only concerns a local Ray we started; a real cluster's
         # workers keep their nodes' own setting (and so their network addresses).
         loopback = {LOOPBACK_ENV: os.environ.get(LOOPBACK_ENV, "0")} if started_local_ray() else {}
         threads = pool.worker_threads()
         hosts = pool.take_hosts()
         options_of_class = getattr(cls_with_init, "options", {})
-        if hosts and (detached or not can_host(user_class, options_of_class, worker_env)):
+        if hosts and (detached or named or not can_host(user_class, options_of_class, worker_env)):
             for host in hosts:  # this group cannot use them: they would only hold memory
                 ray.kill(host)
             hosts = []
@@ -235,6 +238,7 @@ class RayWorkerGroup(WorkerGroup):
                 "WORLD_SIZE": str(len(slots)),
                 "LOCAL_RANK": str(local_ranks[rank]),
                 "LOCAL_WORLD_SIZE": str(local_sizes[rank]),
+                "RAY_LOCAL_WORLD_SIZE": str(local_sizes[rank]),
                 "MASTER_ADDR": master_addr,
                 "MASTER_PORT": str(master_port),
                 GROUP_NAME_ENV: name,
@@ -249,12 +253,14 @@ class RayWorkerGroup(WorkerGroup):
                 "scheduling_strategy": PlacementGroupSchedulingStrategy(
                     slot.placement_group, slot.bundle_index
                 ),
-                **({} if env_at_init else {"runtime_env": {"env_vars": env}}),
+                **({} if env_at_init else {"runtime_env": _with_env(remote_options, env)}),
                 **getattr(cls_with_init, "options", {}),
             }
-            if detached:
-                options.update(name=f"{name}:{rank}", lifetime="detached")
+            if detached or named:  # a host cannot take a name: these are actors of their own
+                options["name"] = f"{name}:{rank}"
                 self._worker_names.append(f"{name}:{rank}")
+            if detached:
+                options["lifetime"] = "detached"
             args = (env, *cls_with_init.args) if env_at_init else cls_with_init.args
             workers.append(actor_class.options(**options).remote(*args, **cls_with_init.kwargs))
         return workers, (start_refs if hosts else None)
@@ -290,12 +296,15 @@ class RayWorkerGroup(WorkerGroup):
     ) -> RayWorkerGroup:
         """Reattach to the detached workers of a group created with ``detached=True``.
 
-        Name them with ``worker_names``, or give ``name_prefix`` and ``world_size``.
+        Name them with ``worker_names``, or give ``name_prefix`` and ``world_size``. Workers
+        of a group made with ``named=True`` can be attached to the same way (from the same
+        job: they end with it).
         """
         if worker_names is None:
-            if name_prefix is None or world_size is None:
+            if name_prefix is None or world_size is None or world_size < 1:
                 raise ConfigurationError(
-                    "from_detached needs worker_names, or name_prefix and world_size"
+                    f"from_detached needs worker_names, or name_prefix and a world_size >= 1 "
+                    f"(got name_prefix={name_prefix!r}, world_size={world_size!r})"
                 )
             worker_names = [f"{name_prefix}:{rank}" for rank in range(world_size)]
         group = cls(ray_cls_with_init=ray_cls_with_init, worker_names=worker_names)
@@ -313,7 +322,7 @@ class RayWorkerGroup(WorkerGroup):
 
     @property
     def worker_names(self) -> list[str]:
-        """Names of detached workers (empty for a non-detached group)."""
+        """Ray actor names of the workers (empty unless made with ``detached`` or ``named``)."""
         return list(self._worker_names)
 
     def _execute(
@@ -464,6 +473,39 @@ def _kill(workers: list[Any], pool: RayResourcePool | None) -> None:
     if pool is not None:
         with contextlib.suppress(Exception):
             pool._remove_user()
+
+
+def _actor_class(cls: Any, worker_env: dict[str, str] | None) -> tuple[Any, bool, dict[str, Any]]:
+    """The Ray actor class for the worker class ``cls`` (plain or ``@ray.remote``), whether
+    its constructor takes the rank's environment first (else a runtime_env carries it), and
+    the options ``cls`` was decorated with.
+
+    Without a worker_env the rank's environment is set by the constructor, not by a
+    runtime_env: an actor with a runtime_env always gets a fresh process, started through
+    Ray's setup_worker (twice the start-up CPU; 64 light workers took 66 s here, against
+    36 s for as many plain actors). A decorated class is rewrapped with its own options,
+    unless they hold a runtime_env (which the rank's environment then joins).
+    """
+    import ray
+
+    decorated = hasattr(cls, "remote")
+    remote_options = dict(getattr(cls, "_default_options", {})) if decorated else {}
+    user_class = unwrap_worker_class(cls)
+    if not worker_env and "runtime_env" not in remote_options:
+        setting = _setting_rank_env(user_class)
+        actor: Any = (
+            ray.remote(**remote_options)(setting) if remote_options else ray.remote(setting)
+        )
+        return actor, True, remote_options
+    return (cls if decorated else ray.remote(user_class)), False, remote_options
+
+
+def _with_env(remote_options: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+    """The runtime_env of a worker: its class's own (``@ray.remote(runtime_env=...)``, which
+    the actor's options would replace) with the rank's environment added to its env_vars."""
+    runtime_env = dict(remote_options.get("runtime_env") or {})
+    runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **env}
+    return runtime_env
 
 
 def _setting_rank_env(cls: type) -> type:
