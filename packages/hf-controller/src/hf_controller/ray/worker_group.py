@@ -132,14 +132,7 @@ class RayWorkerGroup(WorkerGroup):
         name = name_prefix or f"{user_class.__name__}_{uuid.uuid4().hex[:6]}"
         start_refs: list[Any] | None = None  # the hosts' constructions, when hosted
         if worker_names is not None:
-            if not worker_names:
-                raise ConfigurationError(
-                    "RayWorkerGroup got worker_names=[] (e.g. from_detached(worker_names=[])): a "
-                    "group needs at least one worker. Pass the worker_names of a group created "
-                    "with detached=True or named=True (a plain group's worker_names is empty), "
-                    "or from_detached(name_prefix=..., world_size=...)"
-                )
-            self._workers = [_get_actor(n) for n in worker_names]
+            self._workers = _attach(worker_names)
             self._worker_names = list(worker_names)
         elif resource_pool is not None:
             self._worker_names = []
@@ -574,6 +567,18 @@ def _local_layout(slots: list[BundleSlot]) -> tuple[list[int], list[int]]:
         local_ranks.append(per_group.get(key, 0))
         per_group[key] = per_group.get(key, 0) + 1
     return local_ranks, [per_group[id(s.placement_group)] for s in slots]
+
+
+def _attach(worker_names: list[str]) -> list[Any]:
+    """The handles of the named workers ``worker_names``; an empty list is an error."""
+    if not worker_names:
+        raise ConfigurationError(
+            "RayWorkerGroup got worker_names=[] (e.g. from_detached(worker_names=[])): a "
+            "group needs at least one worker. Pass the worker_names of a group created "
+            "with detached=True or named=True (a plain group's worker_names is empty), "
+            "or from_detached(name_prefix=..., world_size=...)"
+        )
+    return [_get_actor(n) for n in worker_names]
 
 
 def _get_actor(name: str) -> Any:
