@@ -33,6 +33,12 @@ class RolloutSection:
     """Top-k sampling; -1 disables it."""
     max_new_tokens: int = 32
     """Longest response, in tokens."""
+    stop: tuple[str, ...] = ()
+    """Strings that end a response (vLLM's ``stop``), besides the eos: a response ends with
+    the first token whose text contains one of them (that token is kept). For base models
+    answering a raw or few-shot prompt, e.g. ``["\\n"]`` stops at the end of the answer line.
+    Every backend gets them as token ids (:func:`hf_algos.trainers.roles.sampling.
+    stop_token_ids`); a string no token contains is refused."""
     max_model_len: int = 2048
     """Longest prompt + response the backend must hold."""
     dtype: Literal["float32", "bfloat16", "float16"] | None = None
@@ -61,5 +67,9 @@ class RolloutSection:
         require_positive("rollout.n", self.n)
         require_positive("rollout.temperature", self.temperature)
         require_positive("rollout.max_new_tokens", self.max_new_tokens)
+        if isinstance(self.stop, str) or any(not isinstance(s, str) or not s for s in self.stop):
+            raise ConfigurationError(
+                f"rollout.stop={self.stop!r} must be a list of non-empty strings, e.g. ['\\n']"
+            )
         if not 0.0 < self.top_p <= 1.0:
             raise ConfigurationError(f"rollout.top_p={self.top_p!r} must be in (0, 1]")
