@@ -13,7 +13,8 @@ finished, and the loop ends as soon as every row has.
 * ``attn_implementation`` (str, default ``"sdpa"``): passed to transformers.
 * ``lean_forward`` (bool, default ``True``): run Llama-family models (llama, qwen2, qwen3,
   mistral) through :mod:`~hf_rollout.backends.fast_decoder`, the same maths with far less
-  Python per step; other models, or ``False``, use the transformers forward.
+  Python per step; other models (e.g. Gemma 3), or ``False``, use the transformers forward
+  over a ``DynamicCache`` (sliding-window layers included). The engine logs which, once.
 * ``compact_fraction`` (float, default ``0.5``): drop finished rows from the KV cache when at
   least this fraction of the active rows has finished (``1.0`` never drops).
 
@@ -143,6 +144,24 @@ def weight_destinations(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: t.data for name, t in model.state_dict(keep_vars=True).items()}
 
 
+def _lean_decoder(model: torch.nn.Module, config: RolloutConfig) -> LlamaFamilyDecoder | None:
+    """The lean decoder of ``model`` where it has one and ``lean_forward`` is on, else
+    ``None`` (the transformers forward); logs which path the model takes, once."""
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    reason = "lean_forward is off"
+    if config.engine_kwargs.get("lean_forward", True):
+        reason = supports(model, config.max_model_len) or ""
+    if not reason:
+        _LOG.info("native rollout: %s through the lean decoder", model_type)
+        return LlamaFamilyDecoder(model, config.max_model_len)
+    _LOG.info(
+        "native rollout: %s through the transformers forward (no lean decoder: %s)",
+        model_type,
+        reason,
+    )
+    return None
+
+
 class NativeRollout:
     """A :class:`~hf_rollout.RolloutEngine` in pure torch over a transformers model."""
 
@@ -163,12 +182,9 @@ class NativeRollout:
         self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
         self.asleep = False
         self.closed = False
-        self.decoder: LlamaFamilyDecoder | None = None
         self.records_routing = bool(routers(self.model))
         self._trace: RoutingStepper | None = None
-        lean = config.engine_kwargs.get("lean_forward", True)
-        if lean and supports(model, config.max_model_len) is None:
-            self.decoder = LlamaFamilyDecoder(self.model, config.max_model_len)
+        self.decoder = _lean_decoder(self.model, config)
         self.prefix_cache: PrefixCache | None = None
         if config.prefix_cache_rows > 0:
             if self.decoder is not None or transformers_can_reuse(self.hf_config):

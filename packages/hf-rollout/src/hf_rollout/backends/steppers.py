@@ -11,6 +11,7 @@ full-attention ``DynamicLayer`` (:func:`transformers_can_reuse`).
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Protocol
 
 import torch
@@ -67,12 +68,29 @@ def transformers_can_reuse(config: Any) -> bool:
     return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
 
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The keyword the model's ``forward`` takes its KV cache by: ``cache`` where the model
+    has it (transformers 5.25 renamed ``past_key_values``, which now warns on every call),
+    else ``past_key_values`` (older transformers, models not yet moved over)."""
+    try:
+        parameters = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # a forward whose signature cannot be read
+        return "past_key_values"
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
 class TransformersStepper:
-    """Steps through the transformers forward with a ``DynamicCache``."""
+    """Steps through the transformers forward with a ``DynamicCache``.
+
+    Sliding-window layers (Gemma 3, Mistral with a window) keep only their last window of
+    keys and values; the attention mask still spans every column fed, as transformers
+    expects, and row selection and repeats apply to every layer kind alike.
+    """
 
     def __init__(self, model: torch.nn.Module, config: Any) -> None:
         self.model = model
         self.cache = DynamicCache(config=config)
+        self.cache_keyword = cache_keyword(model)
         self.attention_mask = torch.zeros(0, 0, dtype=torch.long)
 
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -80,9 +98,9 @@ class TransformersStepper:
             input_ids=ids,
             attention_mask=self.attention_mask,
             position_ids=positions,
-            past_key_values=self.cache,
             use_cache=True,
             logits_to_keep=1,
+            **{self.cache_keyword: self.cache},
         )
         logits: torch.Tensor = output.logits[:, -1, :]
         return logits
