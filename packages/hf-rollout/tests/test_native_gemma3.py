@@ -91,22 +91,27 @@ def test_the_window_is_real(gemma3: Path, prompts: DataProto) -> None:
     assert not torch.equal(windowed, transformers_greedy(wide, prompts, 8))
 
 
+def engine_for(path: Path, lean: bool, compact_fraction: float) -> NativeRollout:
+    options = {"compact_fraction": compact_fraction, "lean_forward": lean}
+    return NativeRollout(
+        RolloutConfig(model_path=str(path), pad_token_id=PAD, engine_kwargs=options)
+    )
+
+
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "transformers-forward"])
 @pytest.mark.parametrize("n", [1, 3])
 def test_greedy_equals_transformers_generate(
-    gemma3: Path, prompts: DataProto, n: int, caplog: pytest.LogCaptureFixture
+    gemma3: Path, prompts: DataProto, n: int, lean: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     reference = transformers_greedy(reference_model(gemma3), prompts, 12)
     # A stop token that ends some rows early, so finished rows leave the cache.
     stop = int(reference[:, :6].flatten().mode().values)
     with caplog.at_level(logging.INFO, logger="hf_rollout.backends.native"):
-        engine = NativeRollout(
-            RolloutConfig(
-                model_path=str(gemma3), pad_token_id=PAD, engine_kwargs={"compact_fraction": 0.1}
-            )
-        )
-    assert engine.decoder is None
+        engine = engine_for(gemma3, lean, compact_fraction=0.1)
+    assert (engine.decoder is not None) == lean
+    path = "the lean decoder" if lean else "the transformers forward (no lean decoder: lean_forward"
     paths = [r.message for r in caplog.records if r.message.startswith("native rollout:")]
-    assert len(paths) == 1 and "gemma3_text through the transformers forward" in paths[0]
+    assert len(paths) == 1 and paths[0].startswith(f"native rollout: gemma3_text through {path}")
     sampling = SamplingConfig(greedy=True, n=n, max_new_tokens=12, stop_token_ids=(stop,))
     out = generate_strictly(engine, prompts, sampling)
     responses, mask = out.batch["responses"], out.batch["response_mask"].bool()
@@ -120,12 +125,9 @@ def test_greedy_equals_transformers_generate(
     assert torch.equal(mask.sum(dim=1), lengths)
 
 
-def test_log_probs_match_a_full_forward(gemma3: Path, prompts: DataProto) -> None:
-    engine = NativeRollout(
-        RolloutConfig(
-            model_path=str(gemma3), pad_token_id=PAD, engine_kwargs={"compact_fraction": 0.25}
-        )
-    )
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "transformers-forward"])
+def test_log_probs_match_a_full_forward(gemma3: Path, prompts: DataProto, lean: bool) -> None:
+    engine = engine_for(gemma3, lean, compact_fraction=0.25)
     budget = 16
     sampling = SamplingConfig(
         n=4, temperature=0.8, top_p=0.95, max_new_tokens=budget, seed=3,
@@ -150,3 +152,39 @@ def test_log_probs_match_a_full_forward(gemma3: Path, prompts: DataProto) -> Non
     mask = batch["response_mask"].bool()
     torch.testing.assert_close(batch["rollout_log_probs"][mask], expected[mask], atol=1e-4, rtol=0)
     assert (batch["rollout_log_probs"][~mask] == 0).all()
+
+
+def test_final_logit_soft_capping_is_applied(tmp_path: Path, prompts: DataProto) -> None:
+    # A cap of 2 squeezes every logit: a decoder that skipped it would differ at once.
+    path = build_tiny_model(
+        tmp_path / "capped", "gemma3", vocab_size=VOCAB, final_logit_softcapping=2.0
+    )
+    engine = engine_for(path, lean=True, compact_fraction=0.5)
+    assert engine.decoder is not None
+    sampling = SamplingConfig(n=2, temperature=1.0, max_new_tokens=6, seed=4)
+    out = generate_strictly(engine, prompts, sampling)
+    batch = out.batch
+    with torch.no_grad():
+        logits = reference_model(path)(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            position_ids=batch["position_ids"],
+        ).logits
+    assert logits.abs().max() <= 2.0
+    responses = batch["responses"]
+    expected, _ = response_log_probs(response_positions(logits, responses.shape[1]), responses)
+    mask = batch["response_mask"].bool()
+    torch.testing.assert_close(batch["rollout_log_probs"][mask], expected[mask], atol=1e-4, rtol=0)
+
+
+def test_prefix_reuse_is_off_for_a_sliding_window_model(
+    gemma3: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    for lean in (True, False):
+        options = {"lean_forward": lean}
+        config = RolloutConfig(
+            model_path=str(gemma3), pad_token_id=PAD, prefix_cache_rows=8, engine_kwargs=options
+        )
+        with caplog.at_level(logging.WARNING, logger="hf_rollout.backends.native"):
+            assert NativeRollout(config).prefix_cache is None
+    assert sum("prefix_cache_rows=8 ignored" in r.message for r in caplog.records) == 2

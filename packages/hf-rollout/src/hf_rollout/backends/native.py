@@ -39,6 +39,7 @@ from hf_controller import ConfigurationError
 from hf_protocol import DataProto
 from hf_protocol.routing import ROUTED_EXPERTS, routers
 from hf_rollout.backends.fast_decoder import LlamaFamilyDecoder, supports
+from hf_rollout.backends.gemma_decoder import GEMMA_MODEL_TYPES, Gemma3Decoder, gemma_supports
 from hf_rollout.backends.prefix_cache import (
     PastKV,
     PrefixCache,
@@ -47,6 +48,7 @@ from hf_rollout.backends.prefix_cache import (
 )
 from hf_rollout.backends.routing_trace import RoutingStepper
 from hf_rollout.backends.steppers import (
+    LeanDecoder,
     LeanStepper,
     Stepper,
     TransformersStepper,
@@ -144,22 +146,27 @@ def weight_destinations(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: t.data for name, t in model.state_dict(keep_vars=True).items()}
 
 
-def _lean_decoder(model: torch.nn.Module, config: RolloutConfig) -> LlamaFamilyDecoder | None:
+def _lean_decoder(model: torch.nn.Module, config: RolloutConfig) -> LeanDecoder | None:
     """The lean decoder of ``model`` where it has one and ``lean_forward`` is on, else
     ``None`` (the transformers forward); logs which path the model takes, once."""
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     reason = "lean_forward is off"
     if config.engine_kwargs.get("lean_forward", True):
-        reason = supports(model, config.max_model_len) or ""
-    if not reason:
-        _LOG.info("native rollout: %s through the lean decoder", model_type)
-        return LlamaFamilyDecoder(model, config.max_model_len)
-    _LOG.info(
-        "native rollout: %s through the transformers forward (no lean decoder: %s)",
-        model_type,
-        reason,
-    )
-    return None
+        if model_type in GEMMA_MODEL_TYPES:
+            reason = gemma_supports(model.config) or ""
+        else:
+            reason = supports(model, config.max_model_len) or ""
+    if reason:
+        _LOG.info(
+            "native rollout: %s through the transformers forward (no lean decoder: %s)",
+            model_type,
+            reason,
+        )
+        return None
+    _LOG.info("native rollout: %s through the lean decoder", model_type)
+    if model_type in GEMMA_MODEL_TYPES:
+        return Gemma3Decoder(model, config.max_model_len)
+    return LlamaFamilyDecoder(model, config.max_model_len)
 
 
 class NativeRollout:
@@ -187,7 +194,11 @@ class NativeRollout:
         self.decoder = _lean_decoder(self.model, config)
         self.prefix_cache: PrefixCache | None = None
         if config.prefix_cache_rows > 0:
-            if self.decoder is not None or transformers_can_reuse(self.hf_config):
+            # The kept rows of a sliding-window model cannot be re-laid out (the window
+            # counts columns), so only full-attention models reuse prefixes.
+            if isinstance(self.decoder, LlamaFamilyDecoder) or (
+                self.decoder is None and transformers_can_reuse(self.hf_config)
+            ):
                 self.prefix_cache = PrefixCache(config.prefix_cache_rows)
             else:
                 _LOG.warning(

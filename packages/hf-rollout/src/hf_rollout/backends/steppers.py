@@ -1,8 +1,9 @@
 """One decoding step at a time over a KV cache, in two flavours for the native backend.
 
 ``TransformersStepper`` calls the transformers model with a ``DynamicCache`` (any causal LM);
-``LeanStepper`` runs :class:`~hf_rollout.backends.fast_decoder.LlamaFamilyDecoder` over a
-preallocated cache (Llama-family models, much less Python per step). Both keep one cache row
+``LeanStepper`` runs :class:`~hf_rollout.backends.fast_decoder.LlamaFamilyDecoder` or
+:class:`~hf_rollout.backends.gemma_decoder.Gemma3Decoder` over a preallocated cache
+(Llama-family and Gemma 3 models, much less Python per step). Both keep one cache row
 per active sequence and can drop finished rows. Both can also start from reused keys and
 values (``past``, see :mod:`~hf_rollout.backends.prefix_cache`) and hand out the cache of
 chosen rows (``snapshot``); the transformers one only when every cache layer is a plain
@@ -19,6 +20,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from hf_rollout.backends.fast_decoder import KVCache, LlamaFamilyDecoder
+from hf_rollout.backends.gemma_decoder import Gemma3Decoder
 from hf_rollout.backends.prefix_cache import PastKV
 
 
@@ -143,10 +145,14 @@ class TransformersStepper:
         return PastKV(keys, values, self.attention_mask[rows].bool())
 
 
-class LeanStepper:
-    """Steps through :class:`LlamaFamilyDecoder` over a cache sized for the whole call."""
+LeanDecoder = LlamaFamilyDecoder | Gemma3Decoder
+"""A lean forward: the model's maths over a preallocated :class:`KVCache`."""
 
-    def __init__(self, decoder: LlamaFamilyDecoder, capacity: int) -> None:
+
+class LeanStepper:
+    """Steps through a :data:`LeanDecoder` over a cache sized for the whole call."""
+
+    def __init__(self, decoder: LeanDecoder, capacity: int) -> None:
         self.decoder = decoder
         self.capacity = capacity
         self.cache: KVCache | None = None
