@@ -3,8 +3,8 @@
 It is the embedded default on CPU and the reference the other backends are checked against.
 One ``generate`` call runs one prefill forward over the prompts, copies each prompt's cache
 row for its ``n`` samples (GRPO's group shares one prefill), then one
-forward per new token over a KV cache (a lean Llama-family forward over a preallocated
-cache, or the transformers forward over a ``DynamicCache``); sampling is batched tensor ops,
+forward per new token over a KV cache (a lean Llama-family or Gemma 3 forward over a
+preallocated cache, or the transformers forward over a ``DynamicCache``); sampling is batched tensor ops,
 rows that hit a stop token stop being counted, rows are dropped from the cache once many have
 finished, and the loop ends as soon as every row has.
 
@@ -12,17 +12,19 @@ finished, and the loop ends as soon as every row has.
 
 * ``attn_implementation`` (str, default ``"sdpa"``): passed to transformers.
 * ``lean_forward`` (bool, default ``True``): run Llama-family models (llama, qwen2, qwen3,
-  mistral) through :mod:`~hf_rollout.backends.fast_decoder`, the same maths with far less
-  Python per step; other models (e.g. Gemma 3), or ``False``, use the transformers forward
-  over a ``DynamicCache`` (sliding-window layers included). The engine logs which, once.
+  mistral) through :mod:`~hf_rollout.backends.fast_decoder` and Gemma 3 (``gemma3_text``)
+  through :mod:`~hf_rollout.backends.gemma_decoder`, the same maths with far less Python
+  per step; other models, or ``False``, use the transformers forward over a
+  ``DynamicCache`` (sliding-window layers included). The engine logs which, once.
 * ``compact_fraction`` (float, default ``0.5``): drop finished rows from the KV cache when at
   least this fraction of the active rows has finished (``1.0`` never drops).
 
 Prefix reuse (``RolloutConfig.prefix_cache_rows`` > 0, for multi-turn episodes): the engine
 keeps the keys and values of the last ``prefix_cache_rows`` sequences it generated, and a
 prompt that starts with one of them prefills only its new tokens on top of them (see
-:mod:`~hf_rollout.backends.prefix_cache`). Both forwards support it; the transformers one
-only for models whose cache layers are all full attention (else it is off, with a warning).
+:mod:`~hf_rollout.backends.prefix_cache`). Only models whose layers are all full attention
+support it (a sliding window counts columns, which the reused layout moves); for others,
+Gemma 3 included, it is off, with a warning.
 The kept cache is dropped by ``update_weights``, ``sleep`` and ``shutdown``.
 """
 
