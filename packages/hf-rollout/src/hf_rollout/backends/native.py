@@ -4,9 +4,9 @@ It is the embedded default on CPU and the reference the other backends are check
 One ``generate`` call runs one prefill forward over the prompts, copies each prompt's cache
 row for its ``n`` samples (GRPO's group shares one prefill), then one
 forward per new token over a KV cache (a lean Llama-family or Gemma 3 forward over a
-preallocated cache, or the transformers forward over a ``DynamicCache``); sampling is batched tensor ops,
-rows that hit a stop token stop being counted, rows are dropped from the cache once many have
-finished, and the loop ends as soon as every row has.
+preallocated cache, or the transformers forward over a ``DynamicCache``); sampling is
+batched tensor ops, rows that hit a stop token stop being counted, rows are dropped from the
+cache once many have finished, and the loop ends as soon as every row has.
 
 ``engine_kwargs`` options:
 
