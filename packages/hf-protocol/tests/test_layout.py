@@ -118,7 +118,7 @@ def test_every_field_is_documented_and_unique() -> None:
 
 
 def test_tiny_decoder_configs_are_plain_dicts() -> None:
-    assert set(TINY_DECODER_CONFIGS) == {"llama", "qwen2", "qwen3", "qwen3_moe"}
+    assert set(TINY_DECODER_CONFIGS) == {"llama", "qwen2", "qwen3", "qwen3_moe", "gemma3"}
     config = tiny_decoder_config("qwen3", head_dim=16)
     assert config["head_dim"] == 16 and TINY_DECODER_CONFIGS["qwen3"]["head_dim"] == 8
     with pytest.raises(ValueError, match="unknown tiny model family 'gpt9'"):

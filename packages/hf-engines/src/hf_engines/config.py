@@ -108,7 +108,8 @@ class ModelConfig:
             )
         if self.path is not None and not is_planned(self.path):
             if checks_are_dry() and is_gguf_reference(self.path):
-                check_gguf(self.path)  # the file and its architecture; imported by the run
+                # The file and its architecture; assembled and imported by the run.
+                check_gguf(self.path, assemble=False)
             else:
                 _check_model_directory(self.local_path(), self.path, self.trust_remote_code)
         elif self.revision is not None:

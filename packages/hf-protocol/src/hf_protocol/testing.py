@@ -83,10 +83,22 @@ TINY_DECODER_CONFIGS: dict[str, dict[str, Any]] = {
         "norm_topk_prob": True,
         **_TINY_DECODER,
     },
+    # Gemma 3 text: a sliding-window layer (window 4, shorter than most test sequences)
+    # then a global one, tied and scaled embeddings, q/k norms, gelu-tanh MLP.
+    "gemma3": {
+        "model_type": "gemma3_text",
+        "head_dim": 8,
+        "query_pre_attn_scalar": 8,
+        "sliding_window": 4,
+        "layer_types": ["sliding_attention", "full_attention"],
+        "tie_word_embeddings": True,
+        **_TINY_DECODER,
+    },
 }
 """Tiny decoder configs by family (``transformers`` config fields): hidden 32, 2 layers,
-4 heads (2 key/value), vocab 128; ``qwen3_moe`` has 4 experts, top-2. Models built from
-them get random weights."""
+4 heads (2 key/value), vocab 128; ``qwen3_moe`` has 4 experts, top-2; ``gemma3``
+(``gemma3_text``) alternates a sliding-window (4 tokens) and a global layer. Models built
+from them get random weights."""
 
 
 def tiny_decoder_config(family: str, **overrides: Any) -> dict[str, Any]:

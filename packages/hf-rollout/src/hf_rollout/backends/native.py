@@ -3,25 +3,28 @@
 It is the embedded default on CPU and the reference the other backends are checked against.
 One ``generate`` call runs one prefill forward over the prompts, copies each prompt's cache
 row for its ``n`` samples (GRPO's group shares one prefill), then one
-forward per new token over a KV cache (a lean Llama-family forward over a preallocated
-cache, or the transformers forward over a ``DynamicCache``); sampling is batched tensor ops,
-rows that hit a stop token stop being counted, rows are dropped from the cache once many have
-finished, and the loop ends as soon as every row has.
+forward per new token over a KV cache (a lean Llama-family or Gemma 3 forward over a
+preallocated cache, or the transformers forward over a ``DynamicCache``); sampling is
+batched tensor ops, rows that hit a stop token stop being counted, rows are dropped from the
+cache once many have finished, and the loop ends as soon as every row has.
 
 ``engine_kwargs`` options:
 
 * ``attn_implementation`` (str, default ``"sdpa"``): passed to transformers.
 * ``lean_forward`` (bool, default ``True``): run Llama-family models (llama, qwen2, qwen3,
-  mistral) through :mod:`~hf_rollout.backends.fast_decoder`, the same maths with far less
-  Python per step; other models, or ``False``, use the transformers forward.
+  mistral) through :mod:`~hf_rollout.backends.fast_decoder` and Gemma 3 (``gemma3_text``)
+  through :mod:`~hf_rollout.backends.gemma_decoder`, the same maths with far less Python
+  per step; other models, or ``False``, use the transformers forward over a
+  ``DynamicCache`` (sliding-window layers included). The engine logs which, once.
 * ``compact_fraction`` (float, default ``0.5``): drop finished rows from the KV cache when at
   least this fraction of the active rows has finished (``1.0`` never drops).
 
 Prefix reuse (``RolloutConfig.prefix_cache_rows`` > 0, for multi-turn episodes): the engine
 keeps the keys and values of the last ``prefix_cache_rows`` sequences it generated, and a
 prompt that starts with one of them prefills only its new tokens on top of them (see
-:mod:`~hf_rollout.backends.prefix_cache`). Both forwards support it; the transformers one
-only for models whose cache layers are all full attention (else it is off, with a warning).
+:mod:`~hf_rollout.backends.prefix_cache`). Only models whose layers are all full attention
+support it (a sliding window counts columns, which the reused layout moves); for others,
+Gemma 3 included, it is off, with a warning.
 The kept cache is dropped by ``update_weights``, ``sleep`` and ``shutdown``.
 """
 
@@ -38,6 +41,7 @@ from hf_controller import ConfigurationError
 from hf_protocol import DataProto
 from hf_protocol.routing import ROUTED_EXPERTS, routers
 from hf_rollout.backends.fast_decoder import LlamaFamilyDecoder, supports
+from hf_rollout.backends.gemma_decoder import GEMMA_MODEL_TYPES, Gemma3Decoder, gemma_supports
 from hf_rollout.backends.prefix_cache import (
     PastKV,
     PrefixCache,
@@ -46,6 +50,7 @@ from hf_rollout.backends.prefix_cache import (
 )
 from hf_rollout.backends.routing_trace import RoutingStepper
 from hf_rollout.backends.steppers import (
+    LeanDecoder,
     LeanStepper,
     Stepper,
     TransformersStepper,
@@ -143,6 +148,29 @@ def weight_destinations(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: t.data for name, t in model.state_dict(keep_vars=True).items()}
 
 
+def _lean_decoder(model: torch.nn.Module, config: RolloutConfig) -> LeanDecoder | None:
+    """The lean decoder of ``model`` where it has one and ``lean_forward`` is on, else
+    ``None`` (the transformers forward); logs which path the model takes, once."""
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    reason = "lean_forward is off"
+    if config.engine_kwargs.get("lean_forward", True):
+        if model_type in GEMMA_MODEL_TYPES:
+            reason = gemma_supports(model.config) or ""
+        else:
+            reason = supports(model, config.max_model_len) or ""
+    if reason:
+        _LOG.info(
+            "native rollout: %s through the transformers forward (no lean decoder: %s)",
+            model_type,
+            reason,
+        )
+        return None
+    _LOG.info("native rollout: %s through the lean decoder", model_type)
+    if model_type in GEMMA_MODEL_TYPES:
+        return Gemma3Decoder(model, config.max_model_len)
+    return LlamaFamilyDecoder(model, config.max_model_len)
+
+
 class NativeRollout:
     """A :class:`~hf_rollout.RolloutEngine` in pure torch over a transformers model."""
 
@@ -163,15 +191,16 @@ class NativeRollout:
         self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
         self.asleep = False
         self.closed = False
-        self.decoder: LlamaFamilyDecoder | None = None
         self.records_routing = bool(routers(self.model))
         self._trace: RoutingStepper | None = None
-        lean = config.engine_kwargs.get("lean_forward", True)
-        if lean and supports(model, config.max_model_len) is None:
-            self.decoder = LlamaFamilyDecoder(self.model, config.max_model_len)
+        self.decoder = _lean_decoder(self.model, config)
         self.prefix_cache: PrefixCache | None = None
         if config.prefix_cache_rows > 0:
-            if self.decoder is not None or transformers_can_reuse(self.hf_config):
+            # The kept rows of a sliding-window model cannot be re-laid out (the window
+            # counts columns), so only full-attention models reuse prefixes.
+            if isinstance(self.decoder, LlamaFamilyDecoder) or (
+                self.decoder is None and transformers_can_reuse(self.hf_config)
+            ):
                 self.prefix_cache = PrefixCache(config.prefix_cache_rows)
             else:
                 _LOG.warning(

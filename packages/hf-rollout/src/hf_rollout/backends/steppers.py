@@ -1,8 +1,9 @@
 """One decoding step at a time over a KV cache, in two flavours for the native backend.
 
 ``TransformersStepper`` calls the transformers model with a ``DynamicCache`` (any causal LM);
-``LeanStepper`` runs :class:`~hf_rollout.backends.fast_decoder.LlamaFamilyDecoder` over a
-preallocated cache (Llama-family models, much less Python per step). Both keep one cache row
+``LeanStepper`` runs :class:`~hf_rollout.backends.fast_decoder.LlamaFamilyDecoder` or
+:class:`~hf_rollout.backends.gemma_decoder.Gemma3Decoder` over a preallocated cache
+(Llama-family and Gemma 3 models, much less Python per step). Both keep one cache row
 per active sequence and can drop finished rows. Both can also start from reused keys and
 values (``past``, see :mod:`~hf_rollout.backends.prefix_cache`) and hand out the cache of
 chosen rows (``snapshot``); the transformers one only when every cache layer is a plain
@@ -11,6 +12,7 @@ full-attention ``DynamicLayer`` (:func:`transformers_can_reuse`).
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Protocol
 
 import torch
@@ -18,6 +20,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from hf_rollout.backends.fast_decoder import KVCache, LlamaFamilyDecoder
+from hf_rollout.backends.gemma_decoder import Gemma3Decoder
 from hf_rollout.backends.prefix_cache import PastKV
 
 
@@ -67,12 +70,29 @@ def transformers_can_reuse(config: Any) -> bool:
     return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
 
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The keyword the model's ``forward`` takes its KV cache by: ``cache`` where the model
+    has it (transformers 5.25 renamed ``past_key_values``, which now warns on every call),
+    else ``past_key_values`` (older transformers, models not yet moved over)."""
+    try:
+        parameters = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # a forward whose signature cannot be read
+        return "past_key_values"
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
 class TransformersStepper:
-    """Steps through the transformers forward with a ``DynamicCache``."""
+    """Steps through the transformers forward with a ``DynamicCache``.
+
+    Sliding-window layers (Gemma 3, Mistral with a window) keep only their last window of
+    keys and values; the attention mask still spans every column fed, as transformers
+    expects, and row selection and repeats apply to every layer kind alike.
+    """
 
     def __init__(self, model: torch.nn.Module, config: Any) -> None:
         self.model = model
         self.cache = DynamicCache(config=config)
+        self.cache_keyword = cache_keyword(model)
         self.attention_mask = torch.zeros(0, 0, dtype=torch.long)
 
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -80,9 +100,9 @@ class TransformersStepper:
             input_ids=ids,
             attention_mask=self.attention_mask,
             position_ids=positions,
-            past_key_values=self.cache,
             use_cache=True,
             logits_to_keep=1,
+            **{self.cache_keyword: self.cache},
         )
         logits: torch.Tensor = output.logits[:, -1, :]
         return logits
@@ -125,10 +145,14 @@ class TransformersStepper:
         return PastKV(keys, values, self.attention_mask[rows].bool())
 
 
-class LeanStepper:
-    """Steps through :class:`LlamaFamilyDecoder` over a cache sized for the whole call."""
+LeanDecoder = LlamaFamilyDecoder | Gemma3Decoder
+"""A lean forward: the model's maths over a preallocated :class:`KVCache`."""
 
-    def __init__(self, decoder: LlamaFamilyDecoder, capacity: int) -> None:
+
+class LeanStepper:
+    """Steps through a :data:`LeanDecoder` over a cache sized for the whole call."""
+
+    def __init__(self, decoder: LeanDecoder, capacity: int) -> None:
         self.decoder = decoder
         self.capacity = capacity
         self.cache: KVCache | None = None
