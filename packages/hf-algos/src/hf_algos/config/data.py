@@ -169,13 +169,13 @@ def check_prompt_format(data: DataSection) -> None:
             "or set data.prompt_format=raw"
         )
     if fmt == "few_shot":
+        check_few_shot_template(data.few_shot_template)
         if not (data.few_shot_files or data.train_files):
             raise ConfigurationError(
                 "data.prompt_format=few_shot draws its examples from data.few_shot_files, "
                 "else data.train_files, and both are empty; give data.few_shot_files"
             )
         check_data_paths("data.few_shot_files", data.few_shot_files)
-        check_few_shot_template(data.few_shot_template)
 
 
 def check_few_shot_template(template: str) -> None:
