@@ -27,8 +27,8 @@ from hf_algos.data.few_shot import FewShotExample, FewShotExamples, draw_example
 from hf_algos.data.prompts import announce_prompt_format, prompt_format_line, prompt_options
 from hf_algos.data.rl_dataset import rl_dataset
 from hf_algos.data.sources import load_parts
-from hf_algos.data.tokenizer import PRINTABLE_CHARACTERS
 from hf_algos.data.template_check import directory_has_chat_template
+from hf_algos.data.tokenizer import PRINTABLE_CHARACTERS
 from hf_controller import ConfigurationError
 from hf_engines.config import EngineConfig, ModelConfig
 
