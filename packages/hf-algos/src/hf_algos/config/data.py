@@ -82,7 +82,7 @@ class DataSection:
     ``raw``, the prompt's text (chat messages' contents joined by newlines) and
     ``raw_suffix``; ``few_shot``, ``few_shot`` solved examples, then the question (for a base
     model; RL prompts only); ``auto``, ``chat`` when the tokenizer has a chat template, else
-    ``raw``. The start of a run logs, in one line, which one the prompts take and why."""
+    ``raw``. The start of a run says, in one line, which one the prompts take and why."""
     apply_chat_template: bool = True
     """verl's key: ``false`` makes ``prompt_format: auto`` raw text (``prompt_format: chat``
     with ``false`` is refused as a contradiction); ``true`` leaves ``prompt_format`` to

@@ -45,7 +45,7 @@ class FewShotExamples:
     """One example, with ``{question}`` and ``{answer}``."""
     source: tuple[str, ...] = ()
     """The files / specs the examples came from."""
-    rows: frozenset[tuple[int, int]] = frozenset()
+    rows: tuple[tuple[int, int], ...] = ()
     """``(file number, row)`` of each example in :attr:`source`."""
 
     def render(self, question: str, header: str | None = None) -> str:
@@ -102,14 +102,14 @@ def draw_examples(
     size = min(k + 1, total - 1 if keep_prompts else total)
     picks = np.random.default_rng(seed).choice(total, size=size, replace=False)
     starts = np.cumsum([0, *(len(p.rows) for p in parts)])
-    examples, rows = [], set()
+    examples, rows = [], []
     for pick in picks.tolist():
         number = int(np.searchsorted(starts, pick, side="right")) - 1
         row = pick - int(starts[number])
         examples.append(_example(parts[number], row, prompt_key))
-        rows.add((number, row))
+        rows.append((number, row))
     source = tuple(str(p.file) for p in parts)
-    return FewShotExamples(tuple(examples), k, template, source, frozenset(rows))
+    return FewShotExamples(tuple(examples), k, template, source, tuple(rows))
 
 
 def _example(part: TablePart, row: int, prompt_key: str) -> FewShotExample:

@@ -47,7 +47,7 @@ class RLDatasetConfig:
     """Appended to each raw-text prompt (e.g. ``"\\nAnswer:"``)."""
     few_shot: FewShotExamples | None = None
     """Solved examples before each question, with ``use_chat_template=False``."""
-    held_out: frozenset[tuple[int, int]] = frozenset()
+    held_out: tuple[tuple[int, int], ...] = ()
     """``(file number, row)`` of rows that are not prompts (few-shot examples drawn from
     these rows)."""
     overlong_prompts: str = "error"
@@ -167,7 +167,7 @@ class RLDataset:
         limit, total = config.max_prompt_length, row_count([p.part for p in self.parts])
         self._index: list[tuple[int, int]] = []
         self.num_filtered = 0
-        all_lengths = []
+        held_out, all_lengths = set(config.held_out), []
         for number, encoded in enumerate(self.parts):
             lengths = list_lengths(encoded.rows, fields.INPUT_IDS)
             all_lengths.append(lengths)
@@ -178,7 +178,7 @@ class RLDataset:
             keep = np.flatnonzero(lengths <= limit)
             self.num_filtered += len(lengths) - len(keep)
             rows = ((number, int(row)) for row in keep)
-            self._index.extend(row for row in rows if row not in config.held_out)
+            self._index.extend(row for row in rows if row not in held_out)
         if total and not self._index:
             raise all_dropped_error("prompts", np.concatenate(all_lengths).tolist(), limit)
         if self.num_filtered:
@@ -232,19 +232,19 @@ def rl_dataset(
 
 def few_shot_examples(
     data: DataSection, files: Sequence[str]
-) -> tuple[FewShotExamples | None, frozenset[tuple[int, int]]]:
+) -> tuple[FewShotExamples | None, tuple[tuple[int, int], ...]]:
     """The few-shot examples of ``data`` (``None`` unless ``data.prompt_format=few_shot``)
     and the rows of ``files`` they take out of the prompts: those examples themselves when
     they are drawn from ``files`` (the training rows), else none."""
     if data.prompt_format != "few_shot":
-        return None, frozenset()
+        return None, ()
     source = data.few_shot_files or data.train_files
     same = tuple(files) == tuple(data.train_files) and not data.few_shot_files
     parts = load_parts(list(source))
     examples = draw_examples(
         parts, data.few_shot, data.seed, data.prompt_key, data.few_shot_template, same
     )
-    return examples, examples.rows if same else frozenset()
+    return examples, examples.rows if same else ()
 
 
 def rl_loader(
