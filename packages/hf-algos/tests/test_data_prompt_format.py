@@ -266,3 +266,26 @@ def test_few_shot_render_is_readable() -> None:
     with pytest.raises(ConfigurationError, match=r"too few for data.few_shot=3 examples and a"):
         draw_examples(load_parts(_rows(3)), 3, 0, keep_prompts=True)
     assert len(draw_examples(load_parts(_rows(3)), 3, 0).examples) == 3  # no spare left
+
+
+def test_few_shot_from_a_reasoning_gym_spec(tokenizers: dict[str, Path]) -> None:
+    pytest.importorskip("reasoning_gym")
+    from hf_algos.data.reasoning_gym import reasoning_gym_rows
+
+    base = _load(tokenizers["base"])
+    spec = "reasoning_gym:basic_arithmetic?size=8&seed=0&min_terms=2&max_terms=2&max_digits=1"
+    data = DataSection(
+        train_files=(spec,), prompt_format="few_shot", few_shot=1, max_prompt_length=512
+    )
+    dataset = rl_dataset(data, (spec,), base)
+    assert len(dataset) == 8 - 2
+    answers = {
+        row["prompt"][0]["content"]: row["reward_model"]["ground_truth"]
+        for row in reasoning_gym_rows(spec)
+    }
+    for text in _decoded(base, dataset):
+        example, asked = text.split("\n\n")[-2:]
+        question, answer = example.removeprefix("Q: ").rsplit("\nA: ", 1)
+        assert answers[question] == answer  # the example's answer is its ground truth
+        assert asked.startswith("Q: ") and asked.endswith("\nA:")
+        assert asked[3:-3] in answers and asked[3:-3] != question
