@@ -289,3 +289,25 @@ def test_few_shot_from_a_reasoning_gym_spec(tokenizers: dict[str, Path]) -> None
         assert answers[question] == answer  # the example's answer is its ground truth
         assert asked.startswith("Q: ") and asked.endswith("\nA:")
         assert asked[3:-3] in answers and asked[3:-3] != question
+
+
+def test_set_aside_example_rows_are_not_checked_as_prompts(
+    tmp_path: Path, tokenizers: dict[str, Path]
+) -> None:
+    base = _load(tokenizers["base"])
+    rows = _rows(6)
+    data = DataSection(
+        train_files=(str(write_rows(rows, tmp_path / "probe.jsonl")),),
+        prompt_format="few_shot",
+        few_shot=1,
+        max_prompt_length=128,
+    )
+    first, spare = (row for _, row in rl_dataset(data, data.train_files, base).config.held_out)
+    # the spare is shown only to the first example's own prompt: long, both set-aside rows'
+    # texts are over the limit, every training prompt's text is not
+    rows[spare]["prompt"] = [{"role": "user", "content": "9" * 60}]
+    train = (str(write_rows(rows, tmp_path / "train.jsonl")),)
+    data = dataclasses.replace(data, train_files=train, max_prompt_length=60)
+    dataset = rl_dataset(data, train, base)
+    assert len(dataset) == 4 and dataset.num_filtered == 0  # no prompt was dropped
+    assert first != spare

@@ -171,12 +171,12 @@ class RLDataset:
         for number, encoded in enumerate(self.parts):
             lengths = list_lengths(encoded.rows, fields.INPUT_IDS)
             all_lengths.append(lengths)
-            over = np.flatnonzero(lengths > limit)
-            if len(over) and config.overlong_prompts == "error":
+            over = [i for i in np.flatnonzero(lengths > limit) if (number, int(i)) not in held_out]
+            if over and config.overlong_prompts == "error":  # set-aside rows are no prompts
                 source = encoded.part.source(int(over[0]))
                 raise overlong_error(source, int(lengths[over[0]]), limit, config.prompt_key)
             keep = np.flatnonzero(lengths <= limit)
-            self.num_filtered += len(lengths) - len(keep)
+            self.num_filtered += len(over)
             rows = ((number, int(row)) for row in keep)
             self._index.extend(row for row in rows if row not in held_out)
         if total and not self._index:
@@ -185,7 +185,7 @@ class RLDataset:
             logger.warning(
                 "RLDataset: dropped %d of %d prompts longer than max_prompt_length=%d tokens",
                 self.num_filtered,
-                total,
+                total - len(held_out),
                 limit,
             )
 
