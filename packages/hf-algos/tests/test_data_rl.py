@@ -107,7 +107,7 @@ def test_raw_text_without_template_and_error_mode(chat_tokenizer, plain_tokenize
     assert plain_tokenizer.decode(dataset[0]["input_ids"]) == "1+2="
     forced_raw = RLDataset(_rows()[:2], chat_tokenizer, RLDatasetConfig(use_chat_template=False))
     assert chat_tokenizer.decode(forced_raw[1]["input_ids"]) == "312="
-    with pytest.raises(ValueError, match="no chat_template"):
+    with pytest.raises(ValueError, match="has no chat template"):
         RLDataset(_rows(), plain_tokenizer, RLDatasetConfig(use_chat_template=True))
     with pytest.raises(ValueError, match="row 2 of the given rows: field 'prompt' is 40 tokens"):
         RLDataset(_rows(), plain_tokenizer, RLDatasetConfig(max_prompt_length=16))

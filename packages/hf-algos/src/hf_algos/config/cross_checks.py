@@ -234,11 +234,38 @@ def check_async_log_probs(mode: str, use_rollout_log_probs: bool) -> None:
 
 
 def check_tokenizer_source(data: DataSection, actor: ActorSection) -> None:
-    """A tokenizer must come from ``data.tokenizer_path`` or the actor's model directory."""
+    """A tokenizer must come from ``data.tokenizer_path`` or the actor's model directory;
+    ``data.prompt_format=chat`` needs one with a chat template (read from its files, so a
+    base model's tokenizer is refused here, before anything loads)."""
     if data.tokenizer_path is None and actor.engine.model.path is None:
         raise ConfigurationError(
             "no tokenizer: actor.engine.model.hf_config builds a random model without one; set "
             "data.tokenizer_path to a local tokenizer directory (tokenizer.save_pretrained(dir))"
+        )
+    if data.resolved_prompt_format != "chat":
+        return
+    from hf_algos.data.template_check import directory_has_chat_template, no_chat_template_error
+    from hf_engines.hub import resolve_model_path
+
+    try:
+        if data.tokenizer_path is not None:
+            directory = str(resolve_model_path(data.tokenizer_path, option="data.tokenizer_path"))
+        else:
+            directory = actor.engine.model.local_path() or ""
+    except (ConfigurationError, OSError):  # not there yet: the loaded tokenizer decides
+        return
+    if directory and directory_has_chat_template(directory) is False:
+        raise no_chat_template_error(directory)
+
+
+def check_few_shot_trainer(data: DataSection, trainer: str) -> None:
+    """``data.prompt_format=few_shot`` is for RL prompts; refuse it for ``trainer``'s rows
+    (SFT, offline DPO), whose targets are given."""
+    if data.prompt_format == "few_shot":
+        raise ConfigurationError(
+            f"data.prompt_format=few_shot puts solved examples before RL prompts (grpo, "
+            f"ppo, eval, generate, online DPO); {trainer} rows carry their own targets: use "
+            "data.prompt_format=raw (or chat) there"
         )
 
 
@@ -329,6 +356,8 @@ def validate_dpo_config(
         )
     check_megatron_layouts({"actor.engine": actor.engine}, trainer.n_workers)
     check_tokenizer_source(data, actor)
+    if not dpo.online:
+        check_few_shot_trainer(data, "offline DPO")
     _check_loop(trainer, bool(data.val_files))
 
 
@@ -341,4 +370,5 @@ def validate_sft_config(
     check_megatron_layouts({"actor.engine": actor.engine}, trainer.n_workers)
     check_sequence_parallel(actor.engine, trainer.n_workers, "actor")
     check_tokenizer_source(data, actor)
+    check_few_shot_trainer(data, "SFT")
     _check_loggers(trainer)

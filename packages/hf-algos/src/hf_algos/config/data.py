@@ -75,11 +75,33 @@ class DataSection:
     shuffle: bool = True
     """Shuffle the training prompts every epoch (reproducibly, from ``seed``)."""
     seed: int = 0
-    """Seed of the shuffling order."""
+    """Seed of the shuffling order (and of the choice of few-shot examples)."""
+    prompt_format: Literal["auto", "chat", "raw", "few_shot"] = "auto"
+    """How a prompt becomes the text the model sees: ``chat``, the tokenizer's chat template
+    with a generation prompt (refused before training when the tokenizer has none);
+    ``raw``, the prompt's text (chat messages' contents joined by newlines) and
+    ``raw_suffix``; ``few_shot``, ``few_shot`` solved examples, then the question (for a base
+    model; RL prompts only); ``auto``, ``chat`` when the tokenizer has a chat template, else
+    ``raw``. The start of a run says, in one line, which one the prompts take and why."""
     apply_chat_template: bool = True
-    """Prompts go through the tokenizer's chat template (with a generation prompt), as verl
-    does; a tokenizer without a template gets the raw text (logged). ``false``: raw text
-    always (chat messages' contents joined by newlines)."""
+    """verl's key: ``false`` makes ``prompt_format: auto`` raw text (``prompt_format: chat``
+    with ``false`` is refused as a contradiction); ``true`` leaves ``prompt_format`` to
+    decide."""
+    raw_suffix: str = ""
+    """Appended to every raw-text prompt (``raw``, or ``auto`` on a tokenizer without a
+    chat template), e.g. ``"\\nAnswer:"``: a cue that a base model answers after."""
+    few_shot: int = 0
+    """Solved examples before each question under ``prompt_format: few_shot`` (required
+    there, >= 1; refused under another format)."""
+    few_shot_files: tuple[str, ...] = ()
+    """Rows (files or ``reasoning_gym:`` specs, as ``train_files``) the few-shot examples are
+    drawn from, seeded by ``seed``; empty: ``few_shot + 1`` rows of ``train_files``, set
+    aside (they are never training prompts). A prompt never gets itself as an example.
+    The answer of an example row is its ``reward_model.ground_truth``."""
+    few_shot_template: str = "Q: {question}\nA: {answer}"
+    """One solved example (``{question}`` and ``{answer}``; write a literal brace twice);
+    examples are separated by a blank line, and the question asked ends the prompt with an
+    empty ``{answer}`` and no trailing whitespace (``Q: ...\\nA:``)."""
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments of ``apply_chat_template`` (e.g. ``enable_thinking: false``)."""
     system_prompt: str | None = None
@@ -101,3 +123,74 @@ class DataSection:
         require_positive("data.train_batch_size", self.train_batch_size)
         if self.val_batch_size is not None:
             require_positive("data.val_batch_size", self.val_batch_size)
+        paths = tuple(_expand_user(p) for p in self.few_shot_files)
+        object.__setattr__(self, "few_shot_files", paths)
+        check_prompt_format(self)
+
+    @property
+    def resolved_prompt_format(self) -> str:
+        """``prompt_format`` with verl's ``apply_chat_template: false`` folded in (``auto``
+        then means ``raw``); ``auto`` is decided against the tokenizer when data loads."""
+        if self.prompt_format == "auto" and not self.apply_chat_template:
+            return "raw"
+        return self.prompt_format
+
+    @property
+    def may_use_chat_template(self) -> bool:
+        """Whether prompts can go through the chat template (``chat``, or ``auto`` with
+        ``apply_chat_template`` on)."""
+        return self.resolved_prompt_format in ("auto", "chat")
+
+
+def check_prompt_format(data: DataSection) -> None:
+    """Refuse ``data``'s prompt-format settings that contradict each other, naming the fix."""
+    fmt = data.prompt_format
+    if fmt == "chat" and not data.apply_chat_template:
+        raise ConfigurationError(
+            "data.prompt_format=chat and data.apply_chat_template=false contradict each "
+            "other; set data.prompt_format=raw (or few_shot), or drop "
+            "data.apply_chat_template=false"
+        )
+    if fmt == "few_shot" and data.few_shot < 1:
+        raise ConfigurationError(
+            f"data.prompt_format=few_shot needs data.few_shot >= 1 solved examples per "
+            f"prompt (got {data.few_shot}); e.g. data.few_shot=3"
+        )
+    if fmt != "few_shot" and (data.few_shot or data.few_shot_files):
+        raise ConfigurationError(
+            f"data.few_shot / data.few_shot_files give examples only under "
+            f"data.prompt_format=few_shot (it is {fmt}); set data.prompt_format=few_shot "
+            "or leave them out"
+        )
+    if data.raw_suffix and fmt in ("chat", "few_shot"):
+        raise ConfigurationError(
+            f"data.raw_suffix is added to raw-text prompts, which data.prompt_format={fmt} "
+            "does not make (few_shot ends with data.few_shot_template's cue); leave it out "
+            "or set data.prompt_format=raw"
+        )
+    if fmt == "few_shot":
+        check_few_shot_template(data.few_shot_template)
+        if not (data.few_shot_files or data.train_files):
+            raise ConfigurationError(
+                "data.prompt_format=few_shot draws its examples from data.few_shot_files, "
+                "else data.train_files, and both are empty; give data.few_shot_files"
+            )
+        check_data_paths("data.few_shot_files", data.few_shot_files)
+
+
+def check_few_shot_template(template: str) -> None:
+    """Refuse a ``data.few_shot_template`` that does not format with exactly ``{question}``
+    and ``{answer}``."""
+    import string
+
+    try:
+        names = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+        template.format(question="", answer="")
+    except (ValueError, KeyError, IndexError, AttributeError) as error:
+        names = {f"<{type(error).__name__}: {error}>"}
+    if names != {"question", "answer"}:
+        raise ConfigurationError(
+            f"data.few_shot_template={template!r} must hold {{question}} and {{answer}} "
+            f"and no other field (found {sorted(names)}); write a literal brace twice, e.g. "
+            "'Q: {question}\\nA: {answer}'"
+        )

@@ -34,7 +34,10 @@ class PreferenceDatasetConfig:
     max_response_length: int = 512
     """Longest chosen / rejected response in tokens (EOS included); see ``overlong_prompts``."""
     use_chat_template: bool | None = None
-    """``None``: use the tokenizer's chat template when it has one; ``False``: raw text."""
+    """``None``: use the tokenizer's chat template when it has one; ``True``: use it (a
+    tokenizer without one is refused); ``False``: raw text."""
+    raw_suffix: str = ""
+    """Appended to each raw-text prompt (e.g. ``"\\nAnswer:"``)."""
     append_eos: bool = True
     """End each response with the tokenizer's EOS token, as a generated answer would."""
     overlong_prompts: str = "error"
@@ -115,7 +118,10 @@ class PreferenceDataset:
         self.pad_token_id = int(tokenizer.pad_token_id)
         self.use_chat_template = resolve_chat_template(tokenizer, config.use_chat_template)
         prompt_format = PromptFormat(
-            self.use_chat_template, dict(config.chat_template_kwargs), config.system_prompt
+            self.use_chat_template,
+            dict(config.chat_template_kwargs),
+            config.system_prompt,
+            config.raw_suffix,
         )
         encoder = _PairEncoder(tokenizer, prompt_format, config.append_eos)
         self.parts = encode_parts(load_parts(data), encoder, config.num_proc)

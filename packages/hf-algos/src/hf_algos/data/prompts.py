@@ -1,4 +1,4 @@
-"""Prompt text from a dataset row: chat template or raw text, then token ids."""
+"""Prompt text from a dataset row: chat template, raw text or few-shot text, then token ids."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from transformers import PreTrainedTokenizerBase
+
+from hf_algos.data.few_shot import FewShotExamples, question_text, system_text
+from hf_algos.data.template_check import no_chat_template_error
 
 if TYPE_CHECKING:
     from hf_algos.config.data import DataSection
@@ -47,6 +50,10 @@ class PromptFormat:
     """Extra keyword arguments of ``apply_chat_template`` (e.g. ``enable_thinking``)."""
     system_prompt: str | None = None
     """Prepended as a system message unless the prompt starts with one."""
+    raw_suffix: str = ""
+    """Appended to a raw-text prompt (``data.raw_suffix``)."""
+    few_shot: FewShotExamples | None = None
+    """Without the chat template: solved examples before the question (``few_shot``)."""
 
 
 def with_system_prompt(messages: Messages, system_prompt: str | None) -> Messages:
@@ -57,18 +64,21 @@ def with_system_prompt(messages: Messages, system_prompt: str | None) -> Message
     return [{"role": "system", "content": system_prompt}, *messages]
 
 
+def has_chat_template(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether ``tokenizer`` has a chat template."""
+    return getattr(tokenizer, "chat_template", None) is not None
+
+
 def resolve_chat_template(
     tokenizer: PreTrainedTokenizerBase, use_chat_template: bool | None
 ) -> bool:
-    """Whether prompts go through the chat template: ``None`` means "if the tokenizer has one"."""
-    has_template = getattr(tokenizer, "chat_template", None) is not None
+    """Whether prompts go through the chat template: ``None`` means "if the tokenizer has
+    one"; ``True`` on a tokenizer without one raises :func:`no_chat_template_error`."""
+    has_template = has_chat_template(tokenizer)
     if use_chat_template is None:
         return has_template
     if use_chat_template and not has_template:
-        raise ValueError(
-            "use_chat_template=True but the tokenizer has no chat_template; set one on the "
-            "tokenizer, or use use_chat_template=None/False for raw-text prompts."
-        )
+        raise no_chat_template_error(str(getattr(tokenizer, "name_or_path", "") or "given"))
     return use_chat_template
 
 
@@ -91,7 +101,9 @@ def prompt_text(
         if not isinstance(text, str):
             raise TypeError(f"apply_chat_template returned {type(text).__name__}, not text")
         return text
-    return as_raw_text(prompt if fmt.system_prompt is None else messages)
+    if fmt.few_shot is not None:
+        return fmt.few_shot.render(question_text(prompt), system_text(prompt, fmt.system_prompt))
+    return as_raw_text(prompt if fmt.system_prompt is None else messages) + fmt.raw_suffix
 
 
 def encode_prompt(
@@ -114,13 +126,53 @@ def encode_prompt(
     return [int(token) for token in ids]
 
 
+USE_CHAT_TEMPLATE = {"auto": None, "chat": True, "raw": False, "few_shot": False}
+"""``data.prompt_format`` (resolved: :attr:`DataSection.resolved_prompt_format`) as the
+datasets' ``use_chat_template``: ``None`` is "the tokenizer's template when it has one"."""
+
+
 def prompt_options(data: DataSection) -> dict[str, Any]:
     """The prompt-formatting options of the ``data`` section as the datasets' config fields
-    (``data.apply_chat_template=true`` is ``use_chat_template=None``: the tokenizer's
-    template when it has one)."""
+    (few-shot examples are drawn by :func:`hf_algos.data.rl_dataset.rl_dataset`)."""
     return {
-        "use_chat_template": None if data.apply_chat_template else False,
+        "use_chat_template": USE_CHAT_TEMPLATE[data.resolved_prompt_format],
         "chat_template_kwargs": dict(data.chat_template_kwargs),
         "system_prompt": data.system_prompt,
+        "raw_suffix": data.raw_suffix,
         "num_proc": data.num_proc,
     }
+
+
+def prompt_format_line(data: DataSection, tokenizer: PreTrainedTokenizerBase) -> str:
+    """The one log line saying which format the run's prompts take and why; raises
+    :func:`no_chat_template_error` for ``data.prompt_format=chat`` on a tokenizer without
+    a chat template."""
+    name = str(getattr(tokenizer, "name_or_path", "") or data.tokenizer_path or "given")
+    fmt, has_template = data.resolved_prompt_format, has_chat_template(tokenizer)
+    setting = f"data.prompt_format={data.prompt_format}"
+    if fmt == "raw" and data.prompt_format == "auto":
+        setting += ", data.apply_chat_template=false"
+    suffix = f" + data.raw_suffix {data.raw_suffix!r}" if data.raw_suffix else ""
+    if fmt == "chat" and not has_template:
+        raise no_chat_template_error(name)
+    if fmt in ("chat", "auto") and has_template:
+        what, why = "chat-templated", f"tokenizer {name} has a chat template"
+        why += "; data.raw_suffix is not used" if suffix else ""
+    elif fmt == "auto":
+        what, why = f"raw text{suffix}", f"tokenizer {name} has no chat template"
+    elif fmt == "raw":
+        what, why = f"raw text{suffix}", "asked for"
+    else:
+        source = ", ".join(data.few_shot_files or data.train_files)
+        what = f"few-shot: {data.few_shot} solved examples, then the question"
+        why = f"examples drawn from {source} (seed {data.seed})"
+    return f"data: prompts are {what}: {why} ({setting})"
+
+
+def announce_prompt_format(data: DataSection, tokenizer: PreTrainedTokenizerBase) -> str:
+    """Print (and return) :func:`prompt_format_line` at the start of a run: before any
+    data loads, so ``data.prompt_format=chat`` on a tokenizer without a chat template
+    stops the run within seconds."""
+    line = prompt_format_line(data, tokenizer)
+    print(line, flush=True)
+    return line

@@ -13,6 +13,7 @@ from transformers import PreTrainedTokenizerBase
 from hf_algos.data.checks import check_prompt, check_reward_fields, require_field
 from hf_algos.data.collate import collate_to_dataproto
 from hf_algos.data.encoding import UNLOCATED, encode_parts, list_lengths
+from hf_algos.data.few_shot import FewShotExamples, draw_examples
 from hf_algos.data.files import DataError, PathsLike, RowSource
 from hf_algos.data.loader import StatefulDataLoader
 from hf_algos.data.prompts import PromptFormat, prompt_options, prompt_text, resolve_chat_template
@@ -40,7 +41,15 @@ class RLDatasetConfig:
     prompt_key: str = "prompt"
     """Row field holding the prompt: a string or a list of chat messages."""
     use_chat_template: bool | None = None
-    """``None``: use the tokenizer's chat template when it has one; ``False``: raw text."""
+    """``None``: use the tokenizer's chat template when it has one; ``True``: use it (a
+    tokenizer without one is refused); ``False``: raw text (or few-shot text)."""
+    raw_suffix: str = ""
+    """Appended to each raw-text prompt (e.g. ``"\\nAnswer:"``)."""
+    few_shot: FewShotExamples | None = None
+    """Solved examples before each question, with ``use_chat_template=False``."""
+    held_out: tuple[tuple[int, int], ...] = ()
+    """``(file number, row)`` of rows that are not prompts (few-shot examples drawn from
+    these rows)."""
     overlong_prompts: str = "error"
     """``"error"``: a longer prompt raises, naming its file, row and length; ``"drop"``:
     longer prompts are left out (the count is logged; all of them left out is an error)."""
@@ -59,6 +68,8 @@ class RLDatasetConfig:
         if self.max_prompt_length < 1:
             raise ValueError(f"max_prompt_length must be >= 1, got {self.max_prompt_length}")
         check_overlong_policy("overlong_prompts", self.overlong_prompts)
+        if self.few_shot is not None and self.use_chat_template is not False:
+            raise ValueError("few_shot examples need use_chat_template=False (raw text)")
 
 
 def check_overlong_policy(name: str, value: str) -> None:
@@ -143,7 +154,11 @@ class RLDataset:
         self.pad_token_id = int(tokenizer.pad_token_id)
         self.use_chat_template = resolve_chat_template(tokenizer, config.use_chat_template)
         prompt_format = PromptFormat(
-            self.use_chat_template, dict(config.chat_template_kwargs), config.system_prompt
+            self.use_chat_template,
+            dict(config.chat_template_kwargs),
+            config.system_prompt,
+            config.raw_suffix,
+            config.few_shot,
         )
         encoder = _PromptEncoder(
             tokenizer, config.prompt_key, prompt_format, config.require_reward_fields
@@ -151,24 +166,26 @@ class RLDataset:
         self.parts = encode_parts(load_parts(data), encoder, config.num_proc)
         limit, total = config.max_prompt_length, row_count([p.part for p in self.parts])
         self._index: list[tuple[int, int]] = []
-        all_lengths = []
+        self.num_filtered = 0
+        held_out, all_lengths = set(config.held_out), []
         for number, encoded in enumerate(self.parts):
             lengths = list_lengths(encoded.rows, fields.INPUT_IDS)
             all_lengths.append(lengths)
-            over = np.flatnonzero(lengths > limit)
-            if len(over) and config.overlong_prompts == "error":
+            over = [i for i in np.flatnonzero(lengths > limit) if (number, int(i)) not in held_out]
+            if over and config.overlong_prompts == "error":  # set-aside rows are no prompts
                 source = encoded.part.source(int(over[0]))
                 raise overlong_error(source, int(lengths[over[0]]), limit, config.prompt_key)
             keep = np.flatnonzero(lengths <= limit)
-            self._index.extend((number, int(row)) for row in keep)
-        self.num_filtered = total - len(self._index)
+            self.num_filtered += len(over)
+            rows = ((number, int(row)) for row in keep)
+            self._index.extend(row for row in rows if row not in held_out)
         if total and not self._index:
             raise all_dropped_error("prompts", np.concatenate(all_lengths).tolist(), limit)
         if self.num_filtered:
             logger.warning(
                 "RLDataset: dropped %d of %d prompts longer than max_prompt_length=%d tokens",
                 self.num_filtered,
-                total,
+                total - len(held_out),
                 limit,
             )
 
@@ -200,14 +217,34 @@ def rl_dataset(
     ``require_reward_fields``: rows must carry ``data_source`` and
     ``reward_model.ground_truth`` (rule-based scoring); ``False`` for a reward-model run.
     """
+    few_shot, held_out = few_shot_examples(data, files)
     config = RLDatasetConfig(
         max_prompt_length=data.max_prompt_length,
         prompt_key=data.prompt_key,
         overlong_prompts=data.overlong_prompts,
         require_reward_fields=require_reward_fields,
+        few_shot=few_shot,
+        held_out=held_out,
         **prompt_options(data),
     )
     return RLDataset(list(files), tokenizer, config)
+
+
+def few_shot_examples(
+    data: DataSection, files: Sequence[str]
+) -> tuple[FewShotExamples | None, tuple[tuple[int, int], ...]]:
+    """The few-shot examples of ``data`` (``None`` unless ``data.prompt_format=few_shot``)
+    and the rows of ``files`` they take out of the prompts: those examples themselves when
+    they are drawn from ``files`` (the training rows), else none."""
+    if data.prompt_format != "few_shot":
+        return None, ()
+    source = data.few_shot_files or data.train_files
+    same = tuple(files) == tuple(data.train_files) and not data.few_shot_files
+    parts = load_parts(list(source))
+    examples = draw_examples(
+        parts, data.few_shot, data.seed, data.prompt_key, data.few_shot_template, same
+    )
+    return examples, examples.rows if same else ()
 
 
 def rl_loader(

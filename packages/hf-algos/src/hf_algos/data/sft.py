@@ -15,7 +15,12 @@ from transformers import PreTrainedTokenizerBase
 
 from hf_algos.data.checks import check_prompt, check_text, require_field
 from hf_algos.data.encoding import UNLOCATED, encode_parts
-from hf_algos.data.prompts import PromptFormat, prompt_text, resolve_chat_template
+from hf_algos.data.prompts import (
+    USE_CHAT_TEMPLATE,
+    PromptFormat,
+    prompt_text,
+    resolve_chat_template,
+)
 from hf_algos.data.sources import load_parts
 from hf_protocol import DataProto, build_prompt_response_batch
 
@@ -70,9 +75,14 @@ class SFTDataset:
     ) -> None:
         self.pad_token_id = int(tokenizer.pad_token_id)
         data = config.data
-        use_template = resolve_chat_template(tokenizer, None if data.apply_chat_template else False)
+        if data.resolved_prompt_format == "few_shot":  # the config refuses it first
+            raise ValueError("SFT rows take data.prompt_format auto, chat or raw, not few_shot")
+        wanted = USE_CHAT_TEMPLATE[data.resolved_prompt_format]
         prompt_format = PromptFormat(
-            use_template, dict(data.chat_template_kwargs), data.system_prompt
+            resolve_chat_template(tokenizer, wanted),
+            dict(data.chat_template_kwargs),
+            data.system_prompt,
+            data.raw_suffix,
         )
         encoder = _SFTEncoder(
             tokenizer,

@@ -22,6 +22,7 @@ from hf_algos.checkpoint import CheckpointManager
 from hf_algos.config.loading import config_to_dict
 from hf_algos.config.root import RLConfig
 from hf_algos.data.loader import CollatingDataset, all_batches
+from hf_algos.data.prompts import announce_prompt_format
 from hf_algos.data.rl_dataset import rl_dataset
 from hf_algos.data.tokenizer import load_tokenizer
 from hf_algos.run_identity import check_resume_identity, run_identity
@@ -41,6 +42,7 @@ def generate_completions(config: RLConfig, prompts_file: str, output: Path, samp
     rollout's temperature (seeded by ``trainer.seed``). Returns the lines written.
     """
     tokenizer = load_tokenizer(config.data, config.actor)
+    announce_prompt_format(config.data, tokenizer)
     dataset = rl_dataset(config.data, (prompts_file,), tokenizer, require_reward_fields=False)
     sampling = sampling_config(
         config.rollout,

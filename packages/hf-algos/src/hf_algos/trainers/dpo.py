@@ -29,7 +29,7 @@ from hf_algos.data import (
     StatefulDataLoader,
     make_preference_batch,
 )
-from hf_algos.data.prompts import prompt_options
+from hf_algos.data.prompts import announce_prompt_format, prompt_options
 from hf_algos.data.rl_dataset import rl_loader
 from hf_algos.data.tokenizer import load_tokenizer
 from hf_algos.losses import dpo_loss_fn
@@ -76,6 +76,7 @@ class DPOTrainer(Trainer[DataProto]):
         self.config = config
         self.online = config.dpo.online
         self.tokenizer = load_tokenizer(config.data, config.actor)
+        announce_prompt_format(config.data, self.tokenizer)
         self.reward: RewardManager | None = None
 
     def start_up(self) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from hf_algos.config.loading import config_to_dict
 from hf_algos.config.root import SFTConfig
 from hf_algos.data import SFTDataset, StatefulDataLoader
+from hf_algos.data.prompts import announce_prompt_format
 from hf_algos.data.tokenizer import load_tokenizer
 from hf_algos.losses import sft_loss
 from hf_algos.tracking import compute_timing_metrics, timed
@@ -28,6 +29,7 @@ class SFTTrainer(Trainer[DataProto]):
         super().__init__(config.trainer, config_to_dict(config))
         self.config = config
         self.tokenizer = load_tokenizer(config.data, config.actor)
+        announce_prompt_format(config.data, self.tokenizer)
 
     def start_up(self) -> None:
         """Load and tokenize the rows, then start the actor group (the SFT loss, no

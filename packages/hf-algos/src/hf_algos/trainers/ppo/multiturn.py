@@ -71,7 +71,7 @@ def data_with_tools(data: DataSection, section: MultiTurnSection) -> DataSection
     from hf_rollout.multiturn import tool_schemas
 
     kwargs = dict(data.chat_template_kwargs)
-    if not (section.enable and data.apply_chat_template) or "tools" in kwargs:
+    if not (section.enable and data.may_use_chat_template) or "tools" in kwargs:
         return data
     tools = section.environment_kwargs().get("tools")
     if not tools:

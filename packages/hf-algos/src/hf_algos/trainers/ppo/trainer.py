@@ -50,6 +50,7 @@ from hf_algos.config.keywords import section_kwargs
 from hf_algos.config.loading import config_to_dict
 from hf_algos.config.root import RLConfig
 from hf_algos.data.loader import CollatingDataset, first_row
+from hf_algos.data.prompts import announce_prompt_format
 from hf_algos.data.rl_dataset import rl_loader, val_dataset
 from hf_algos.data.tokenizer import load_tokenizer
 from hf_algos.kl import (
@@ -131,6 +132,7 @@ class PPOTrainer(Trainer[DataProto | GeneratedSamples]):
         super().__init__(config.trainer, config_to_dict(config))
         self.config = config
         self.tokenizer = load_tokenizer(config.data, config.actor)
+        announce_prompt_format(config.data, self.tokenizer)
         self.kl_ctrl = build_kl_controller(config)
         # "auto": TIS when the samples are off-policy (an async mode), else off
         algorithm, async_mode = config.algorithm, config.trainer.async_mode
