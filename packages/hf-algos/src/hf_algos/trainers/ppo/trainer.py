@@ -6,6 +6,7 @@
     batch = rollout.generate_sequences(prompts)          # 1. n samples per prompt
     batch = batch.union(reward(batch))                   #    token_level_scores
     batch = keep groups whose samples differ             #    DAPO, when asked
+    loader.observe(scores of batch)                      #    a curriculum may advance
     batch = batch.union(actor.compute_log_prob(batch))   # 2. old_log_probs (*)
     batch = batch.union(ref.compute_ref_log_prob(batch)) # 3. when a KL term needs it
     batch = batch.union(critic.compute_values(batch))    #    gae only
@@ -259,6 +260,8 @@ class PPOTrainer(Trainer[DataProto | GeneratedSamples]):
                     self.global_step,
                 )
                 metrics.update(filtered)
+        # the scores back to the prompts' source: a curriculum (data.curriculum) may advance
+        metrics.update(self.loader.observe(sample_scores(batch)))
         return self.learn(batch, metrics, timing, start)
 
     def train_on_samples(self, samples: GeneratedSamples) -> Metrics:
@@ -482,6 +485,14 @@ def roles_needed(config: RLConfig, estimator: AdvantageEstimator) -> frozenset[s
     if config.reward.model is not None:
         roles.add("reward_model")
     return frozenset(roles)
+
+
+def sample_scores(batch: DataProto) -> list[float]:
+    """Each sample's score: its ``token_level_scores`` summed over the response (none for
+    an empty batch: dynamic sampling kept no group)."""
+    if len(batch) == 0:
+        return []
+    return tensors(batch)[fields.TOKEN_LEVEL_SCORES].sum(-1).tolist()
 
 
 def async_rollout(trainer: PPOTrainer) -> AsyncRollout:
