@@ -9,14 +9,33 @@ each step's scores back with :meth:`CurriculumLoader.observe`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from transformers import PreTrainedTokenizerBase
 
-from hf_algos.data.curriculum import Curriculum
+from hf_algos.data.curriculum import Curriculum, CurriculumPlan
+from hf_algos.data.prompts import prompt_options
 from hf_algos.data.rl_dataset import RLDataset, RLDatasetConfig
 from hf_protocol import DataProto
+
+if TYPE_CHECKING:
+    from hf_algos.config.data import DataSection
+
+
+@contextlib.contextmanager
+def _quiet_progress() -> Iterator[None]:
+    """``datasets``' progress bars off within the block (as they were after it)."""
+    import datasets as progress
+
+    was_on = not progress.are_progress_bars_disabled()
+    progress.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if was_on:
+            progress.enable_progress_bars()
 
 
 class CurriculumLoader:
@@ -57,7 +76,8 @@ class CurriculumLoader:
         return dataset.collate([dataset[index] for index in range(len(dataset))])
 
     def _tokenized(self, rows: list[dict[str, Any]]) -> RLDataset:
-        dataset = RLDataset(rows, self.tokenizer, self.config)
+        with _quiet_progress():  # no progress bar for every step's few rows
+            dataset = RLDataset(rows, self.tokenizer, self.config)
         if len(dataset) < self.batch_size:
             raise ValueError(
                 f"{self.batch_size - len(dataset)} of the curriculum's {self.batch_size} "
@@ -90,3 +110,16 @@ class CurriculumLoader:
                 f"this run's of {self.batch_size}; resume with the same data.train_batch_size"
             )
         self.curriculum.load_state_dict(state["curriculum"])
+
+
+def curriculum_loader(data: DataSection, tokenizer: PreTrainedTokenizerBase) -> CurriculumLoader:
+    """The training prompts of ``data.curriculum`` (set), rows seeded by ``data.seed``,
+    ``data.train_batch_size`` a batch, formatted and cut as ``data`` says."""
+    assert data.curriculum is not None, "data.curriculum is not set"
+    curriculum = Curriculum(CurriculumPlan.from_section(data.curriculum, data.seed))
+    config = RLDatasetConfig(
+        max_prompt_length=data.max_prompt_length,
+        overlong_prompts=data.overlong_prompts,
+        **prompt_options(data),
+    )
+    return CurriculumLoader(curriculum, tokenizer, config, data.train_batch_size)

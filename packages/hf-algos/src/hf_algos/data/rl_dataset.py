@@ -14,7 +14,7 @@ from hf_algos.data.checks import check_prompt, check_reward_fields, require_fiel
 from hf_algos.data.collate import collate_to_dataproto
 from hf_algos.data.encoding import UNLOCATED, encode_parts, list_lengths
 from hf_algos.data.files import DataError, PathsLike, RowSource
-from hf_algos.data.loader import BatchSource, StatefulDataLoader
+from hf_algos.data.loader import StatefulDataLoader
 from hf_algos.data.prompts import PromptFormat, prompt_options, prompt_text, resolve_chat_template
 from hf_algos.data.sources import load_parts, row_count
 from hf_protocol import DataProto, fields
@@ -212,21 +212,10 @@ def rl_dataset(
 
 def rl_loader(
     data: DataSection, tokenizer: PreTrainedTokenizerBase, require_reward_fields: bool = True
-) -> BatchSource:
-    """The training prompts: ``data.train_files`` shuffled per epoch, in full batches, or
-    ``data.curriculum``'s generated batches; resumable either way."""
-    if data.curriculum is not None:
-        from hf_algos.data.curriculum import Curriculum, CurriculumPlan
-        from hf_algos.data.curriculum_loader import CurriculumLoader
-
-        curriculum = Curriculum(CurriculumPlan.from_section(data.curriculum, data.seed))
-        config = RLDatasetConfig(
-            max_prompt_length=data.max_prompt_length,
-            prompt_key="prompt",
-            overlong_prompts=data.overlong_prompts,
-            **prompt_options(data),
-        )
-        return CurriculumLoader(curriculum, tokenizer, config, data.train_batch_size)
+) -> StatefulDataLoader:
+    """The training prompts (``data.train_files``): shuffled per epoch, full batches,
+    resumable. (``data.curriculum``'s generated prompts:
+    :func:`hf_algos.data.curriculum_loader.curriculum_loader`.)"""
     dataset = rl_dataset(data, data.train_files, tokenizer, require_reward_fields)
     return StatefulDataLoader(dataset, data.train_batch_size, data.shuffle, data.seed)
 

@@ -50,6 +50,7 @@ from hf_algos.config.correction import RolloutCorrectionSection
 from hf_algos.config.keywords import section_kwargs
 from hf_algos.config.loading import config_to_dict
 from hf_algos.config.root import RLConfig
+from hf_algos.data.curriculum_loader import curriculum_loader
 from hf_algos.data.loader import CollatingDataset, first_row
 from hf_algos.data.rl_dataset import rl_loader, val_dataset
 from hf_algos.data.tokenizer import load_tokenizer
@@ -173,7 +174,10 @@ class PPOTrainer(Trainer[DataProto | GeneratedSamples]):
             manager.start()
         data = data_with_tools(config.data, turns)  # 2.
         fields_needed = rules and config.reward.function_path is None  # else one function
-        self.loader = rl_loader(data, self.tokenizer, fields_needed)
+        if data.curriculum is not None:  # prompts generated as the model learns
+            self.loader = curriculum_loader(data, self.tokenizer)
+        else:
+            self.loader = rl_loader(data, self.tokenizer, fields_needed)
         self.val_data = val_dataset(data, self.tokenizer, fields_needed) if data.val_files else None
         roles, rollout = self._role_classes(), self._rollout_cls()  # 3.
         self.roles = self.start_groups(roles, rollout, config.rollout.max_replacements)
