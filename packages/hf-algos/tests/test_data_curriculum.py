@@ -11,25 +11,25 @@ from typing import Any
 
 import pytest
 
-from hf_algos.config import DPOConfig, RLConfig, load_config
+from hf_algos.config import CurriculumSection, DPOConfig, RLConfig, load_config
 from hf_algos.data import RLDatasetConfig, build_char_tokenizer
-from hf_algos.data.curriculum import Curriculum, CurriculumPlan, batch_seed
+from hf_algos.data.curriculum import Curriculum, batch_seed
 from hf_algos.data.curriculum_loader import CurriculumLoader
 from hf_algos.data.reasoning_gym import decode_entry
 from hf_controller import ConfigurationError
 from hf_protocol import fields
 
 
-def chain_sum(**options: Any) -> Curriculum:
+def chain_sum(seed: int = 0, **options: Any) -> Curriculum:
     """A ``chain_sum`` curriculum raising ``num_terms`` from two terms, one digit."""
-    plan: dict[str, Any] = {
+    section: dict[str, Any] = {
         "task": "chain_sum",
         "start": {"num_terms": 0, "num_digits": 0},
         "advance": ("num_terms",),
         "threshold": 0.75,
         "window": 8,
     }
-    return Curriculum(CurriculumPlan(**{**plan, **options}))
+    return Curriculum(CurriculumSection(**{**section, **options}), seed)
 
 
 def terms(row: dict[str, Any]) -> int:
@@ -134,7 +134,7 @@ def test_a_state_of_another_task_or_seed_is_refused() -> None:
         ({"task": "leg_counting_typo"}, r"no curriculum for the task 'leg_counting_typo'"),
     ],
 )
-def test_bad_plans_name_the_fix(options: dict[str, Any], message: str) -> None:
+def test_bad_sections_name_the_fix(options: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         chain_sum(**options)
 

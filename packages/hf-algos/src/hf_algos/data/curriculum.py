@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hf_algos.data.reasoning_gym import (
@@ -28,51 +27,6 @@ from hf_algos.data.reasoning_gym import (
 
 if TYPE_CHECKING:
     from hf_algos.config.data import CurriculumSection
-
-RANGE_MODES = ("upper_bound", "inclusive")
-"""How a level becomes a task's settings (reasoning-gym's ``RangeAttributeMode``)."""
-
-
-@dataclass(frozen=True)
-class CurriculumPlan:
-    """What a curriculum does: its task, levels, and when and what it advances."""
-
-    task: str
-    """The reasoning-gym task (it must have a curriculum)."""
-    start: Mapping[str, int] = field(default_factory=dict)
-    """Starting level per attribute; others start at their default level."""
-    advance: tuple[str, ...] = ()
-    """Attributes raised in turn; empty: all, in the curriculum's order."""
-    max_levels: Mapping[str, int] = field(default_factory=dict)
-    """Highest level per attribute; others: their last level."""
-    threshold: float = 0.8
-    """Mean score of a full window at which the curriculum advances."""
-    window: int = 64
-    """Scores the rolling accuracy is taken over."""
-    range_mode: str = "upper_bound"
-    """One of :data:`RANGE_MODES`."""
-    settings: Mapping[str, Any] = field(default_factory=dict)
-    """The task's fixed settings."""
-    answer: str = "last_number"
-    """The answer format of the rows (:data:`hf_algos.data.reasoning_gym.ANSWER_FORMATS`)."""
-    seed: int = 0
-    """Seed of the rows (:func:`batch_seed`)."""
-
-    @classmethod
-    def from_section(cls, section: CurriculumSection, seed: int) -> CurriculumPlan:
-        """The plan of a ``data.curriculum`` section, rows seeded by ``seed`` (``data.seed``)."""
-        return cls(
-            task=section.task,
-            start=dict(section.start),
-            advance=tuple(section.advance),
-            max_levels=dict(section.max_levels),
-            threshold=section.threshold,
-            window=section.window,
-            range_mode=section.range_mode,
-            settings=dict(section.settings),
-            answer=section.answer,
-            seed=seed,
-        )
 
 
 def batch_seed(seed: int, batch: int) -> int:
@@ -101,31 +55,32 @@ class Curriculum:
     """The current levels of a reasoning-gym curriculum, the rows they give, and the rolling
     accuracy that raises them (module docstring)."""
 
-    def __init__(self, plan: CurriculumPlan) -> None:
-        self.plan = plan
-        self._levels = _reasoning_gym_curriculum(plan.task)
+    def __init__(self, section: CurriculumSection, seed: int = 0) -> None:
+        self.section = section
+        """The ``data.curriculum`` section: task, levels, when and what advances."""
+        self.seed = seed
+        """Seed of the rows (``data.seed``; :func:`batch_seed`)."""
+        self._levels = _reasoning_gym_curriculum(section.task)
         attributes = self._levels.attributes
-        self.advance = plan.advance or tuple(attributes)
-        unknown = sorted({*plan.start, *plan.max_levels, *self.advance} - set(attributes))
+        self.advance = section.advance or tuple(attributes)
+        unknown = sorted({*section.start, *section.max_levels, *self.advance} - set(attributes))
         if unknown:
             raise ValueError(
-                f"the {plan.task!r} curriculum has no attributes {unknown}; its attributes: "
+                f"the {section.task!r} curriculum has no attributes {unknown}; its attributes: "
                 f"{_describe(attributes)}"
             )
         fields = {name for attr in attributes.values() for name in _field_names(attr)}
-        fixed = sorted(set(plan.settings) & fields)
+        fixed = sorted(set(section.settings) & fields)
         if fixed:
             raise ValueError(
                 f"settings {fixed} are set by the curriculum's levels; leave them out of "
                 f"settings and give start / max_levels of {_describe(attributes)}"
             )
-        if plan.range_mode not in RANGE_MODES:
-            raise ValueError(f"range_mode={plan.range_mode!r} is not one of {RANGE_MODES}")
         self.max_levels = {
-            name: plan.max_levels.get(name, len(attr.levels) - 1)
+            name: section.max_levels.get(name, len(attr.levels) - 1)
             for name, attr in attributes.items()
         }
-        for name, level in plan.start.items():
+        for name, level in section.start.items():
             self._set_level(name, level, "start")
         for name, top in self.max_levels.items():
             if not self.level(name) <= top < len(attributes[name].levels):
@@ -154,7 +109,7 @@ class Curriculum:
         attr = self._levels.attributes[name]
         if not 0 <= level < len(attr.levels):
             raise ValueError(
-                f"{what}.{name}={level} is not a level of {self.plan.task!r}'s {name!r}: give "
+                f"{what}.{name}={level} is not a level of {self.section.task!r}'s {name!r}: give "
                 f"0..{len(attr.levels) - 1} (levels {attr.levels})"
             )
         self._levels.set_attr_level(name, level)
@@ -166,8 +121,8 @@ class Curriculum:
             RangeAttributeMode,
         )
 
-        context = DefaultCurriculumContext(mode=RangeAttributeMode(self.plan.range_mode))
-        config = self._levels.generate_configuration(dict(self.plan.settings), context)
+        context = DefaultCurriculumContext(mode=RangeAttributeMode(self.section.range_mode))
+        config = self._levels.generate_configuration(dict(self.section.settings), context)
         values = dataclasses.asdict(config)
         return {k: v for k, v in values.items() if k not in ("size", "seed")}
 
@@ -183,8 +138,10 @@ class Curriculum:
 
     def rows_at(self, batch: int, count: int) -> list[dict[str, Any]]:
         """Batch ``batch``'s ``count`` rows at the current levels, the position unchanged."""
-        seed = batch_seed(self.plan.seed, batch)
-        spec = ReasoningGymSpec(self.plan.task, count, seed, self.task_settings(), self.plan.answer)
+        seed = batch_seed(self.seed, batch)
+        spec = ReasoningGymSpec(
+            self.section.task, count, seed, self.task_settings(), self.section.answer
+        )
         rows = reasoning_gym_rows(spec)
         levels = self.levels
         for offset, row in enumerate(rows):
@@ -202,19 +159,19 @@ class Curriculum:
         (``curriculum/accuracy``) and ``curriculum/advanced`` (1 when this step raised a
         level)."""
         metrics = self.metrics()
-        self.scores = [*self.scores, *(float(s) for s in scores)][-self.plan.window :]
+        self.scores = [*self.scores, *(float(s) for s in scores)][-self.section.window :]
         accuracy = sum(self.scores) / len(self.scores) if self.scores else 0.0
         metrics["curriculum/accuracy"] = accuracy
-        full = len(self.scores) == self.plan.window
-        raised = self._raise() if full and accuracy >= self.plan.threshold else None
+        full = len(self.scores) == self.section.window
+        raised = self._raise() if full and accuracy >= self.section.threshold else None
         metrics["curriculum/advanced"] = float(raised is not None)
         if raised is not None:
             name, old = raised
             attr = self._levels.attributes[name]
             print(
-                f"curriculum: {self.plan.task} {name} {attr.levels[old]} -> "
+                f"curriculum: {self.section.task} {name} {attr.levels[old]} -> "
                 f"{attr.levels[old + 1]} (level {old} -> {old + 1}): accuracy {accuracy:.3f} "
-                f">= {self.plan.threshold} over the last {self.plan.window} samples",
+                f">= {self.section.threshold} over the last {self.section.window} samples",
                 flush=True,
             )
             self.scores = []
@@ -251,8 +208,8 @@ class Curriculum:
         """Levels, window, position and turn (plain data), and the task and seed a restore
         must match."""
         return {
-            "task": self.plan.task,
-            "seed": self.plan.seed,
+            "task": self.section.task,
+            "seed": self.seed,
             "levels": self.levels,
             "scores": list(self.scores),
             "batches": self.batches,
@@ -262,10 +219,10 @@ class Curriculum:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` (the same task and seed)."""
         saved = (state["task"], state["seed"])
-        if saved != (self.plan.task, self.plan.seed):
+        if saved != (self.section.task, self.seed):
             raise ValueError(
                 f"the checkpoint's curriculum is task {saved[0]!r} with seed {saved[1]}, this "
-                f"run's {self.plan.task!r} with seed {self.plan.seed}; resume with the same "
+                f"run's {self.section.task!r} with seed {self.seed}; resume with the same "
                 "data.curriculum.task and data.seed"
             )
         for name, level in state["levels"].items():
@@ -289,7 +246,7 @@ def check_curriculum(section: CurriculumSection) -> None:
     """Build the curriculum of ``section`` and its first row, so an unknown task or
     attribute, a level out of range or a setting the task refuses fails before training
     (``ValueError`` naming the fix)."""
-    curriculum = Curriculum(CurriculumPlan.from_section(section, seed=0))
+    curriculum = Curriculum(section)
     try:
         curriculum.rows_at(0, 1)
     except (TypeError, AssertionError, ValueError) as error:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from transformers import PreTrainedTokenizerBase
 
-from hf_algos.data.curriculum import Curriculum, CurriculumPlan
+from hf_algos.data.curriculum import Curriculum
 from hf_algos.data.prompts import prompt_options
 from hf_algos.data.rl_dataset import RLDataset, RLDatasetConfig
 from hf_protocol import DataProto
@@ -116,7 +116,7 @@ def curriculum_loader(data: DataSection, tokenizer: PreTrainedTokenizerBase) -> 
     """The training prompts of ``data.curriculum`` (set), rows seeded by ``data.seed``,
     ``data.train_batch_size`` a batch, formatted and cut as ``data`` says."""
     assert data.curriculum is not None, "data.curriculum is not set"
-    curriculum = Curriculum(CurriculumPlan.from_section(data.curriculum, data.seed))
+    curriculum = Curriculum(data.curriculum, data.seed)
     config = RLDatasetConfig(
         max_prompt_length=data.max_prompt_length,
         overlong_prompts=data.overlong_prompts,
