@@ -12,7 +12,7 @@ from hf_algos.config.cross_checks import (
     validate_rl_config,
     validate_sft_config,
 )
-from hf_algos.config.data import DataSection
+from hf_algos.config.data import CurriculumSection, DataSection
 from hf_algos.config.dpo import DPOSection
 from hf_algos.config.loading import (
     VARS_KEY,
@@ -37,6 +37,7 @@ __all__ = [
     "AlgorithmSection",
     "Alias",
     "CriticSection",
+    "CurriculumSection",
     "DPOConfig",
     "DPOSection",
     "DataSection",

@@ -165,7 +165,35 @@ def validate_rl_config(
     correction = algorithm.rollout_correction.resolved(trainer.async_mode)
     check_rollout_correction(correction, actor.use_rollout_log_probs)
     check_multi_turn(rollout.multi_turn, trainer.async_mode, rollout.partial)
+    check_curriculum_run(data, trainer, algorithm, rollout)
     check_tokenizer_source(data, actor)
+
+
+def check_curriculum_run(
+    data: DataSection, trainer: TrainerSection, algorithm: AlgorithmSection, rollout: RolloutSection
+) -> None:
+    """A curriculum (``data.curriculum``) needs a run length in steps, and a step that
+    trains on the prompts it drew just before: it cannot know the accuracy of prompts
+    generated ahead (an async mode), of extra draws (dynamic sampling) or of episodes."""
+    if data.curriculum is None:
+        return
+    if trainer.total_training_steps is None:
+        raise ConfigurationError(
+            "data.curriculum generates prompts without end, so epochs do not measure the "
+            "run; set trainer.total_training_steps"
+        )
+    others = {
+        "trainer.async_mode": trainer.async_mode != "off",
+        "algorithm.filter_groups.enable": algorithm.filter_groups.enable,
+        "rollout.multi_turn.enable": rollout.multi_turn.enable,
+    }
+    clashing = [name for name, on in others.items() if on]
+    if clashing:
+        raise ConfigurationError(
+            f"data.curriculum advances on the accuracy of the prompts each step drew, which "
+            f"{', '.join(clashing)} does not give; turn {' and '.join(clashing)} off, or "
+            "train on data.train_files"
+        )
 
 
 def check_async(
@@ -327,6 +355,7 @@ def validate_dpo_config(
     trainer: TrainerSection,
 ) -> None:
     """Checks across the sections of a :class:`~hf_algos.config.DPOConfig`."""
+    refuse_curriculum(data, "DPO")
     if rollout.multi_turn.enable:
         raise ConfigurationError(
             "rollout.multi_turn.enable=true is for the RL trainers (PPO / GRPO); DPO pairs "
@@ -365,6 +394,7 @@ def validate_sft_config(
     *, actor: ActorSection, data: DataSection, max_response_length: int, trainer: TrainerSection
 ) -> None:
     """Checks across the sections of an :class:`~hf_algos.config.SFTConfig`."""
+    refuse_curriculum(data, "SFT")
     require_positive("max_response_length", max_response_length)
     check_mini_batches("actor", data.train_batch_size, trainer.n_workers, "data.train_batch_size")
     check_megatron_layouts({"actor.engine": actor.engine}, trainer.n_workers)
@@ -372,3 +402,13 @@ def validate_sft_config(
     check_tokenizer_source(data, actor)
     check_few_shot_trainer(data, "SFT")
     _check_loggers(trainer)
+
+
+def refuse_curriculum(data: DataSection, trainer: str) -> None:
+    """Only the RL trainers hand scores back to a curriculum (``data.curriculum``)."""
+    if data.curriculum is not None:
+        raise ConfigurationError(
+            f"data.curriculum advances on the RL trainers' training scores, which {trainer} "
+            "does not hand back; give data.train_files instead (a reasoning_gym: spec "
+            "generates rows at fixed settings)"
+        )

@@ -39,6 +39,38 @@ class CollatingDataset(Protocol):
         ...
 
 
+class BatchSource(Protocol):
+    """What a trainer draws its steps' batches from: a :class:`StatefulDataLoader` over
+    files, or a :class:`~hf_algos.data.curriculum_loader.CurriculumLoader`. Its position is
+    saved in checkpoints (``state_dict``), and it takes each step's scores back
+    (``observe``: a curriculum may advance; rows from files ignore them)."""
+
+    @property
+    def dataset(self) -> CollatingDataset:
+        """Rows of the source (the reward's set-up check scores the first)."""
+        ...
+
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        ...
+
+    def next_batch(self) -> DataProto:
+        """The batch at the current position; the position moves past it."""
+        ...
+
+    def observe(self, scores: Sequence[float]) -> dict[str, float]:
+        """One step's per-sample scores; returns metrics to log."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position (plain data)."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        ...
+
+
 def _epoch_sampler(dataset: CollatingDataset, shuffle: bool, seed: int) -> DistributedSampler[int]:
     """Row indices of the epoch chosen with ``set_epoch``: a permutation from a generator
     seeded with ``seed + epoch``, or the rows in order without ``shuffle``.
@@ -153,6 +185,10 @@ class StatefulDataLoader:
         else:
             self.batch_in_epoch += 1
         return batch
+
+    def observe(self, scores: Sequence[float]) -> dict[str, float]:
+        """Rows read from files do not depend on the scores: nothing to do, no metrics."""
+        return {}
 
     def _start_epoch(self, epoch: int) -> None:
         """Point at the first batch of ``epoch``."""

@@ -251,7 +251,8 @@ def rl_loader(
     data: DataSection, tokenizer: PreTrainedTokenizerBase, require_reward_fields: bool = True
 ) -> StatefulDataLoader:
     """The training prompts (``data.train_files``): shuffled per epoch, full batches,
-    resumable."""
+    resumable. (``data.curriculum``'s generated prompts:
+    :func:`hf_algos.data.curriculum_loader.curriculum_loader`.)"""
     dataset = rl_dataset(data, data.train_files, tokenizer, require_reward_fields)
     return StatefulDataLoader(dataset, data.train_batch_size, data.shuffle, data.seed)
 

@@ -33,7 +33,7 @@ from typing import Any, Generic, Self, TypeVar, cast
 
 from hf_algos.checkpoint import CheckpointManager
 from hf_algos.config.trainer import TrainerSection
-from hf_algos.data import StatefulDataLoader
+from hf_algos.data.loader import BatchSource
 from hf_algos.run_dirs import CHECKPOINT_KEY, check_writable
 from hf_algos.run_identity import check_resume_identity, identity_text, run_identity
 from hf_algos.run_lock import RunLock, lock_run_directory
@@ -82,7 +82,8 @@ a batch of prompts or pairs, or an async pipeline's generated samples."""
 
 
 class Trainer(Generic[StepInput]):
-    """The driver loop over a :class:`~hf_algos.data.StatefulDataLoader`.
+    """The driver loop over a :class:`~hf_algos.data.loader.BatchSource` (a
+    :class:`~hf_algos.data.StatefulDataLoader`, or a curriculum's generated batches).
 
     Subclasses set ``self.roles`` (the worker groups, one object for the whole run: a
     restart rebuilds the groups inside it) and ``self.loader`` in :meth:`start_up`, and
@@ -90,7 +91,7 @@ class Trainer(Generic[StepInput]):
     """
 
     roles: RoleGroups
-    loader: StatefulDataLoader
+    loader: BatchSource
     tokenizer: Any = None
     """The run's tokenizer (subclasses set it); saved with every checkpoint, so
     :func:`hf_algos.export.export_checkpoint` writes it next to the exported model."""

@@ -6,6 +6,7 @@
     batch = rollout.generate_sequences(prompts)          # 1. n samples per prompt
     batch = batch.union(reward(batch))                   #    token_level_scores
     batch = keep groups whose samples differ             #    DAPO, when asked
+    loader.observe(scores of batch)                      #    a curriculum may advance
     batch = batch.union(actor.compute_log_prob(batch))   # 2. old_log_probs (*)
     batch = batch.union(ref.compute_ref_log_prob(batch)) # 3. when a KL term needs it
     batch = batch.union(critic.compute_values(batch))    #    gae only
@@ -49,6 +50,7 @@ from hf_algos.config.correction import RolloutCorrectionSection
 from hf_algos.config.keywords import section_kwargs
 from hf_algos.config.loading import config_to_dict
 from hf_algos.config.root import RLConfig
+from hf_algos.data.curriculum_loader import curriculum_loader
 from hf_algos.data.loader import CollatingDataset, first_row
 from hf_algos.data.prompts import announce_prompt_format
 from hf_algos.data.rl_dataset import rl_loader, val_dataset
@@ -174,7 +176,10 @@ class PPOTrainer(Trainer[DataProto | GeneratedSamples]):
             manager.start()
         data = data_with_tools(config.data, turns)  # 2.
         fields_needed = rules and config.reward.function_path is None  # else one function
-        self.loader = rl_loader(data, self.tokenizer, fields_needed)
+        if data.curriculum is not None:  # prompts generated as the model learns
+            self.loader = curriculum_loader(data, self.tokenizer)
+        else:
+            self.loader = rl_loader(data, self.tokenizer, fields_needed)
         self.val_data = val_dataset(data, self.tokenizer, fields_needed) if data.val_files else None
         roles, rollout = self._role_classes(), self._rollout_cls()  # 3.
         self.roles = self.start_groups(roles, rollout, config.rollout.max_replacements)
@@ -261,6 +266,8 @@ class PPOTrainer(Trainer[DataProto | GeneratedSamples]):
                     self.global_step,
                 )
                 metrics.update(filtered)
+        # the scores back to the prompts' source: a curriculum (data.curriculum) may advance
+        metrics.update(self.loader.observe(sample_scores(batch)))
         return self.learn(batch, metrics, timing, start)
 
     def train_on_samples(self, samples: GeneratedSamples) -> Metrics:
@@ -484,6 +491,14 @@ def roles_needed(config: RLConfig, estimator: AdvantageEstimator) -> frozenset[s
     if config.reward.model is not None:
         roles.add("reward_model")
     return frozenset(roles)
+
+
+def sample_scores(batch: DataProto) -> list[float]:
+    """Each sample's score: its ``token_level_scores`` summed over the response (none for
+    an empty batch: dynamic sampling kept no group)."""
+    if len(batch) == 0:
+        return []
+    return tensors(batch)[fields.TOKEN_LEVEL_SCORES].sum(-1).tolist()
 
 
 def async_rollout(trainer: PPOTrainer) -> AsyncRollout:

@@ -37,7 +37,7 @@ def sampling_config(
         rollout,  # temperature, top_p, top_k, max_new_tokens: the section's own names
         n=1 if greedy else (rollout.n if n is None else n),
         eos_token_id=tokenizer.eos_token_id,
-        stop_token_ids=stop_token_ids(tokenizer, rollout.stop),
+        stop_token_ids=stop_token_ids(tokenizer, tuple(rollout.stop)),
         seed=seed,
         greedy=greedy,
     )
