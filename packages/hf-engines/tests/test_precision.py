@@ -53,7 +53,7 @@ def test_the_line_names_the_avx512_flags_this_cpu_has() -> None:
     line = choose_compute_dtype("cpu", THIS_CPU, "float32").line()
     assert line == (
         "dtype auto -> float32: this CPU has no AMX or AVX512_BF16 (flags: avx512_vnni "
-        "avx512bw avx512f), where bf16 runs no faster than fp32"
+        "avx512bw avx512f), where bf16 matrix products run slower than fp32"
     )
 
 

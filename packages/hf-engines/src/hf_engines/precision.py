@@ -21,7 +21,8 @@ from hf_engines.config import EngineConfig, hf_config_dict
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 """x86 CPU flags (``/proc/cpuinfo``) of native bf16 matrix arithmetic: AMX tiles (Sapphire
 Rapids and later) or AVX512-BF16 dot products (Cooper Lake, Zen 4 and later). Without
-either, bf16 matrix products are converted to fp32 and run no faster than fp32."""
+either, torch's bf16 matrix products are slower than fp32 ones (on an AVX2 EPYC, 0.4 vs
+23 GFLOP/s: ``tools/bench/bench_flops.py``)."""
 
 BF16_SAFE_CHECKPOINTS = ("bfloat16", "float32")
 """Checkpoint dtypes a model computes in bf16 without loss of range: trained in bf16, or
@@ -74,7 +75,8 @@ def choose_compute_dtype(
     return DTypeChoice(
         "float32",
         "this CPU has no AMX or AVX512_BF16 (flags: "
-        f"{' '.join(shown) or 'no avx512/amx flags'}), where bf16 runs no faster than fp32",
+        f"{' '.join(shown) or 'no avx512/amx flags'}), where bf16 matrix products run slower "
+        "than fp32",
     )
 
 
