@@ -35,6 +35,7 @@ Usage (repository root; the default model is a tiny random Llama, a smoke test):
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shlex
 import statistics
@@ -158,7 +159,7 @@ def matmul_peak(
     for size in sorted(sizes):
         a = torch.randn(size, size, generator=generator).to(dtype)
         b = torch.randn(size, size, generator=generator).to(dtype)
-        seconds = median_seconds(lambda a=a, b=b: torch.mm(a, b), repeats)
+        seconds = median_seconds(functools.partial(torch.mm, a, b), repeats)
         best = max(best, (gemm_flops(size) / seconds, size))
         if seconds > max_seconds:
             break
