@@ -54,3 +54,12 @@ def test_rollout_auto_alone(capsys: pytest.CaptureFixture[str]) -> None:
     expected = resolve_auto_dtype("cpu", None)
     assert rollout_dtype(config.rollout, config.actor, config.trainer) == expected.dtype
     assert capsys.readouterr().out == expected.line() + "\n"
+
+
+def test_megatron_keeps_its_model_dtype(capsys: pytest.CaptureFixture[str]) -> None:
+    announce.cache_clear()
+    config = load("actor.engine.fsdp.param_dtype=auto", "actor.engine.backend=megatron")
+    engine = engine_on_device(config.actor.engine, config.trainer, "actor.engine")
+    assert engine.megatron.device == "cpu" and engine.model.dtype == "float32"
+    assert rollout_dtype(config.rollout, config.actor, config.trainer) == "float32"
+    assert capsys.readouterr().out == ""  # no line: nothing was resolved

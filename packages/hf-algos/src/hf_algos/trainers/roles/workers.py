@@ -48,6 +48,8 @@ def engine_on_device(engine: EngineConfig, trainer: TrainerSection, key: str) ->
     line). An explicit device that contradicts ``trainer.use_gpu`` is refused; ``key`` is
     the engine's config path in errors (``actor.engine``)."""
     placed = _engine_on_device(engine, trainer, key)
+    if placed.backend != "fsdp":  # Megatron computes in model.dtype; it reads no fsdp keys
+        return placed
     resolved, choice = with_compute_dtype(placed, "cuda" if trainer.use_gpu else "cpu")
     if choice is not None:
         announce(choice.line())
@@ -215,14 +217,16 @@ def rollout_class(
 def rollout_dtype(rollout: RolloutSection, actor: ActorSection, trainer: TrainerSection) -> str:
     """The rollout's weights and compute dtype: ``rollout.dtype``; ``auto`` resolved for the
     run's device and the actor's model; unset, the actor's ``model.dtype``, or with the
-    actor's ``fsdp.param_dtype='auto'`` what that resolves to (the rollout generates in
-    the update's compute precision)."""
+    actor's ``fsdp.param_dtype='auto'`` (FSDP engine) what that resolves to (the rollout
+    generates in the update's compute precision)."""
     wanted = rollout.dtype
+    engine = actor.engine
     if wanted is None:
-        wanted = "auto" if actor.engine.fsdp.param_dtype == "auto" else actor.engine.model.dtype
+        follows = engine.backend == "fsdp" and engine.fsdp.param_dtype == "auto"
+        wanted = "auto" if follows else engine.model.dtype
     if wanted != "auto":
         return wanted
     device = "cuda" if trainer.use_gpu else "cpu"
-    choice = resolve_auto_dtype(device, hf_config_dict(actor.engine.model))
+    choice = resolve_auto_dtype(device, hf_config_dict(engine.model))
     announce(choice.line())
     return choice.dtype
