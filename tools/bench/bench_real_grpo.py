@@ -30,8 +30,9 @@ Usage (from the repository root, dev venv; each step costs ~30-60 s of CPU, so t
     python tools/bench/bench_real_grpo.py --output docs/benchmarks.md
 
 Every column computes in the config's one precision (:func:`precision_of`): as shipped
-(``fsdp.param_dtype: auto``), fp32 on a CPU without AMX or AVX512_BF16; bf16 mixed precision (fp32 master weights, bf16 compute; TRL's ``bf16=True``, the
-plain loop's CPU autocast) with ``--hybridflow-override actor.engine.fsdp.param_dtype=bfloat16
+(``fsdp.param_dtype: auto``), fp32 on a CPU without AMX or AVX512_BF16; bf16 mixed
+precision (fp32 master weights, bf16 compute; TRL's ``bf16=True``, the plain loop's CPU
+autocast) with ``--hybridflow-override actor.engine.fsdp.param_dtype=bfloat16
 --hybridflow-override rollout.dtype=bfloat16``.
 """
 
