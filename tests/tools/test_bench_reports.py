@@ -98,12 +98,19 @@ def test_the_real_grpo_bench_runs_every_column_in_the_configs_one_precision() ->
     import real_grpo_task
     import torch
 
+    from hf_engines.precision import resolve_auto_dtype
+
     def config(param: str, rollout: str | None, model: str = "float32") -> dict[str, Any]:
         engine = {"fsdp": {"param_dtype": param}, "model": {"dtype": model}}
         return {"actor": {"engine": engine}, "rollout": {"dtype": rollout}}
 
     assert bench_real_grpo.precision_of(config("float32", None)) == "float32"
     assert bench_real_grpo.precision_of(config("bfloat16", "bfloat16")) == "bfloat16"
+    auto = resolve_auto_dtype("cpu", {"dtype": "float32"}).dtype  # this CPU's choice
+    assert bench_real_grpo.precision_of(config("auto", None), {"dtype": "float32"}) == auto
+    assert bench_real_grpo.precision_of(config(auto, "auto")) == auto
+    with pytest.raises(SystemExit, match=r"set rollout\.dtype=float32"):  # fp16: auto is fp32
+        bench_real_grpo.precision_of(config("auto", "bfloat16"), {"dtype": "float16"})
     with pytest.raises(SystemExit, match=r"set rollout\.dtype=bfloat16"):
         bench_real_grpo.precision_of(config("bfloat16", None))  # would generate in fp32
     with pytest.raises(SystemExit, match=r"model\.dtype=bfloat16"):

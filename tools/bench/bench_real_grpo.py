@@ -29,9 +29,10 @@ Usage (from the repository root, dev venv; each step costs ~30-60 s of CPU, so t
     bash tools/bench/setup_trl_venv.sh
     python tools/bench/bench_real_grpo.py --output docs/benchmarks.md
 
-Every column computes in the config's one precision (:func:`precision_of`): fp32 as
-shipped; bf16 mixed precision (fp32 master weights, bf16 compute; TRL's ``bf16=True``, the
-plain loop's CPU autocast) with ``--hybridflow-override actor.engine.fsdp.param_dtype=bfloat16
+Every column computes in the config's one precision (:func:`precision_of`): as shipped
+(``fsdp.param_dtype: auto``), fp32 on a CPU without AMX or AVX512_BF16; bf16 mixed
+precision (fp32 master weights, bf16 compute; TRL's ``bf16=True``, the plain loop's CPU
+autocast) with ``--hybridflow-override actor.engine.fsdp.param_dtype=bfloat16
 --hybridflow-override rollout.dtype=bfloat16``.
 """
 
@@ -92,13 +93,20 @@ def hybridflow_env(hybridflow_root: Path, threads: int) -> dict[str, str]:
     return env
 
 
-def precision_of(config: dict[str, Any]) -> str:
+def precision_of(config: dict[str, Any], hf_config: dict[str, Any] | None = None) -> str:
     """The one compute precision of every column: the actor's
     ``actor.engine.fsdp.param_dtype`` over fp32 master weights, with a rollout that
-    generates in the same dtype; anything else exits naming the keys to set."""
+    generates in the same dtype; anything else exits naming the keys to set. ``auto`` is
+    resolved as the trainer does, for this CPU and the model's config ``hf_config``."""
+    from hf_engines.precision import resolve_auto_dtype
+
     engine = config["actor"]["engine"]
     precision = engine["fsdp"]["param_dtype"]
-    rollout = config["rollout"]["dtype"] or engine["model"]["dtype"]
+    follows = "auto" if precision == "auto" else engine["model"]["dtype"]
+    rollout = config["rollout"]["dtype"] or follows
+    if "auto" in (precision, rollout):
+        auto = resolve_auto_dtype("cpu", hf_config).dtype
+        precision, rollout = (auto if d == "auto" else d for d in (precision, rollout))
     if engine["model"]["dtype"] != "float32" or precision not in ("float32", "bfloat16"):
         raise SystemExit(
             f"the columns keep fp32 master weights and compute in float32 or bfloat16; the "
@@ -131,6 +139,7 @@ def prepare(
     if code != 0:
         raise SystemExit(f"hybridflow grpo --config-name {CONFIG_NAME} --cfg exited {code}")
     config = yaml.safe_load(printed.getvalue())
+    model = Path(resolve_model_path(config["actor"]["engine"]["model"]["path"]))
     actor, optim, rollout = config["actor"], config["actor"]["engine"]["optim"], config["rollout"]
     if rollout["top_k"] not in (-1, 0) or rollout["top_p"] != 1.0:
         raise SystemExit(f"the columns sample without top-k/top-p; the config has {rollout}")
@@ -149,8 +158,8 @@ def prepare(
         "clip_low": actor["clip_low"],
         "clip_high": actor["clip_high"],
         "val_samples": config["trainer"]["val_samples"],
-        "precision": precision_of(config),
-        "model": str(resolve_model_path(actor["engine"]["model"]["path"])),
+        "precision": precision_of(config, json.loads((model / "config.json").read_text())),
+        "model": str(model),
     }
     (workdir / "settings.json").write_text(json.dumps(settings, indent=1))
     (workdir / "hybridflow_config.yaml").write_text(printed.getvalue())

@@ -25,6 +25,9 @@ from hf_engines.hub import resolve_model_path
 
 DType = Literal["float32", "bfloat16", "float16"]
 _DTYPES = typing.get_args(DType)
+ComputeDType = Literal["auto", "float32", "bfloat16", "float16"]
+"""A compute dtype, or ``auto``: bf16 where the device computes it natively and the model
+is bf16-safe, else fp32 (:func:`hf_engines.precision.choose_compute_dtype`)."""
 
 ConfigT = TypeVar("ConfigT")
 
@@ -82,7 +85,9 @@ class ModelConfig:
     hf_config: dict[str, Any] | None = None
     """A Hugging Face config dict (with ``model_type``) for a randomly initialised model."""
     dtype: DType = "float32"
-    """Dtype the parameters (and so the optimizer's master copy) are stored in."""
+    """Dtype the parameters (and so the optimizer's master copy) are stored in. The
+    compute precision of the FSDP engine is ``fsdp.param_dtype`` (``auto``: bf16 where the
+    hardware has it, over these fp32 master weights)."""
     seed: int = 0
     """Seed for random initialisation (model or new head); the same on every rank."""
     head: Literal["causal_lm", "value"] = "causal_lm"
@@ -121,6 +126,12 @@ class ModelConfig:
             raise ConfigurationError(
                 "model.hf_config has no 'model_type' key; add e.g. model_type='llama' so "
                 f"transformers knows the architecture (keys given: {sorted(self.hf_config)})"
+            )
+        if self.dtype == "auto":
+            raise ConfigurationError(
+                "model.dtype='auto' is not a storage dtype: the parameters and optimizer state "
+                "stay in model.dtype (float32 for mixed precision); the compute precision is "
+                "fsdp.param_dtype, which takes 'auto' (bf16 where this hardware has it)"
             )
         _check_choice("model.dtype", self.dtype, _DTYPES)
         _check_choice("model.head", self.head, ("causal_lm", "value"))
@@ -242,8 +253,12 @@ class FSDPConfig:
     """Replicas (HSDP); each shards the model over ``dp_shard`` ranks."""
     dp_shard: int = -1
     """Ranks one copy of the model is sharded over; -1 means world_size // dp_replicate."""
-    param_dtype: DType = "float32"
-    """Dtype of parameters during forward / backward (mixed precision)."""
+    param_dtype: ComputeDType = "float32"
+    """Dtype of parameters during forward / backward (mixed precision): the compute
+    precision. ``auto``: ``bfloat16`` on a CPU with AMX or AVX512_BF16 (``/proc/cpuinfo``
+    flags) or a GPU with native bf16, when the checkpoint is bf16 or fp32 (not fp16), else
+    ``float32``; resolved once in the driver, which logs one line with the reason. The
+    parameters and optimizer state stay in ``model.dtype``."""
     reduce_dtype: DType = "float32"
     """Dtype gradients are reduced in."""
     activation_checkpointing: bool = False
@@ -280,7 +295,7 @@ class FSDPConfig:
         _check_positive("fsdp.ulysses_sequence_parallel_size", self.ulysses_sequence_parallel_size)
         if self.dp_shard != -1:
             _check_positive("fsdp.dp_shard", self.dp_shard)
-        _check_choice("fsdp.param_dtype", self.param_dtype, _DTYPES)
+        _check_choice("fsdp.param_dtype", self.param_dtype, ("auto", *_DTYPES))
         _check_choice("fsdp.reduce_dtype", self.reduce_dtype, _DTYPES)
         _check_choice("fsdp.device", self.device, ("auto", "cpu", "cuda"))
         _check_positive("fsdp.blocks_per_unit", self.blocks_per_unit, allow_zero=True)
@@ -534,7 +549,7 @@ class MegatronConfig:
             )
 
 
-def _hf_config_dict(model: ModelConfig) -> dict[str, Any] | None:
+def hf_config_dict(model: ModelConfig) -> dict[str, Any] | None:
     """The model's Hugging Face config as a plain dict (``config.json`` or ``hf_config``);
     ``None`` for a planned model path (:func:`dry_checks`) whose files are not made yet: like
     :class:`ModelConfig`'s own checks, the layout is checked when the config is built again
@@ -574,7 +589,7 @@ class EngineConfig:
     def __post_init__(self) -> None:
         _check_choice("backend", self.backend, ("fsdp", "megatron"))
         if self.backend == "megatron":
-            hf_config = _hf_config_dict(self.model)
+            hf_config = hf_config_dict(self.model)
             if hf_config is not None:  # None: a planned model, checked when it exists
                 self.megatron.validate_model(hf_config)
             _check_megatron_optimizer(self.optim, self.megatron)

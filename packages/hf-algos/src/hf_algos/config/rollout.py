@@ -41,10 +41,13 @@ class RolloutSection:
     stop_token_ids`); a string no token contains is refused."""
     max_model_len: int = 2048
     """Longest prompt + response the backend must hold."""
-    dtype: Literal["float32", "bfloat16", "float16"] | None = None
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = None
     """Weights and compute dtype of the rollout engine; ``None``: the actor's
-    ``model.dtype``. vLLM on a GPU wants ``bfloat16`` while the actor keeps fp32 master
-    weights (verl's ``rollout.dtype``); pushed weights are cast on load."""
+    ``model.dtype``, or with ``actor.engine.fsdp.param_dtype=auto`` what that resolves to.
+    ``auto``: ``bfloat16`` on a CPU with AMX or AVX512_BF16 or a GPU with native bf16, when
+    the checkpoint is bf16 or fp32, else ``float32`` (one log line says which and why).
+    vLLM on a GPU wants ``bfloat16`` while the actor keeps fp32 master weights (verl's
+    ``rollout.dtype``); pushed weights are cast on load."""
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     """Backend-specific options, passed through."""
     partial: bool = False

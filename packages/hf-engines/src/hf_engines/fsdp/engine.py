@@ -6,6 +6,7 @@ initialised by the caller (a worker does it from the controller's environment).
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator
 from os import PathLike
@@ -47,9 +48,12 @@ from hf_engines.micro_batch import (
 )
 from hf_engines.models import build_hf_model, transformer_blocks
 from hf_engines.optim import build_optimizer
+from hf_engines.precision import with_compute_dtype
 from hf_engines.schedule import build_lr_scheduler
 from hf_protocol import DataProto, fields
 from hf_protocol.routing import ROUTED_EXPERTS, replay_routing
+
+logger = logging.getLogger(__name__)
 
 _MODEL_INPUTS = (fields.INPUT_IDS, fields.ATTENTION_MASK, fields.POSITION_IDS, fields.RESPONSES)
 
@@ -73,8 +77,12 @@ class FSDPEngine:
                 "torch.distributed.init_process_group('gloo') on CPU or ('nccl') on CUDA "
                 "(a worker group sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT for it)"
             )
-        self.config = config
         self.device = resolve_device(config.fsdp)
+        # fsdp.param_dtype='auto' given to the engine itself (a driver resolves it first)
+        config, choice = with_compute_dtype(config, self.device.type)
+        if choice is not None and dist.get_rank() == 0:
+            logger.info(choice.line("fsdp.param_dtype"))
+        self.config = config
         self.mesh = build_mesh(config.fsdp, self.device.type)
         self.sp_group = sequence_parallel_group(
             config.fsdp.ulysses_sequence_parallel_size, self.device.type

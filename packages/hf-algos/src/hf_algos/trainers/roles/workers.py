@@ -27,6 +27,8 @@ from hf_algos.trainers.ppo.multiturn import rollout_multi_turn
 from hf_algos.trainers.roles.sync_actor import SyncActorWorker
 from hf_controller import ConfigurationError, RayClassWithInitArgs
 from hf_engines import EngineConfig, LossFn
+from hf_engines.config import hf_config_dict
+from hf_engines.precision import resolve_auto_dtype, with_compute_dtype
 from hf_engines.workers import (
     ActorConfig,
     CriticConfig,
@@ -42,8 +44,27 @@ from hf_rollout.workers import RolloutWorker
 def engine_on_device(engine: EngineConfig, trainer: TrainerSection, key: str) -> EngineConfig:
     """``engine`` computing where ``trainer.use_gpu`` says: its ``device="auto"`` becomes
     ``cuda`` or ``cpu``, so that a worker without a visible GPU fails instead of training on
-    the CPU. An explicit device that contradicts ``trainer.use_gpu`` is refused; ``key`` is
+    the CPU, and its ``fsdp.param_dtype='auto'`` the dtype it means there (announced in one
+    line). An explicit device that contradicts ``trainer.use_gpu`` is refused; ``key`` is
     the engine's config path in errors (``actor.engine``)."""
+    placed = _engine_on_device(engine, trainer, key)
+    if placed.backend != "fsdp":  # Megatron computes in model.dtype; it reads no fsdp keys
+        return placed
+    resolved, choice = with_compute_dtype(placed, "cuda" if trainer.use_gpu else "cpu")
+    if choice is not None:
+        announce(choice.line())
+    return resolved
+
+
+@functools.cache
+def announce(line: str) -> None:
+    """Print ``line`` once per driver process (the actor and its reference resolve the same
+    ``auto`` dtype; the run says it once)."""
+    print(line, flush=True)
+
+
+def _engine_on_device(engine: EngineConfig, trainer: TrainerSection, key: str) -> EngineConfig:
+    """``engine`` with ``device='auto'`` made ``cuda`` or ``cpu`` (:func:`engine_on_device`)."""
     section = "megatron" if engine.backend == "megatron" else "fsdp"
     current = engine.megatron.device if section == "megatron" else engine.fsdp.device
     wanted: Literal["cuda", "cpu"] = "cuda" if trainer.use_gpu else "cpu"
@@ -182,7 +203,7 @@ def rollout_class(
         model_path=model.local_path(),  # a model id resolved here, in the driver
         model_config=model.hf_config,
         trust_remote_code=model.trust_remote_code,
-        dtype=rollout.dtype or model.dtype,
+        dtype=rollout_dtype(rollout, actor, trainer),
         pad_token_id=tokenizer.pad_token_id,
         seed=trainer.seed,
         device="cuda" if trainer.use_gpu else "cpu",
@@ -191,3 +212,21 @@ def rollout_class(
         prefix_cache_rows=rollout.multi_turn.prefix_cache_rows if rollout.multi_turn.enable else 0,
     )
     return RayClassWithInitArgs(RolloutWorker, config)
+
+
+def rollout_dtype(rollout: RolloutSection, actor: ActorSection, trainer: TrainerSection) -> str:
+    """The rollout's weights and compute dtype: ``rollout.dtype``; ``auto`` resolved for the
+    run's device and the actor's model; unset, the actor's ``model.dtype``, or with the
+    actor's ``fsdp.param_dtype='auto'`` (FSDP engine) what that resolves to (the rollout
+    generates in the update's compute precision)."""
+    wanted = rollout.dtype
+    engine = actor.engine
+    if wanted is None:
+        follows = engine.backend == "fsdp" and engine.fsdp.param_dtype == "auto"
+        wanted = "auto" if follows else engine.model.dtype
+    if wanted != "auto":
+        return wanted
+    device = "cuda" if trainer.use_gpu else "cpu"
+    choice = resolve_auto_dtype(device, hf_config_dict(engine.model))
+    announce(choice.line())
+    return choice.dtype
