@@ -213,7 +213,7 @@ def test_few_shot_prompts_take_their_examples_from_few_shot_files(tiny_model_dir
     from hf_algos.data.curriculum_loader import curriculum_loader
 
     examples = "reasoning_gym:chain_sum?size=16&seed=9&min_terms=2&max_terms=2&max_digits=1"
-    with pytest.raises(ConfigurationError, match="give data.few_shot_files"):
+    with pytest.raises(ConfigurationError, match=r"give data\.few_shot_files"):
         rl_config(tiny_model_dir, "data.prompt_format=few_shot", "data.few_shot=2")
     config = rl_config(
         tiny_model_dir,
