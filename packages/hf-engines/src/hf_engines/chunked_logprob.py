@@ -133,6 +133,7 @@ class ChunkedLogProbs(torch.autograd.Function):
         math: HeadMath,
         chunk: int,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Both outputs, one chunk's logits at a time; saves hidden states, not logits."""
         flat_hidden = hidden.reshape(-1, hidden.shape[-1])
         flat_targets = targets.reshape(-1)
         outputs = [
@@ -157,6 +158,8 @@ class ChunkedLogProbs(torch.autograd.Function):
     def backward(
         ctx: Any, grad_log_probs: torch.Tensor | None, grad_entropy: torch.Tensor | None
     ) -> tuple[torch.Tensor | None, ...]:
+        """Gradients of hidden states, weight and bias, recomputing one chunk's logits at a
+        time; an output whose gradient is ``None`` (entropy unused) adds nothing."""
         hidden, weight, bias, targets, lse, entropy = ctx.saved_tensors
         math, chunk = ctx.math, ctx.chunk
         if grad_log_probs is None and grad_entropy is None:
