@@ -18,7 +18,13 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from hf_engines import FSDPEngine
 from hf_engines.chunked_logprob import HeadMath, chunk_tokens, chunked_log_probs
-from hf_engines.config import ConfigurationError, EngineConfig, ModelConfig, OptimConfig
+from hf_engines.config import (
+    ConfigurationError,
+    EngineConfig,
+    FSDPConfig,
+    ModelConfig,
+    OptimConfig,
+)
 from hf_engines.output_head import model_token_log_probs, output_head, token_scorer
 from hf_engines.testing import make_toy_batch, toy_nll_loss, transformers_log_probs
 from hf_protocol.testing import save_tiny_model
@@ -184,12 +190,15 @@ def gemma_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_engine_chunked_equals_full_logits(gemma_path: Path, one_rank: None) -> None:
-    """An FSDP engine step and its log-probs are the same with chunks (the default) and
-    with ``logprob_chunk_size=0`` (full logits), and equal plain transformers'."""
+    """An FSDP engine step and its log-probs are the same with chunks (the default, 3
+    tokens, and with activation checkpointing) and with ``logprob_chunk_size=0`` (full
+    logits), and equal plain transformers'."""
     config = EngineConfig(model=ModelConfig(path=str(gemma_path)), optim=OptimConfig(lr=1e-2))
-    results = {}
-    for chunk in (None, 3, 0):
-        engine = FSDPEngine(replace(config, logprob_chunk_size=chunk))
+    checkpointed = replace(config, fsdp=FSDPConfig(activation_checkpointing=True))
+    results: dict[int | str | None, tuple[Any, ...]] = {}
+    for chunk, base in ((None, config), (3, config), ("ac", checkpointed), (0, config)):
+        size = None if chunk == "ac" else chunk
+        engine = FSDPEngine(replace(base, logprob_chunk_size=size))
         assert (engine.scorer is None) == (chunk == 0)
         batch = make_toy_batch(6, seed=3)
         before = engine.compute_log_prob(batch)
@@ -200,7 +209,7 @@ def test_engine_chunked_equals_full_logits(gemma_path: Path, one_rank: None) -> 
     mask = batch.batch["response_mask"].float()
     log_probs, _ = transformers_log_probs(model, batch)
     torch.testing.assert_close(results[None][1] * mask, log_probs * mask, atol=1e-5, rtol=0)
-    for chunk in (None, 3):
+    for chunk in (None, 3, "ac"):
         assert results[chunk][0] == pytest.approx(results[0][0], abs=1e-5)
         for got, want in zip(results[chunk][1:], results[0][1:], strict=True):
             torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
