@@ -577,6 +577,15 @@ class EngineConfig:
     """FSDP2 layout and memory policy."""
     micro_batch: MicroBatchConfig = field(default_factory=MicroBatchConfig)
     """Micro-batching for forward and training."""
+    logprob_chunk_size: int | None = None
+    """Tokens per chunk when the FSDP engine computes the log-probs and entropy of given
+    tokens: the output head, log-softmax and entropy run on this many tokens at a time, in
+    the forward and again in the backward, so the full-vocabulary logits of a whole
+    micro-batch never exist at once (``hf_engines.chunked_logprob``). ``null`` (default):
+    as many tokens as make 32M logits (128 MiB in float32; 682 tokens of a 49k
+    vocabulary, 128 of a 262k one). ``0``: the old path, the logits of every response
+    position at once. Models whose output head is more than ``lm_head`` with a logit scale
+    or softcap keep the old path (logged)."""
     backend: Literal["fsdp", "megatron"] = "fsdp"
     """Which engine trains the model: ``fsdp`` (FSDPEngine) or ``megatron`` (MegatronEngine)."""
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
@@ -588,6 +597,8 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         _check_choice("backend", self.backend, ("fsdp", "megatron"))
+        if self.logprob_chunk_size is not None:
+            _check_positive("logprob_chunk_size", self.logprob_chunk_size, allow_zero=True)
         if self.backend == "megatron":
             hf_config = hf_config_dict(self.model)
             if hf_config is not None:  # None: a planned model, checked when it exists

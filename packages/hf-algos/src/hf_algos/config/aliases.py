@@ -317,7 +317,10 @@ def _actor_launch_keys() -> tuple[Alias, ...]:
             for role in (_ARA, _REF)
         ),
         *(
-            _ignored(f"{role}.entropy_from_logits_with_chunking", "no such switch here")
+            _ignored(
+                f"{role}.entropy_from_logits_with_chunking",
+                "always chunked here: actor.engine.logprob_chunk_size",
+            )
             for role in (_ARA, _REF)
         ),
         _ignored(f"{_ARA}.entropy_checkpointing", "no such switch here"),
@@ -364,7 +367,8 @@ def _model_launch_keys() -> tuple[Alias, ...]:
         _ignored("actor_rollout_ref.model.use_shm", "the model loads from its path"),
         _ignored(
             "actor_rollout_ref.model.use_fused_kernels",
-            "log-probs come from the logits, without verl's fused kernels",
+            "log-probs and entropy come from the hidden states a chunk of tokens at a time "
+            "(actor.engine.logprob_chunk_size), without verl's fused kernels",
         ),
         _ignored("actor_rollout_ref.model.fused_kernel_options.*", "no fused kernels here"),
         _unsupported(

@@ -48,6 +48,7 @@ from hf_engines.micro_batch import (
 )
 from hf_engines.models import build_hf_model, transformer_blocks
 from hf_engines.optim import build_optimizer
+from hf_engines.output_head import token_scorer
 from hf_engines.precision import with_compute_dtype
 from hf_engines.schedule import build_lr_scheduler
 from hf_protocol import DataProto, fields
@@ -90,6 +91,12 @@ class FSDPEngine:
         """This rank's Ulysses group (``fsdp.ulysses_sequence_parallel_size``), or ``None``."""
         model = build_hf_model(config.model)
         self._model_class = type(model)  # before fully_shard renames the class
+        # Checked on the plain model (two tokens), before Ulysses or LoRA change its forward.
+        scorer = (
+            token_scorer(model, config.logprob_chunk_size)
+            if config.model.head == "causal_lm"
+            else None
+        )
         if self.sp_group is not None:
             enable_ulysses(model, config)
         self.lora = lora if lora is not None and lora.enabled else None
@@ -105,6 +112,8 @@ class FSDPEngine:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(config.model.seed)
                 self._peft = apply_lora(model, self.lora)
+        self.scorer = scorer if scorer is not None and scorer.fits(model) else None
+        """Scores tokens a chunk at a time (``logprob_chunk_size``); ``None``: full logits."""
         blocks = transformer_blocks(model)  # before fully_shard renames their classes
         shard_model(model, self.mesh, config.fsdp)
         self.model = model
@@ -158,17 +167,24 @@ class FSDPEngine:
         value_head = self.config.model.head == "value"
         if self.sp_group is not None:
             return forward_sequence_parallel(
-                self.model, inputs, responses, value_head, temperature, self.sp_group, contribute
+                self.model,
+                inputs,
+                responses,
+                value_head,
+                temperature,
+                self.sp_group,
+                contribute,
+                self.scorer,
             )
         if ROUTED_EXPERTS in tensors:
             # Router replay (R3): route every token to the experts the rollout recorded,
             # on the rows as recorded (the padded forward; see hf_protocol.routing).
             with replay_routing(self.model, tensors[ROUTED_EXPERTS]):
                 return forward_micro_batch(
-                    self.model, inputs, responses, value_head, temperature, "off"
+                    self.model, inputs, responses, value_head, temperature, "off", self.scorer
                 )
         return forward_micro_batch(
-            self.model, inputs, responses, value_head, temperature, self.padding_mode
+            self.model, inputs, responses, value_head, temperature, self.padding_mode, self.scorer
         )
 
     def _passes(

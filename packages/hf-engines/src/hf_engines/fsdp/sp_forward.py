@@ -25,6 +25,7 @@ from hf_engines.engine import ModelOutputs
 from hf_engines.fsdp.outputs import token_log_probs
 from hf_engines.fsdp.ulysses import gather_shards
 from hf_engines.fsdp.unpad import PackedRows, pack_rows, scatter_scored
+from hf_engines.output_head import TokenScorer
 from hf_protocol import fields
 
 
@@ -117,6 +118,7 @@ def forward_sequence_parallel(
     temperature: float,
     group: ProcessGroup,
     contribute: bool = True,
+    scorer: TokenScorer | None = None,
 ) -> ModelOutputs:
     """Outputs at this rank's response positions, ``(B, R)`` float32 each, as
     :func:`~hf_engines.fsdp.forward.forward_micro_batch` gives them (entropy included).
@@ -139,8 +141,12 @@ def forward_sequence_parallel(
         local = model(**model_inputs).logits[0, shard.local_index, 0].float().unsqueeze(0)
         keys = ["values"]
     else:
-        logits = model(**model_inputs, logits_to_keep=shard.local_index).logits
-        outputs = token_log_probs(logits, shard.targets, temperature)
+        if scorer is not None:
+            select = (slice(None), shard.local_index)
+            outputs = scorer(model, model_inputs, select, shard.targets, temperature)
+        else:
+            logits = model(**model_inputs, logits_to_keep=shard.local_index).logits
+            outputs = token_log_probs(logits, shard.targets, temperature)
         local = torch.cat([outputs["log_probs"], outputs["entropy"]])
         keys = ["log_probs", "entropy"]
     return _gather_own(local, shard, packed, keys, shape, group)
