@@ -266,6 +266,11 @@ def test_few_shot_render_is_readable() -> None:
     with pytest.raises(ConfigurationError, match=r"too few for data.few_shot=3 examples and a"):
         draw_examples(load_parts(_rows(3)), 3, 0, keep_prompts=True)
     assert len(draw_examples(load_parts(_rows(3)), 3, 0).examples) == 3  # no spare left
+    repeated = _rows(3) * 4  # generated tasks repeat questions: each is shown once
+    drawn = draw_examples(load_parts(repeated), 2, 0, keep_prompts=True)
+    assert len({example.question for example in drawn.examples}) == 3
+    with pytest.raises(ConfigurationError, match=r"3 distinct questions, too few"):
+        draw_examples(load_parts(repeated), 3, 0, keep_prompts=True)
 
 
 def test_few_shot_from_a_reasoning_gym_spec(tokenizers: dict[str, Path]) -> None:

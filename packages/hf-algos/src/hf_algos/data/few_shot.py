@@ -82,7 +82,8 @@ def draw_examples(
     template: str = DEFAULT_TEMPLATE,
     keep_prompts: bool = False,
 ) -> FewShotExamples:
-    """``k`` examples and a spare drawn (seeded) from the rows of ``parts``.
+    """``k`` examples and a spare drawn (seeded) from the rows of ``parts``, with distinct
+    questions (too few distinct ones raise :class:`DataError`).
 
     ``keep_prompts``: the rows are the training prompts too, so at least one must be left
     over. A source with too few rows, or an example row without a prompt or a
@@ -100,14 +101,27 @@ def draw_examples(
             "lower data.few_shot or give more rows (data.few_shot_files)",
         )
     size = min(k + 1, total - 1 if keep_prompts else total)
-    picks = np.random.default_rng(seed).choice(total, size=size, replace=False)
     starts = np.cumsum([0, *(len(p.rows) for p in parts)])
-    examples, rows = [], []
-    for pick in picks.tolist():
+    examples: list[FewShotExample] = []
+    rows: list[tuple[int, int]] = []
+    for pick in np.random.default_rng(seed).permutation(total).tolist():
         number = int(np.searchsorted(starts, pick, side="right")) - 1
         row = pick - int(starts[number])
-        examples.append(_example(parts[number], row, prompt_key))
+        example = _example(parts[number], row, prompt_key)
+        if any(example.question == seen.question for seen in examples):
+            continue  # a repeated question teaches nothing new (generated tasks repeat rows)
+        examples.append(example)
         rows.append((number, row))
+        if len(examples) == size:
+            break
+    if len(examples) < size:
+        raise DataError(
+            ", ".join(str(p.file) for p in parts),
+            None,
+            f"has {len(examples)} distinct questions, too few for data.few_shot={k} examples "
+            "and a spare",
+            "lower data.few_shot or give more rows (data.few_shot_files)",
+        )
     source = tuple(str(p.file) for p in parts)
     return FewShotExamples(tuple(examples), k, template, source, tuple(rows))
 
