@@ -41,6 +41,9 @@ def make_engine(backend: str, model_dir: str) -> TrainingEngine:
 
         settings["megatron"] = {"expert_model_parallel_size": 2}
         return MegatronEngine(config_from_dict(EngineConfig, settings))
+    # Megatron builds the full logits of a micro-batch; so does FSDP here, so both round the
+    # same (the chunked path's equality is tests/test_chunked_logprob.py's)
+    settings["logprob_chunk_size"] = 0
     return FSDPEngine(config_from_dict(EngineConfig, settings))
 
 
