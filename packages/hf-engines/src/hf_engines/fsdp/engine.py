@@ -282,6 +282,10 @@ class FSDPEngine:
         the shares are back-propagated times the world size, since FSDP averages gradients
         over ranks, so the step equals one over the whole mini-batch at once.
         """
+        # from_pretrained leaves the model in eval mode, where transformers skips activation
+        # checkpointing: a run whose first forward is a training step would hold every
+        # block's activations.
+        self.model.train()
         temperature = float(mini_batch.meta_info.get(fields.TEMPERATURE, 1.0))
         aligned = self._aligned_micro_batches(mini_batch)
         real_micros = [micro for micro, real in aligned if real]
