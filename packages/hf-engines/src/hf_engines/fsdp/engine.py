@@ -18,6 +18,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
+from hf_controller import release_host_memory
 from hf_engines.checkpointing import (
     DEFAULT_MAX_SHARD_SIZE,
     hf_export,
@@ -313,6 +314,8 @@ class FSDPEngine:
                     counted = response_counts([micro])[0] > 0  # a filler's metrics: nothing
                     with_tokens += int(counted)
                     add_metrics(sums, metrics, counted)
+            if self.device.type == "cpu":  # this micro-batch's freed activations, before the next
+                release_host_memory()
         grad_norm = self._clip_gradients()
         # A non-finite norm (the same on every rank) would poison the weights: skip the
         # update, but keep the schedule and step count moving so every rank stays aligned.
