@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -91,6 +92,26 @@ def test_the_window_is_real(gemma3: Path, prompts: DataProto) -> None:
     assert not torch.equal(windowed, transformers_greedy(wide, prompts, 8))
 
 
+def full_forward_logits(path: Path, batch: Any) -> torch.Tensor:
+    """transformers' logits of every position of a generated batch, in one forward."""
+    with torch.no_grad():
+        return reference_model(path)(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            position_ids=batch["position_ids"],
+        ).logits
+
+
+def assert_rollout_log_probs(batch: Any, logits: torch.Tensor, temperature: float) -> None:
+    """The rollout's log-probs of its response tokens equal those of ``logits``."""
+    responses = batch["responses"]
+    expected, _ = response_log_probs(
+        response_positions(logits, responses.shape[1]), responses, temperature=temperature
+    )
+    mask = batch["response_mask"].bool()
+    torch.testing.assert_close(batch["rollout_log_probs"][mask], expected[mask], atol=1e-4, rtol=0)
+
+
 def engine_for(path: Path, lean: bool, compact_fraction: float) -> NativeRollout:
     options = {"compact_fraction": compact_fraction, "lean_forward": lean}
     return NativeRollout(
@@ -139,19 +160,8 @@ def test_log_probs_match_a_full_forward(gemma3: Path, prompts: DataProto, lean: 
     # At least a quarter of the rows stopped two steps before the end: the cache was compacted.
     assert (lengths <= budget - 2).float().mean() >= 0.25
     batch = out.batch
-    with torch.no_grad():
-        logits = reference_model(gemma3)(
-            input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
-            position_ids=batch["position_ids"],
-        ).logits
-    responses = batch["responses"]
-    expected, _ = response_log_probs(
-        response_positions(logits, responses.shape[1]), responses, temperature=0.8
-    )
-    mask = batch["response_mask"].bool()
-    torch.testing.assert_close(batch["rollout_log_probs"][mask], expected[mask], atol=1e-4, rtol=0)
-    assert (batch["rollout_log_probs"][~mask] == 0).all()
+    assert_rollout_log_probs(batch, full_forward_logits(gemma3, batch), temperature=0.8)
+    assert (batch["rollout_log_probs"][~batch["response_mask"].bool()] == 0).all()
 
 
 def test_final_logit_soft_capping_is_applied(tmp_path: Path, prompts: DataProto) -> None:
@@ -164,17 +174,9 @@ def test_final_logit_soft_capping_is_applied(tmp_path: Path, prompts: DataProto)
     sampling = SamplingConfig(n=2, temperature=1.0, max_new_tokens=6, seed=4)
     out = generate_strictly(engine, prompts, sampling)
     batch = out.batch
-    with torch.no_grad():
-        logits = reference_model(path)(
-            input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
-            position_ids=batch["position_ids"],
-        ).logits
+    logits = full_forward_logits(path, batch)
     assert logits.abs().max() <= 2.0
-    responses = batch["responses"]
-    expected, _ = response_log_probs(response_positions(logits, responses.shape[1]), responses)
-    mask = batch["response_mask"].bool()
-    torch.testing.assert_close(batch["rollout_log_probs"][mask], expected[mask], atol=1e-4, rtol=0)
+    assert_rollout_log_probs(batch, logits, temperature=1.0)
 
 
 def test_prefix_reuse_is_off_for_a_sliding_window_model(
