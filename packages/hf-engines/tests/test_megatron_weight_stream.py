@@ -49,6 +49,18 @@ def live_bound(state: dict[str, torch.Tensor], tied: bool) -> int:
     return max(max(layers.values()), largest) + embedding
 
 
+def broadcast_slack(state: dict[str, torch.Tensor], pp: int) -> int:
+    """Bytes a finished collective may still hold for a moment after the caller resumed.
+
+    Along the pipeline a tensor is handed on as the buffer ``dist.broadcast`` wrote, and
+    gloo's worker threads (2 by default) drop their reference to a finished collective's
+    buffers only after waking the caller; on a loaded machine the stream may be a few
+    tensors further before they do. (Tensor-parallel tensors are new tensors: ``torch.cat``
+    of the gathered shards, or a local copy when not split.)
+    """
+    return 2 * max(t.nbytes for t in state.values()) if pp > 1 else 0
+
+
 @pytest.mark.parametrize(
     ("family", "tp", "pp"), [("llama", 2, 1), ("llama", 1, 2), ("qwen2", 2, 1)]
 )
@@ -67,7 +79,7 @@ def test_stream_is_the_hf_state_dict_gathered_per_layer(
 
     tied = bool(config.get("tie_word_embeddings", False))
     total = sum(t.nbytes for n, t in reference.items() if not (tied and n == "lm_head.weight"))
-    bound = live_bound(reference, tied)
+    bound = live_bound(reference, tied) + broadcast_slack(reference, pp)
     assert bound < total / 2  # the bound means something: far below the whole model
     for rank in ranks:
         assert 0 < rank["peak_live_bytes"] <= bound, (rank["peak_live_bytes"], bound, total)

@@ -104,6 +104,19 @@ def _owner_stage(global_name: str, num_layers: int, pp_size: int) -> int:
     return 0 if global_name.startswith("embedding.") else pp_size - 1
 
 
+def _full_from_tensor_parallel(name: str, shard: torch.Tensor) -> torch.Tensor:
+    """The full tensor ``name`` from this rank's ``shard`` (collective over the tensor-
+    parallel group for split tensors).
+
+    A tensor that is not split (norms, routers, row-parallel biases) is the same on every
+    tensor-parallel rank, so it is copied locally instead of gathered: no collective, and
+    the tensor handed on is not a buffer the communication library may still hold.
+    """
+    if tp_split_dim(name) is None and parallel_state.get_tensor_model_parallel_world_size() > 1:
+        return shard.clone()
+    return tp_merge(name, tensor_parallel_gather(shard))
+
+
 def iter_full_tensors(
     model: GPTModel,
     shapes: Mapping[str, tuple[tuple[int, ...], torch.dtype]],
@@ -126,7 +139,7 @@ def iter_full_tensors(
             held = state[local[name]] if name in local else None
             full = broadcast_expert(model, name, held, shape)
         elif pp_rank == owner:
-            full = tp_merge(name, tensor_parallel_gather(state[local[name]].detach()))
+            full = _full_from_tensor_parallel(name, state[local[name]].detach())
         else:
             full = torch.empty(shape, dtype=dtype, device=device)
         if pp_size > 1:
