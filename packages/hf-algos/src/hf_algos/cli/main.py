@@ -57,6 +57,7 @@ from hf_algos.run_dirs import (
     saves_nothing,
 )
 from hf_algos.run_lock import RunLock, lock_run_directory
+from hf_algos.serve.config import ServeConfig
 from hf_algos.trainers.roles.placement import PoolLayout, start_workers_early
 from hf_controller import ConfigurationError, start_ray_in_background
 
@@ -126,6 +127,14 @@ GENERATE = Command(
 )
 """``hybridflow generate``: a training config's model, prompt format and rollout, no training."""
 
+SERVE = Command(
+    "serve the Tinker training API (forward_backward, optim_step, sample, ...) over worker "
+    "groups, for the official tinker SDK and tinker-cookbook (docs/serve.md)",
+    ServeConfig,
+    "",
+)
+"""``hybridflow serve``: a Tinker-compatible HTTP server (:mod:`hf_algos.serve`)."""
+
 _GRAMMAR = """overrides (after the options, any number; docs/cli.md "Override grammar"):
   key.sub=value      set a key (1e-6, true, null, [a,b], {k: v}, 'quoted text')
   +key.sub=value     add a key inside a free mapping (rollout.engine_kwargs, vars, ...)
@@ -183,6 +192,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="answers sampled per prompt at rollout.temperature (default: one greedy answer)",
     )
     _add_config_arguments(generate)
+    serve = commands.add_parser(
+        "serve",
+        help=SERVE.summary,
+        description=f"hybridflow serve: {SERVE.summary}. Binds serve.host:serve.port "
+        "(127.0.0.1:8000); any other address needs the API key in serve.api_key_env.",
+        epilog=f"config sections (ServeConfig):\n{describe_sections(ServeConfig)}\n\n{_GRAMMAR}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_config_arguments(serve)
     export = commands.add_parser(
         "export",
         help="turn a training checkpoint into a Hugging Face model directory",
@@ -412,6 +430,17 @@ def export(args: argparse.Namespace) -> None:
     print(f"hybridflow: exported global_step {step} ({role_dir.parent}) to {out}")
 
 
+def run_serve(args: argparse.Namespace) -> None:
+    """``hybridflow serve``: the config checked (``--cfg`` prints it), then the server runs
+    until stopped."""
+    from hf_algos.serve.server import serve
+
+    tree = compose_command_config(SERVE, args)
+    config, _ = load_command_config(SERVE, args, tree)
+    if not args.cfg:
+        serve(config)
+
+
 def hide_weight_loading_bars() -> None:
     """No "Loading weights" bar from every worker that loads a model (transformers' and
     huggingface_hub's bars, in this process and the workers, which inherit its environment)
@@ -431,6 +460,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_OK
         if args.command == "convert-verl":
             write_native_config(args, COMMANDS[args.target].config)
+            return EXIT_OK
+        if args.command == "serve":
+            run_serve(args)
             return EXIT_OK
         command = GENERATE if args.command == "generate" else COMMANDS[args.command]
         if command is GENERATE:
