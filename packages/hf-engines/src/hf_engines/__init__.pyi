@@ -22,6 +22,7 @@ from .megatron import MegatronEngine as MegatronEngine
 from .micro_batch import split_by_size as split_by_size
 from .micro_batch import split_by_token_budget as split_by_token_budget
 from .micro_batch import split_micro_batches as split_micro_batches
+from .optim import OptimHyper as OptimHyper
 from .optim import build_optimizer as build_optimizer
 from .schedule import build_lr_scheduler as build_lr_scheduler
 from .schedule import lr_multiplier as lr_multiplier

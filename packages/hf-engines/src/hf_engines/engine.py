@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from os import PathLike
-from typing import Protocol, TypedDict, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypedDict, runtime_checkable
 
 import torch
 
 from hf_protocol import DataProto, fields
+
+if TYPE_CHECKING:
+    from hf_engines.optim import OptimHyper
 
 
 class ModelOutputs(TypedDict, total=False):
@@ -99,6 +102,29 @@ class TrainingEngine(Protocol):
         (any size >= 1; see :data:`LossFn` for how the loss is normalised). The temperature
         is read from ``mini_batch.meta_info["temperature"]`` (default 1.0).
         Returns the averaged ``loss_fn`` metrics plus ``loss``, ``grad_norm`` and ``lr``.
+        Exactly :meth:`forward_backward` then :meth:`optim_step`.
+        """
+        ...
+
+    def forward_backward(self, mini_batch: DataProto, loss_fn: LossFn) -> dict[str, float]:
+        """Forward and backward over ``mini_batch``, adding to the gradients; no step.
+
+        The first half of :meth:`train_step`: micro-batches, the mini-batch totals (of this
+        call's ``mini_batch``), back-propagation. Gradients are neither stepped nor zeroed,
+        so several calls before one :meth:`optim_step` sum their gradients (a loss that is
+        a plain sum, not normalised per call, then steps as one call over all the data).
+        Returns the averaged ``loss_fn`` metrics plus ``loss``.
+        """
+        ...
+
+    def optim_step(self, hyper: OptimHyper | None = None) -> dict[str, float]:
+        """One optimizer step on the gradients accumulated since the last one, then zero them.
+
+        Clips the global gradient norm (``optim.grad_clip``, or ``hyper.grad_clip_norm``
+        when ``hyper`` is given; 0 there means no clipping), skips the update when the norm
+        is not finite, steps the LR schedule and ``global_step``. With ``hyper`` its AdamW
+        values are used for this step instead of ``optim.*`` and the LR schedule. Returns
+        ``grad_norm`` (before clipping) and ``lr`` (the step's learning rate).
         """
         ...
 

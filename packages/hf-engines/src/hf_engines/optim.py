@@ -16,7 +16,9 @@ every parameter as with a single optimizer.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -73,6 +75,82 @@ def build_optimizer(
             "transformer blocks for Muon to step; use optim.name='adamw'"
         )
     return MuonWithAdamW(muon_params, adamw_params, config, adamw_options)
+
+
+@dataclass(frozen=True)
+class OptimHyper:
+    """AdamW hyper-parameters for one optimizer step, given per call (Tinker's
+    ``AdamParams``); an engine's ``optim_step(hyper)`` uses them instead of
+    ``optim.*`` and the LR schedule for that step."""
+
+    learning_rate: float
+    """The step's learning rate (the LR schedule is not consulted)."""
+    beta1: float = 0.9
+    """AdamW's first-moment decay."""
+    beta2: float = 0.95
+    """AdamW's second-moment decay."""
+    eps: float = 1e-12
+    """AdamW's denominator epsilon."""
+    weight_decay: float = 0.0
+    """Decoupled weight decay (AdamW's: each weight shrinks by ``lr * weight_decay``)."""
+    grad_clip_norm: float = 0.0
+    """Clip the global gradient norm to this value; 0: no clipping."""
+
+    def __post_init__(self) -> None:
+        _check_hyper("learning_rate", self.learning_rate, ">= 0", self.learning_rate >= 0)
+        for name in ("beta1", "beta2"):
+            value = getattr(self, name)
+            _check_hyper(name, value, "in [0, 1)", 0 <= value < 1)
+        _check_hyper("eps", self.eps, "> 0", self.eps > 0)
+        _check_hyper("weight_decay", self.weight_decay, ">= 0", self.weight_decay >= 0)
+        _check_hyper("grad_clip_norm", self.grad_clip_norm, ">= 0", self.grad_clip_norm >= 0)
+
+    @property
+    def max_grad_norm(self) -> float | None:
+        """The clipping threshold, ``None`` for no clipping (``grad_clip_norm`` 0)."""
+        return self.grad_clip_norm or None
+
+
+def _check_hyper(name: str, value: float, rule: str, valid: bool) -> None:
+    """Raise a ``ValueError`` naming ``name``, ``value`` and ``rule`` unless ``valid``
+    (a NaN fails every rule)."""
+    if not valid:
+        raise ValueError(
+            f"OptimHyper.{name}={value!r} is invalid; it must be {rule}: pass a finite "
+            f"{name} {rule}"
+        )
+
+
+_HYPER_KEYS = ("lr", "betas", "eps", "weight_decay")
+
+
+@contextmanager
+def hyper_params(optimizer: torch.optim.Optimizer, hyper: OptimHyper | None) -> Iterator[None]:
+    """Within the block every param group of ``optimizer`` (AdamW) has ``hyper``'s values;
+    afterwards the groups' own ``betas``, ``eps``, ``weight_decay`` and ``lr`` are back, so a
+    later step without ``hyper`` is the configured one. ``None``: nothing changes."""
+    if hyper is None:
+        yield
+        return
+    if any("betas" not in group for group in optimizer.param_groups):
+        raise ValueError(
+            f"OptimHyper sets AdamW's hyper-parameters, but {type(optimizer).__name__} has a "
+            "param group without betas (Muon's); use optim.name='adamw' for per-step "
+            "hyper-parameters"
+        )
+    saved = [{key: group[key] for key in _HYPER_KEYS} for group in optimizer.param_groups]
+    for group in optimizer.param_groups:
+        group.update(
+            lr=hyper.learning_rate,
+            betas=(hyper.beta1, hyper.beta2),
+            eps=hyper.eps,
+            weight_decay=hyper.weight_decay,
+        )
+    try:
+        yield
+    finally:
+        for group, values in zip(optimizer.param_groups, saved, strict=True):
+            group.update(values)
 
 
 def split_parameters(

@@ -112,6 +112,15 @@ def toy_nll_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
     return loss, {"nll": float(nll_sum.detach() / mask.sum().clamp(min=1.0))}
 
 
+def toy_sum_nll_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
+    """The summed (not normalised) negative log-likelihood of the responses (metric
+    ``nll``: its own token mean): gradients of calls over parts of a batch add up to the
+    whole batch's, as a Tinker client's ``cross_entropy`` with per-token weights."""
+    mask = _response_mask(micro_batch, outputs["log_probs"].device)
+    nll_sum = -(outputs["log_probs"] * mask).sum()
+    return nll_sum, {"nll": float(nll_sum.detach() / mask.sum().clamp(min=1.0))}
+
+
 def toy_value_loss(outputs: ModelOutputs, micro_batch: DataProto) -> LossOutput:
     """This micro-batch's share of the token-mean squared error of the values against a
     target of 1 (metric ``vf_loss``: its own token mean)."""

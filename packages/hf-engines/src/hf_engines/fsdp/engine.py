@@ -48,7 +48,7 @@ from hf_engines.micro_batch import (
     with_totals,
 )
 from hf_engines.models import build_hf_model, transformer_blocks
-from hf_engines.optim import build_optimizer
+from hf_engines.optim import OptimHyper, build_optimizer, hyper_params
 from hf_engines.output_head import token_scorer
 from hf_engines.precision import with_compute_dtype
 from hf_engines.schedule import build_lr_scheduler
@@ -278,10 +278,21 @@ class FSDPEngine:
     def train_step(self, mini_batch: DataProto, loss_fn: LossFn) -> dict[str, float]:
         """One optimizer step over this rank's ``mini_batch``; see :class:`TrainingEngine`.
 
+        :meth:`forward_backward` then :meth:`optim_step` with the configured optimizer.
+        """
+        result = self.forward_backward(mini_batch, loss_fn)
+        result.update(self.optim_step())
+        return result
+
+    def forward_backward(self, mini_batch: DataProto, loss_fn: LossFn) -> dict[str, float]:
+        """Add this rank's ``mini_batch`` gradients to the accumulated ones; no step.
+
         Every micro-batch gets the mini-batch's token and sequence totals over all ranks
         (:data:`~hf_engines.engine.LossFn`) and returns its share of the mini-batch loss;
         the shares are back-propagated times the world size, since FSDP averages gradients
-        over ranks, so the step equals one over the whole mini-batch at once.
+        over ranks, so the gradient equals one over the whole mini-batch at once. With
+        ``fsdp.gradient_sync`` at the last micro-batch, each call reduces once, at its
+        last; FSDP2 adds the reduced gradient to the sharded one already there.
         """
         # from_pretrained leaves the model in eval mode, where transformers skips activation
         # checkpointing: a run whose first forward is a training step would hold every
@@ -316,22 +327,32 @@ class FSDPEngine:
                     add_metrics(sums, metrics, counted)
             if self.device.type == "cpu":  # this micro-batch's freed activations, before the next
                 release_host_memory()
-        grad_norm = self._clip_gradients()
+        return global_step_metrics(local_loss, sums, with_tokens, self.device)
+
+    def optim_step(self, hyper: OptimHyper | None = None) -> dict[str, float]:
+        """Step on the accumulated gradients and zero them; see :class:`TrainingEngine`.
+
+        ``hyper``: this step's AdamW values and clipping instead of ``optim.*`` and the LR
+        schedule (which still counts the step, so a later step without ``hyper`` is where
+        the schedule would be).
+        """
+        # The configured clip is the no-argument call (ulysses_scenarios.py wraps it).
+        grad_norm = self._clip_gradients() if hyper is None else self._clip_gradients(hyper)
         # A non-finite norm (the same on every rank) would poison the weights: skip the
         # update, but keep the schedule and step count moving so every rank stays aligned.
-        if math.isfinite(grad_norm):
-            self.optimizer.step()
-        lr = float(self.scheduler.get_last_lr()[0])
+        with hyper_params(self.optimizer, hyper):
+            if math.isfinite(grad_norm):
+                self.optimizer.step()
+        lr = float(self.scheduler.get_last_lr()[0]) if hyper is None else hyper.learning_rate
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self._global_step += 1
-        result = global_step_metrics(local_loss, sums, with_tokens, self.device)
-        result.update(grad_norm=grad_norm, lr=lr)
-        return result
+        return {"grad_norm": grad_norm, "lr": lr}
 
-    def _clip_gradients(self) -> float:
-        """Clip the global gradient norm (if configured) and return it before clipping."""
-        max_norm = self.config.optim.grad_clip
+    def _clip_gradients(self, hyper: OptimHyper | None = None) -> float:
+        """Clip the global gradient norm (``optim.grad_clip``, or ``hyper``'s if given) and
+        return it before clipping."""
+        max_norm = self.config.optim.grad_clip if hyper is None else hyper.max_grad_norm
         if max_norm is None:
             # Only the norm: clip_grad_norm_ would also multiply every gradient by 1.0.
             grads = [p.grad for p in self.trainable if p.grad is not None]

@@ -50,7 +50,7 @@ from hf_engines.micro_batch import (
     with_totals,
 )
 from hf_engines.models import build_hf_model, build_meta_hf_model
-from hf_engines.optim import build_optimizer
+from hf_engines.optim import OptimHyper, build_optimizer, hyper_params
 from hf_engines.schedule import build_lr_scheduler
 from hf_protocol import DataProto, fields
 from hf_protocol.routing import ROUTED_EXPERTS
@@ -201,10 +201,20 @@ class MegatronEngine:
     def train_step(self, mini_batch: DataProto, loss_fn: LossFn) -> dict[str, float]:
         """One optimizer step over this replica's ``mini_batch``; see :class:`TrainingEngine`.
 
+        :meth:`forward_backward` then :meth:`optim_step` with the configured optimizer.
+        """
+        result = self.forward_backward(mini_batch, loss_fn)
+        result.update(self.optim_step())
+        return result
+
+    def forward_backward(self, mini_batch: DataProto, loss_fn: LossFn) -> dict[str, float]:
+        """Add this replica's ``mini_batch`` gradients to the local ones; no step.
+
         Every micro-batch gets the mini-batch's token and sequence totals over all
         data-parallel replicas (:data:`~hf_engines.engine.LossFn`) and returns its share of
-        the mini-batch loss; gradients are summed over replicas, so back-propagating the
-        shares as they are makes the step equal one over the whole mini-batch at once.
+        the mini-batch loss; gradients are summed over replicas in :meth:`optim_step`, once
+        for everything accumulated since the last step (the sum is linear, so reducing
+        each call's gradients apart would give the same step with more collectives).
         """
         temperature = float(mini_batch.meta_info.get(fields.TEMPERATURE, 1.0))
         inputs, _ = self._inputs(mini_batch)  # fillers have no response tokens
@@ -226,18 +236,6 @@ class MegatronEngine:
             return share
 
         run_schedule(self.model, inputs, loss_head, self.hf_config.hidden_size, True)
-        reduce_gradients(self.model)
-        grad_norm = clip_gradients(self.model, self.config.optim.grad_clip)
-        # A non-finite norm is the same on every rank: skip the update, keep ranks aligned.
-        if math.isfinite(grad_norm):
-            if self._zero is None:
-                self.optimizer.step()
-            else:  # distributed optimizer: each rank steps its share, then they exchange
-                self._zero.step(self.optimizer)
-        lr = float(self.scheduler.get_last_lr()[0])
-        self.scheduler.step()
-        self.model.zero_grad(set_to_none=True)
-        self._global_step += 1
         result = global_step_metrics(
             local["loss"],
             sums,
@@ -245,9 +243,29 @@ class MegatronEngine:
             self.device,
             parallel_state.get_data_parallel_group(),
         )
-        result = _from_last_stage(result)
-        result.update(grad_norm=grad_norm, lr=lr)
-        return result
+        return _from_last_stage(result)
+
+    def optim_step(self, hyper: OptimHyper | None = None) -> dict[str, float]:
+        """Reduce the accumulated gradients, step and zero them; see :class:`TrainingEngine`.
+
+        ``hyper``: this step's AdamW values and clipping instead of ``optim.*`` and the LR
+        schedule (which still counts the step).
+        """
+        reduce_gradients(self.model)
+        max_norm = self.config.optim.grad_clip if hyper is None else hyper.max_grad_norm
+        grad_norm = clip_gradients(self.model, max_norm)
+        # A non-finite norm is the same on every rank: skip the update, keep ranks aligned.
+        with hyper_params(self.optimizer, hyper):
+            if math.isfinite(grad_norm):
+                if self._zero is None:
+                    self.optimizer.step()
+                else:  # distributed optimizer: each rank steps its share, then they exchange
+                    self._zero.step(self.optimizer)
+        lr = float(self.scheduler.get_last_lr()[0]) if hyper is None else hyper.learning_rate
+        self.scheduler.step()
+        self.model.zero_grad(set_to_none=True)
+        self._global_step += 1
+        return {"grad_norm": grad_norm, "lr": lr}
 
     def _data_parallel_sums(self, *values: float) -> list[float]:
         """Sums of ``values`` over the data-parallel replicas (one all-reduce)."""
