@@ -77,7 +77,12 @@ def prepare(config: ServeConfig) -> tuple[uvicorn.Server, socket.socket, str]:
 
 
 def serve(config: ServeConfig) -> None:
-    """Run the server for ``config`` until interrupted."""
+    """Run the server for ``config`` until interrupted (Ray, when used, started here on
+    the main thread, where its signal handling belongs, not by the first client)."""
+    if config.trainer.backend == "ray":
+        from hf_controller import ensure_ray
+
+        ensure_ray(include_dashboard=config.trainer.ray_dashboard)
     server, sock, _ = prepare(config)
     server.run(sockets=[sock])
 

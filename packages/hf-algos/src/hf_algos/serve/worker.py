@@ -30,11 +30,11 @@ def _inputs(micro_batch: DataProto, width: int) -> dict[str, torch.Tensor]:
     """The loss inputs of ``micro_batch`` cut to the response ``width`` the engine used."""
     assert micro_batch.batch is not None
     prefix = input_column("")
-    return {
-        key.removeprefix(prefix): value[:, :width]
-        for key, value in micro_batch.batch.items()
-        if key.startswith(prefix) and key != ROW and value.dim() == 2
-    }
+    inputs: dict[str, torch.Tensor] = {}
+    for key, value in micro_batch.batch.items():
+        if isinstance(value, torch.Tensor) and key.startswith(prefix) and value.dim() == 2:
+            inputs[key.removeprefix(prefix)] = value[:, :width]
+    return inputs
 
 
 class TinkerActorWorker(SyncActorWorker):
