@@ -62,8 +62,15 @@ DEFAULT_TRL_PYTHON = HERE / ".venv-trl" / "bin" / "python"
 DEFAULT_PLOT = ROOT / "docs" / "images" / "bench_real_grpo.png"
 CONFIG_NAME = "smollm2_chain_sum"
 PACKAGES = ("hf-algos", "hf-engines", "hf-rollout", "hf-controller", "hf-protocol")
-COLUMNS = {"plain": "plain torch loop", "trl": "TRL GRPOTrainer", "hybridflow": "HybridFlow"}
+COLUMNS = {
+    "plain": "plain torch loop",
+    "trl": "TRL GRPOTrainer",
+    "hybridflow": "HybridFlow",
+    "tinker": "Tinker API (hybridflow serve)",
+}
 """Column key (``--columns``, record file prefix) -> name in the table."""
+NOOP_CALLS = 30
+"""One-token ``forward`` round trips the ``tinker`` column times after its run."""
 COLUMN_TIMEOUT_S = 4 * 3600.0
 """Longest a column's process may run before it is killed and reported as failed."""
 HYBRIDFLOW_CLI = "import sys; from hf_algos.cli import main; sys.exit(main())"
@@ -357,7 +364,7 @@ def plot_curves(columns: list[Column], target: float | None, path: Path) -> Path
     import matplotlib.pyplot as plt
 
     figure, axis = plt.subplots(figsize=(7, 4.2))
-    colours = dict(zip(COLUMNS, ("tab:grey", "tab:orange", "tab:blue"), strict=True))
+    colours = dict(zip(COLUMNS, ("tab:grey", "tab:orange", "tab:blue", "tab:green"), strict=True))
     labelled: set[str] = set()
     for column in columns:
         if column.record is None:
@@ -389,6 +396,26 @@ def plot_curves(columns: list[Column], target: float | None, path: Path) -> Path
     return path
 
 
+def noop_lines(columns: list[Column]) -> list[str]:
+    """The Tinker column's cost per API call: its one-token ``forward`` round trips, as a
+    share of its median step."""
+    lines = []
+    for column in columns:
+        record = column.record or {}
+        calls = record.get("noop_call_seconds")
+        if column.key != "tinker" or not calls or not record.get("step_seconds"):
+            continue
+        call, step = statistics.median(calls), statistics.median(record["step_seconds"])
+        lines.append(
+            f"- Tinker API seed {column.seed}: a one-token `forward` round trip takes "
+            f"{call * 1000:.0f} ms (median of {len(calls)}), {100 * call / step:.1f}% of its "
+            f"median step ({step:.1f} s); a step makes "
+            f"{record.get('calls_per_step', 'about 1 + prompts + 2')} API calls; median "
+            f"seconds per phase: {json.dumps(record.get('phase_seconds', {}))}."
+        )
+    return lines
+
+
 def report_block(
     columns: list[Column],
     table: str,
@@ -416,6 +443,7 @@ def report_block(
     for column in columns:
         if column.record is None:
             lines.append(f"- {COLUMNS[column.key]} seed {column.seed}: {column.status[:300]}")
+    lines += noop_lines(columns)
     try:
         relative = plot.resolve().relative_to((ROOT / "docs").resolve())
     except ValueError:
@@ -431,8 +459,10 @@ def run_column(args: argparse.Namespace, name: str, seed: int) -> Column:
     if name == "trl" and not args.trl_python.exists():
         why = f"skipped: {args.trl_python} missing; run tools/bench/setup_trl_venv.sh"
         return Column(name, seed, None, why)
-    python = Path(sys.executable) if name == "plain" else args.trl_python
+    python = args.trl_python if name == "trl" else Path(sys.executable)
     command = baseline_command(python, name, args, seed)
+    if name == "tinker":  # and the API's cost per call: one-token forward round trips
+        command += ["--noop-calls", str(NOOP_CALLS)]
     return run_process(name, seed, command, args.workdir, column_env(args.threads))
 
 
