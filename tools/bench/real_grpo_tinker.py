@@ -206,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"step {step:3d}  {seconds:7.1f}s  {accuracy}", flush=True)
 
         validate(0, 0.0)
-        per_step, phases = settings.prompts_per_step, {}
+        per_step = settings.prompts_per_step
+        phases: dict[str, list[float]] = {}
         for step in range(1, args.steps + 1):
             start = time.perf_counter()
             rows = train[(step - 1) * per_step : step * per_step]
