@@ -166,3 +166,23 @@ def test_a_bad_loss_is_an_error_naming_it(server: str, tiny_model_dir: Path) -> 
             model.forward_backward([bad], "cross_entropy").result()
     finally:
         service.close("success").result()
+
+
+def test_a_lora_client_trains_its_adapters(client: Any, tiny_model_dir: Path) -> None:
+    lora = client.create_lora_training_client(base_model=str(tiny_model_dir), rank=4).result()
+    info = lora.get_info()
+    assert info.is_lora and info.lora_rank == 4
+    losses = []
+    for _ in range(10):
+        result = lora.forward_backward([datum(SEQUENCE)], "cross_entropy").result()
+        lora.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+        losses.append(result.metrics["loss:sum"])
+    assert losses[-1] < losses[0] - 1.0, losses  # the adapters moved the model
+    # the sampler gets the adapters merged: its greedy token's log-prob is the trainer's
+    sampler = lora.save_weights_and_get_sampling_client().result()
+    params = types.SamplingParams(max_tokens=1, temperature=0.0)
+    prompt = types.ModelInput.from_ints(SEQUENCE[:1])
+    (sequence,) = sampler.sample(prompt, 1, params).result().sequences
+    scored = lora.forward([datum([SEQUENCE[0], *sequence.tokens])], "cross_entropy").result()
+    trainer_logprob = scored.loss_fn_outputs[0]["logprobs"].tolist()[0]
+    assert sequence.logprobs[0] == pytest.approx(trainer_logprob, abs=1e-4)

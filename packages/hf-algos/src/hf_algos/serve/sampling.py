@@ -1,7 +1,8 @@
 """Sample requests batched: clients send one request per sample (tinker-cookbook sends a
 group's samples as separate calls), and generating them one at a time would leave the
 rollout mostly idle. Requests that arrive within ``wait_s`` of each other and share their
-sampling settings are generated in one ``generate_sequences`` call.
+sampling settings are generated in one ``generate_sequences`` call (the batch closes once
+no new request came for ``wait_s``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from concurrent.futures import Future
 from hf_algos.serve.models import SampleCall, ServedModel
 from hf_algos.serve.wire import SampledSequence
 from hf_rollout import SamplingConfig
+
+MAX_WAITS = 10
+"""A batch waits at most this many ``wait_s`` periods for more calls."""
 
 
 class SampleBatcher:
@@ -36,9 +40,16 @@ class SampleBatcher:
         return future
 
     def _drain(self) -> None:
-        """On the runner: wait ``wait_s`` for more calls, then generate every pending one,
-        one batch per distinct sampling config."""
-        time.sleep(self.wait_s)
+        """On the runner: wait until no call arrived for ``wait_s`` (at most
+        ``MAX_WAITS`` times), then generate every pending one, one batch per distinct
+        sampling config."""
+        for _ in range(MAX_WAITS):
+            with self._lock:
+                seen = len(self._pending)
+            time.sleep(self.wait_s)
+            with self._lock:
+                if len(self._pending) == seen:
+                    break
         with self._lock:
             pending, self._pending = self._pending, []
             self._scheduled = False
