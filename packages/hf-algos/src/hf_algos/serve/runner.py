@@ -40,8 +40,9 @@ class OrderedRunner:
     """Runs submitted work on one thread: training calls in ``seq_id`` order (a call whose
     predecessors have not arrived waits for them), other calls in arrival order."""
 
-    def __init__(self, name: str, first_seq: int = 1) -> None:
+    def __init__(self, name: str, first_seq: int = 1, gap_timeout_s: float = 120.0) -> None:
         self.name = name
+        self.gap_timeout_s = gap_timeout_s
         self._queue: queue.Queue[_Job | None] = queue.Queue()
         self._lock = threading.Lock()
         self._next_seq = first_seq
@@ -71,10 +72,40 @@ class OrderedRunner:
                     f"{self._next_seq}); each training call needs a new, increasing seq_id"
                 )
             self._waiting[seq_id] = job
-            while self._next_seq in self._waiting:
-                self._queue.put(self._waiting.pop(self._next_seq))
-                self._next_seq += 1
+            self._release()
+            if seq_id in self._waiting:  # a predecessor is missing: do not wait forever
+                timer = threading.Timer(self.gap_timeout_s, self._give_up_on_gap, (seq_id,))
+                timer.daemon = True
+                timer.start()
         return job.future
+
+    def _release(self) -> None:
+        """Queue the waiting calls that are next in order (under the lock)."""
+        while self._next_seq in self._waiting:
+            self._queue.put(self._waiting.pop(self._next_seq))
+            self._next_seq += 1
+
+    def _give_up_on_gap(self, seq_id: int) -> None:
+        """``seq_id`` still waits after ``gap_timeout_s``: its missing predecessors never
+        came (a request rejected before it was queued). It fails naming them, and the calls
+        after it go on."""
+        with self._lock:
+            job = self._waiting.get(seq_id)
+            if job is None or self._next_seq > seq_id:
+                return
+            missing = [s for s in range(self._next_seq, seq_id) if s not in self._waiting]
+            if not missing or min(self._waiting) != seq_id:
+                return
+            del self._waiting[seq_id]
+            self._next_seq = seq_id + 1
+            self._release()
+        job.future.set_exception(
+            BadRequestError(
+                f"seq_id {seq_id} of model {self.name!r} waited {self.gap_timeout_s:.0f} s for "
+                f"seq_id {missing} (never received: rejected before it was queued?); it "
+                "was not run, and the calls after it go on"
+            )
+        )
 
     def close(self) -> None:
         """Stop after the queued work (calls still waiting for a predecessor are cancelled)."""
