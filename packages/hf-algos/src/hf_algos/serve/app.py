@@ -273,9 +273,9 @@ def _future_routes(app: FastAPI, service: TinkerService) -> None:
         except Exception as error:  # the call failed: Tinker's RequestFailedResponse
             logger.warning("request %s failed: %s", body.request_id, error)
             return JSONResponse(failure(error))
-        if reply is None:
+        if reply is None:  # 408 with try_again: the SDK polls again at once, without a warning
             pending = {"type": "try_again", "request_id": body.request_id, "queue_state": "active"}
-            return JSONResponse(pending)
+            return JSONResponse(pending, status_code=408)
         if isinstance(reply.body, bytes):
             return Response(reply.body, media_type=reply.media_type)
         return JSONResponse(reply.body)
