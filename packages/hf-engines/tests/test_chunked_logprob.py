@@ -70,13 +70,20 @@ def full_log_probs(
 @pytest.mark.parametrize("math", [HeadMath(), HeadMath(scale=0.5, softcap=2.0, temperature=0.7)])
 @pytest.mark.parametrize("chunk", [1, 5, 64])
 @pytest.mark.parametrize("terms", ["both", "log_probs", "entropy"])
-def test_function_matches_full_logits(math: HeadMath, chunk: int, terms: str) -> None:
+@pytest.mark.parametrize("masked", [False, True])
+def test_function_matches_full_logits(math: HeadMath, chunk: int, terms: str, masked: bool) -> None:
+    """``masked``: tokens the loss weighs 0 (a whole row, and every other token), which the
+    backward skips, get zero gradients and the others the full path's."""
     generator = torch.Generator().manual_seed(0)
     hidden = torch.randn(3, 7, 16, generator=generator, requires_grad=True)
     weight = torch.randn(40, 16, generator=generator).mul_(0.5).requires_grad_()
     bias = torch.randn(40, generator=generator, requires_grad=True)
     targets = torch.randint(0, 40, (3, 7), generator=generator)
     a, b = torch.randn(3, 7, generator=generator), torch.randn(3, 7, generator=generator)
+    if masked:
+        for weights in (a, b):
+            weights[1] = 0.0
+            weights[:, ::2] = 0.0
 
     def loss(log_probs: torch.Tensor, entropy: torch.Tensor) -> torch.Tensor:
         lp_term, ent_term = (log_probs * a).sum(), (entropy * b).sum()

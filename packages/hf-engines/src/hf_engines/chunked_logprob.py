@@ -172,8 +172,11 @@ class ChunkedLogProbs(torch.autograd.Function):
             grad_entropy = grad_entropy.reshape(-1)
         grad_weight = torch.zeros_like(weight, dtype=torch.float32) if need_weight else None
         grad_bias = torch.zeros_like(bias, dtype=torch.float32) if need_bias else None
-        for i in range(0, hidden.shape[0], chunk):
-            rows = slice(i, i + chunk)
+        # Only tokens with a gradient are recomputed: padding, and positions a loss weighs
+        # 0 (a prompt's, under a Tinker client's loss), add nothing.
+        live = _live_tokens(grad_log_probs, grad_entropy)
+        for i in range(0, live.numel(), chunk):
+            rows = live[i : i + chunk]
             logits, tanh = _logits(hidden[rows], weight, bias, math, keep_tanh=True)
             grad = _logits_grad(
                 logits,
@@ -201,6 +204,17 @@ class ChunkedLogProbs(torch.autograd.Function):
             None,
             None,
         )
+
+
+def _live_tokens(
+    grad_log_probs: torch.Tensor | None, grad_entropy: torch.Tensor | None
+) -> torch.Tensor:
+    """Indices of the tokens whose log-prob or entropy gradient is not zero, ``(n,)`` long."""
+    grads = [g for g in (grad_log_probs, grad_entropy) if g is not None]
+    live = grads[0] != 0
+    for grad in grads[1:]:
+        live |= grad != 0
+    return live.nonzero().squeeze(-1)
 
 
 def chunked_log_probs(
