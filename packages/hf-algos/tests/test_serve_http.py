@@ -146,3 +146,35 @@ def test_a_dropped_client_leaves_the_server_serving_and_futures_expire(
     expired = post(url, "retrieve_future", {"request_id": request_id})
     assert expired.status_code == 404 and "expired" in expired.json()["error"]
     assert post(url, f"sessions/{session_id}/finish", {}).status_code == 200
+
+
+def test_a_client_that_fails_to_start_is_an_error_and_frees_its_slot(
+    url: str, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hf_algos.serve.models import ServedModel
+
+    def broken(self: ServedModel) -> None:
+        raise RuntimeError("the worker group could not start (test)")
+
+    session = post(url, "create_session", {"tags": [], "user_metadata": {}, "sdk_version": "t"})
+    session_id = session.json()["session_id"]
+    body = {"session_id": session_id, "model_seq_id": 0, "base_model": str(tiny_model_dir)}
+    with monkeypatch.context() as patch:
+        patch.setattr(ServedModel, "build", broken)
+        request_id = post(url, "create_model", body).json()["request_id"]
+        answer = wait_for(url, request_id)
+    assert answer["category"] == "server" and "could not start (test)" in answer["error"]
+    retry = post(url, "create_model", {**body, "model_seq_id": 1})  # serve.max_models=1
+    assert retry.status_code == 200, retry.text
+    assert wait_for(url, retry.json()["request_id"])["model_id"] == f"{session_id}:train:1"
+    post(url, f"sessions/{session_id}/finish", {})
+
+
+def wait_for(url: str, request_id: str) -> dict:
+    """The future's answer once it is not ``try_again`` (at most 120 s)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        answer = post(url, "retrieve_future", {"request_id": request_id}).json()
+        if answer.get("type") != "try_again":
+            return answer
+    raise AssertionError(f"{request_id} still pending after 120 s")

@@ -155,7 +155,13 @@ class TinkerService:
         session.models.append(model_id)
 
         def build() -> Reply:
-            model.build()
+            try:
+                model.build()
+            except BaseException:  # a client that never started holds no slot
+                self.models.pop(model_id, None)
+                self.batchers.pop(model_id, None)
+                threading.Thread(target=model.close, daemon=True).start()
+                raise
             return Reply({"model_id": model_id, "type": "create_model"})
 
         return {**self._track(model.runner.submit(build)), "model_id": model_id}
