@@ -16,10 +16,11 @@ import pytest
 
 pytest.importorskip("tinker", reason="needs the serve extra (the tinker SDK)")
 
-from hf_algos.config import load_config
 from hf_algos.serve.config import ServeConfig
 from hf_algos.serve.server import api_key, running_server
 from hf_controller import ConfigurationError
+
+from .serve_helpers import serve_config
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -28,19 +29,15 @@ KEY_ENV = "HYBRIDFLOW_TEST_SERVE_KEY"
 
 
 def config(model: Path, root: Path, *extra: str) -> ServeConfig:
-    return load_config(
-        ServeConfig,
-        overrides=[
-            f"actor.engine.model.path={model}",
-            "trainer.backend=local",
-            "serve.port=0",
-            "serve.poll_wait_s=1",
-            "serve.future_ttl_s=2",
-            "serve.max_request_mb=0.01",
-            f"serve.api_key_env={KEY_ENV}",
-            f"serve.state_dir={root}",
-            *extra,
-        ],
+    """The guarded server: a key, a 10 KiB body cap, 2 s future TTL, 1 s polls."""
+    return serve_config(
+        model,
+        root,
+        "serve.poll_wait_s=1",
+        "serve.future_ttl_s=2",
+        "serve.max_request_mb=0.01",
+        f"serve.api_key_env={KEY_ENV}",
+        *extra,
     )
 
 

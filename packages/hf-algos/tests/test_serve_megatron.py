@@ -15,9 +15,9 @@ tinker = pytest.importorskip("tinker", reason="needs the serve extra (the tinker
 from tinker import types  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from hf_algos.config import load_config  # noqa: E402
-from hf_algos.serve.config import ServeConfig  # noqa: E402
 from hf_algos.serve.server import running_server  # noqa: E402
+
+from .serve_helpers import serve_config  # noqa: E402
 
 pytestmark = [pytest.mark.second_lane, pytest.mark.timeout(600)]
 
@@ -38,16 +38,12 @@ def reference(model_dir: Path) -> tuple[float, float]:
 def test_a_megatron_client_matches_transformers_and_learns(
     ray_session: Any, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    config = load_config(
-        ServeConfig,
-        overrides=[
-            f"actor.engine.model.path={tiny_model_dir}",
-            "actor.engine.backend=megatron",
-            "actor.engine.fsdp.param_dtype=float32",
-            "trainer.backend=ray",
-            "serve.port=0",
-            f"serve.state_dir={tmp_path}",
-        ],
+    config = serve_config(
+        tiny_model_dir,
+        tmp_path,
+        "actor.engine.backend=megatron",
+        "actor.engine.fsdp.param_dtype=float32",
+        "trainer.backend=ray",
     )
     datum = types.Datum(
         model_input=types.ModelInput.from_ints(SEQUENCE[:-1]),

@@ -18,9 +18,9 @@ import pytest
 tinker = pytest.importorskip("tinker", reason="needs the serve extra (the tinker SDK)")
 from tinker import types  # noqa: E402
 
-from hf_algos.config import load_config  # noqa: E402
-from hf_algos.serve.config import ServeConfig  # noqa: E402
 from hf_algos.serve.server import running_server  # noqa: E402
+
+from .serve_helpers import serve_config  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -29,28 +29,17 @@ SEQUENCE = [5, 17, 29, 41, 53, 65, 77, 89, 101, 113]
 """The 'document' the SL loop memorises (token ids of the tiny model's vocabulary)."""
 
 
-def serve_config(model: Path, root: Path, *extra: str) -> ServeConfig:
-    """A local-backend server for the tiny model, its state under ``root``."""
-    return load_config(
-        ServeConfig,
-        overrides=[
-            f"actor.engine.model.path={model}",
-            "actor.engine.micro_batch.micro_batch_size=8",
-            "trainer.backend=local",
-            "trainer.n_workers=1",
-            "serve.port=0",
-            "serve.poll_wait_s=2",
-            "serve.max_models=4",
-            f"serve.state_dir={root / 'state'}",
-            *extra,
-        ],
-    )
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[str]:
     root = tmp_path_factory.mktemp("serve")
-    with running_server(serve_config(tiny_model_dir, root)) as url:
+    config = serve_config(
+        tiny_model_dir,
+        root / "state",
+        "actor.engine.micro_batch.micro_batch_size=8",
+        "serve.poll_wait_s=2",
+        "serve.max_models=4",
+    )
+    with running_server(config) as url:
         yield url
 
 
