@@ -37,7 +37,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> It
         root / "state",
         "actor.engine.micro_batch.micro_batch_size=8",
         "serve.poll_wait_s=2",
-        "serve.max_models=4",
+        "serve.max_models=8",
     )
     with running_server(config) as url:
         yield url
@@ -131,6 +131,26 @@ def test_state_saves_and_restores(trainer: Any) -> None:
     trainer.load_state(saved.path).result()
     restored = trainer.forward([datum(SEQUENCE)], "cross_entropy").result().metrics["loss:sum"]
     assert restored == pytest.approx(before, abs=1e-5)
+
+
+def test_a_new_client_starts_from_a_saved_state(client: Any, trainer: Any) -> None:
+    """``create_training_client_from_state[_with_optimizer]``: a new client of the same
+    kind, with the saved weights (and optimizer state, or a fresh optimizer)."""
+    saved = trainer.save_state("for-new-clients").result()
+    want = trainer.forward([datum(SEQUENCE)], "cross_entropy").result().metrics["loss:sum"]
+    for with_optimizer in (True, False):
+        create = (
+            client.create_training_client_from_state_with_optimizer
+            if with_optimizer
+            else client.create_training_client_from_state
+        )
+        restored = create(saved.path).result()
+        assert not restored.get_info().is_lora
+        got = restored.forward([datum(SEQUENCE)], "cross_entropy").result().metrics["loss:sum"]
+        assert got == pytest.approx(want, abs=1e-5)
+        restored.forward_backward([datum(SEQUENCE)], "cross_entropy").result()
+        step = restored.optim_step(types.AdamParams(learning_rate=1e-3)).result()
+        assert math.isfinite(step.metrics["optim/grad_norm:mean"])
 
 
 def test_a_named_sampler_path_makes_a_sampling_client(client: Any, trainer: Any) -> None:

@@ -159,3 +159,26 @@ def test_megatron_forward_backward_calls_accumulate(
         result["whole_metrics"]["grad_norm"], rel=1e-6
     )
     assert result["global_step"] == 1
+
+
+def test_reset_optimizer_makes_the_next_step_a_fresh_optimizers(
+    tiny_models: dict[str, Path], one_rank: None
+) -> None:
+    """After ``reset_optimizer`` a step equals the first step of a new engine on the same
+    weights: AdamW's moments and step count are forgotten (the steps take their values
+    from ``OptimHyper``, so the LR schedule's position does not matter)."""
+    config = _config(tiny_models)
+    hyper = OptimHyper(learning_rate=1e-3, eps=1e-4)
+    trained, fresh = FSDPEngine(config), FSDPEngine(config)
+    batch = make_toy_batch(8, seed=5)
+    trained.forward_backward(batch, toy_sum_nll_loss)
+    trained.optim_step(hyper)
+    trained.reset_optimizer()
+    assert not trained.optimizer.state
+    with torch.no_grad():
+        for mine, theirs in zip(fresh.model.parameters(), trained.model.parameters(), strict=True):
+            mine.copy_(theirs)
+    for engine in (trained, fresh):
+        engine.forward_backward(batch, toy_sum_nll_loss)
+        engine.optim_step(hyper)
+    _assert_same(_weights(trained), _weights(fresh), atol=TOLERANCE)

@@ -158,3 +158,8 @@ class TrainingEngine(Protocol):
     def onload(self) -> None:
         """Bring parameters and optimizer state back to the compute device."""
         ...
+
+    def reset_optimizer(self) -> None:
+        """Forget the optimizer's state (AdamW's moments and step counts): the next step is a
+        fresh optimizer's first, on the current weights (weights-only resume)."""
+        ...

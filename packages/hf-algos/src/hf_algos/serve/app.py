@@ -221,12 +221,18 @@ def _training_routes(app: FastAPI, service: TinkerService) -> None:
     @app.post(f"{API}/load_weights")
     async def load_weights(request: Request) -> dict:
         body = parse(types.LoadWeightsRequest, await json_body(request))
-        if body.model_id is None:
+        if body.model_id is not None:
+            return service.load_state(body.model_id, body.seq_id, body.path, body.optimizer)
+        if body.session_id is None or body.model_seq_id is None:
             raise BadRequestError(
-                "load_weights without model_id (create-via-load) is not supported; "
-                "create the training client first"
+                "load_weights needs model_id (load into a client) or session_id and "
+                "model_seq_id (a new client from the state)"
             )
-        return service.load_state(body.model_id, body.seq_id, body.path)
+        if body.base_model is not None:
+            service.check_base_model(body.base_model)
+        return service.create_from_state(
+            body.session_id, body.model_seq_id, body.path, body.optimizer
+        )
 
     @app.post(f"{API}/save_weights_for_sampler")
     async def save_for_sampler(request: Request) -> dict:

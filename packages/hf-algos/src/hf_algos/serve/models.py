@@ -11,6 +11,7 @@ the server. Every call runs on the model's :class:`~hf_algos.serve.runner.Ordere
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +35,17 @@ from hf_controller import RayClassWithInitArgs
 from hf_engines import OptimHyper
 from hf_protocol import DataProto, fields, left_pad
 from hf_rollout import SamplingConfig
+
+STATE_INFO = "tinker.json"
+"""The file beside a saved state that says its base model and LoRA rank."""
+
+
+def saved_lora_rank(directory: Path) -> int:
+    """The LoRA rank of the client that saved the state in ``directory`` (0: full)."""
+    info = directory / STATE_INFO
+    if not info.is_file():
+        raise BadRequestError(f"no saved state at {str(directory)!r} (no {STATE_INFO})")
+    return int(json.loads(info.read_text())["lora_rank"])
 
 
 @dataclass(frozen=True)
@@ -133,15 +145,21 @@ class ServedModel:
         return self.version
 
     def save_state(self, directory: Path) -> None:
-        """Save weights and optimizer state (an engine checkpoint) to ``directory``."""
+        """Save weights and optimizer state (an engine checkpoint) to ``directory``, with
+        ``tinker.json`` (base model, LoRA rank) for a client created from it later."""
         directory.parent.mkdir(parents=True, exist_ok=True)
         self.actor.save_checkpoint(str(directory))
+        about = {"base_model": self.config.base_model, "lora_rank": self.lora_rank}
+        (directory / STATE_INFO).write_text(json.dumps(about))
 
-    def load_state(self, directory: Path) -> None:
-        """Restore :meth:`save_state`'s ``directory`` (weights and optimizer)."""
+    def load_state(self, directory: Path, optimizer: bool) -> None:
+        """Restore :meth:`save_state`'s ``directory``: the weights, and the optimizer's
+        state with ``optimizer`` (else a fresh optimizer)."""
         if not directory.is_dir():
             raise BadRequestError(f"no saved state at {str(directory)!r}")
         self.actor.load_checkpoint(str(directory))
+        if not optimizer:
+            self.actor.tinker_reset_optimizer()
         self.stale = True
 
     def sample(self, calls: Sequence[SampleCall]) -> list[list[SampledSequence]]:

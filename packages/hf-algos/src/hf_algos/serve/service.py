@@ -24,7 +24,7 @@ from typing import Any
 from hf_algos.serve.config import ServeConfig
 from hf_algos.serve.errors import BadRequestError, NotFoundError
 from hf_algos.serve.futures import FutureStore, Reply
-from hf_algos.serve.models import SampleCall, ServedModel
+from hf_algos.serve.models import SampleCall, ServedModel, saved_lora_rank
 from hf_algos.serve.runner import OrderedRunner
 from hf_algos.serve.sampling import SampleBatcher
 from hf_algos.serve.wire import ForwardBackwardCall, encode_forward_backward, encode_sample
@@ -136,6 +136,24 @@ class TinkerService:
 
     def create_model(self, session_id: str, model_seq_id: int, base_model: str, rank: int) -> dict:
         """Queue the start of a training client (LoRA ``rank``; 0: full fine-tuning)."""
+        model = self._new_model(session_id, model_seq_id, base_model, rank)
+        reply = {"model_id": model.model_id, "type": "create_model"}
+        return self._start(model, lambda: None, reply)
+
+    def create_from_state(
+        self, session_id: str, model_seq_id: int, path: str, optimizer: bool
+    ) -> dict[str, Any]:
+        """Queue the start of a training client from a ``save_state`` path (its LoRA rank
+        is the saver's), loaded with or without the optimizer's state (SDK:
+        ``create_training_client_from_state[_with_optimizer]``)."""
+        directory = self._weights_dir(path)
+        rank = saved_lora_rank(directory)
+        model = self._new_model(session_id, model_seq_id, self.config.base_model, rank)
+        reply = {"path": path, "model_id": model.model_id, "type": "load_weights"}
+        return self._start(model, lambda: model.load_state(directory, optimizer), reply)
+
+    def _new_model(self, session_id: str, model_seq_id: int, base_model: str, rank: int) -> Any:
+        """A registered, not yet started training client (the checks first)."""
         session = self.session(session_id)
         self.check_base_model(base_model)
         if len(self.models) >= self.config.serve.max_models:
@@ -153,18 +171,24 @@ class TinkerService:
         self.models[model_id] = model
         self.batchers[model_id] = SampleBatcher(model, self.config.serve.sample_batch_wait_s)
         session.models.append(model_id)
+        return model
+
+    def _start(self, model: ServedModel, then: Callable[[], None], reply: dict) -> dict:
+        """Queue building ``model``'s worker groups, then ``then``; a client that fails to
+        start is the future's error and holds no slot."""
 
         def build() -> Reply:
             try:
                 model.build()
-            except BaseException:  # a client that never started holds no slot
-                self.models.pop(model_id, None)
-                self.batchers.pop(model_id, None)
+                then()
+            except BaseException:
+                self.models.pop(model.model_id, None)
+                self.batchers.pop(model.model_id, None)
                 threading.Thread(target=model.close, daemon=True).start()
                 raise
-            return Reply({"model_id": model_id, "type": "create_model"})
+            return Reply(reply)
 
-        return {**self._track(model.runner.submit(build)), "model_id": model_id}
+        return {**self._track(model.runner.submit(build)), "model_id": model.model_id}
 
     def model(self, model_id: str) -> ServedModel:
         """The training client ``model_id`` (:class:`NotFoundError` otherwise)."""
@@ -231,17 +255,25 @@ class TinkerService:
 
         return self._in_order(model_id, seq_id, work)
 
-    def load_state(self, model_id: str, seq_id: int | None, path: str) -> dict[str, Any]:
-        """Queue restoring a ``save_state`` checkpoint of this server into ``model_id``."""
-        model = self.model(model_id)
+    def _weights_dir(self, path: str) -> Path:
+        """The directory of a ``tinker://<model>/weights/<name>`` path of this server."""
         owner, kind, name = parse_path(path)
         if kind != "weights":
             raise BadRequestError(
-                f"path {path!r}: load_state takes a tinker://<model>/weights/<name> path"
+                f"path {path!r}: give a tinker://<model>/weights/<name> path (save_state's)"
             )
+        return self._state_dir(owner, name)
+
+    def load_state(
+        self, model_id: str, seq_id: int | None, path: str, optimizer: bool
+    ) -> dict[str, Any]:
+        """Queue restoring a ``save_state`` checkpoint of this server into ``model_id``
+        (the optimizer's state too with ``optimizer``)."""
+        model = self.model(model_id)
+        directory = self._weights_dir(path)
 
         def work() -> Reply:
-            model.load_state(self._state_dir(owner, name))
+            model.load_state(directory, optimizer)
             return Reply({"path": path, "model_id": model_id, "type": "load_weights"})
 
         return self._in_order(model_id, seq_id, work)

@@ -84,6 +84,11 @@ class TinkerActorWorker(SyncActorWorker):
         return DataProto.from_dict(tensors={LOG_PROBS: log_probs.float()})
 
     @register(Dispatch.ONE_TO_ALL)
+    def tinker_reset_optimizer(self) -> None:
+        """Forget the optimizer's state (a weights-only ``load_state``)."""
+        self.engine.reset_optimizer()
+
+    @register(Dispatch.ONE_TO_ALL)
     def tinker_optim_step(self, hyper: OptimHyper) -> dict[str, float]:
         """Apply the accumulated gradients with ``hyper``; ``grad_norm`` and ``lr``."""
         return self.engine.optim_step(hyper)

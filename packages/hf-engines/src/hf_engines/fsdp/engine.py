@@ -435,6 +435,10 @@ class FSDPEngine:
             return iter_merged_params(self.model)
         return checkpoint.iter_full_params(self.model)
 
+    def reset_optimizer(self) -> None:
+        """Forget the optimizer's state; see :class:`~hf_engines.engine.TrainingEngine`."""
+        self.optimizer.state.clear()
+
     def offload(self) -> None:
         """Move parameters and optimizer state to CPU memory (nothing to do on a CPU run).
 

@@ -332,6 +332,10 @@ class MegatronEngine:
             hf_export(self.config.model, self._hf_class, dtype, max_shard_size),
         )
 
+    def reset_optimizer(self) -> None:
+        """Forget the optimizer's state; see :class:`~hf_engines.engine.TrainingEngine`."""
+        self.optimizer.state.clear()
+
     def offload(self) -> None:
         """Move parameters and optimizer state to CPU memory (nothing to do on a CPU run)."""
         if self.device.type == "cpu":
