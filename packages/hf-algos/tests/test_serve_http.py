@@ -175,3 +175,17 @@ def wait_for(url: str, request_id: str) -> dict:
         if answer.get("type") != "try_again":
             return answer
     raise AssertionError(f"{request_id} still pending after 120 s")
+
+
+def test_the_listening_socket_is_tcp_so_asyncio_disables_nagle(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """asyncio sets TCP_NODELAY only on connections of a socket whose proto is TCP; with
+    proto 0 each keep-alive response waited ~40 ms for the client's delayed ACK."""
+    from hf_algos.serve.server import bind
+
+    sock = bind(config(tiny_model_dir, tmp_path))
+    try:
+        assert sock.proto == socket.IPPROTO_TCP
+    finally:
+        sock.close()

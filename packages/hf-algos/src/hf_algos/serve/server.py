@@ -37,7 +37,10 @@ def api_key(config: ServeConfig) -> str | None:
 def bind(config: ServeConfig) -> socket.socket:
     """The listening socket (``serve.port`` 0: any free port)."""
     family = socket.AF_INET6 if ":" in config.serve.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio disables Nagle (TCP_NODELAY) only on connections of
+    # a socket whose proto says TCP; with proto 0 every keep-alive response waited ~40 ms
+    # for the client's delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((config.serve.host, config.serve.port))
