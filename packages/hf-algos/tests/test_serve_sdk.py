@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 tinker = pytest.importorskip("tinker", reason="needs the serve extra (the tinker SDK)")
 from tinker import types  # noqa: E402
@@ -41,6 +42,8 @@ def server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> It
     )
     with running_server(config) as url:
         yield url
+    # the in-process workers' process group ended with the server: later tests can start one
+    assert not torch.distributed.is_initialized()
 
 
 @pytest.fixture(scope="module")

@@ -108,3 +108,7 @@ def running_server(config: ServeConfig) -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=120)
         sock.close()
+        if config.trainer.backend == "local":  # the workers ran in this process: end their
+            from hf_engines.workers.distributed import shutdown_distributed  # process group
+
+            shutdown_distributed()

@@ -120,9 +120,14 @@ class TinkerService:
             threading.Thread(target=model.close, name=f"close-{model_id}", daemon=True).start()
 
     def close(self) -> None:
-        """End every session (server shutdown)."""
-        for session_id in list(self.sessions):
-            self.end_session(session_id)
+        """End every session and stop every training client's worker groups, waiting for
+        them (server shutdown)."""
+        self.sessions.clear()
+        models = list(self.models.values())
+        self.models.clear()
+        self.batchers.clear()
+        for model in models:
+            model.close()
 
     # -- training clients ------------------------------------------------------------------
 
