@@ -187,9 +187,7 @@ class TinkerService:
                 model.build()
                 then()
             except BaseException:
-                self.models.pop(model.model_id, None)
-                self.batchers.pop(model.model_id, None)
-                threading.Thread(target=model.close, daemon=True).start()
+                self._close_model(model.model_id)
                 raise
             return Reply(reply)
 
