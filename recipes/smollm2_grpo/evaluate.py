@@ -19,13 +19,18 @@ from hf_algos.rewards.reasoning_gym import compute_reasoning_gym_score
 
 
 def greedy_accuracy(
-    model_dir: Path, spec: str, max_new_tokens: int = 32, batch_size: int = 16
+    model_dir: Path,
+    spec: str,
+    max_new_tokens: int = 32,
+    batch_size: int = 16,
+    dtype: torch.dtype = torch.float32,
 ) -> float:
     """Share of the rows of the reasoning-gym ``spec`` that the model at ``model_dir``
-    answers right, greedily, in plain transformers (left-padded batches)."""
+    answers right, greedily, in plain transformers (left-padded batches), with its weights
+    in ``dtype`` (the run's rollout dtype, so that both measure the same model)."""
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval()
     rows = reasoning_gym_rows(spec)
     right = 0.0
     for start in range(0, len(rows), batch_size):

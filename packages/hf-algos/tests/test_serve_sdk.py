@@ -70,9 +70,11 @@ def test_the_sdk_learns_a_sequence_and_samples_it(trainer: Any, tiny_model_dir: 
     info = trainer.get_info()
     assert info.model_data.tokenizer_id == str(tiny_model_dir.resolve())
     losses = []
+    # lr 1e-2: the loss falls smoothly (44.8 -> 0.05 in 40 steps). At 3e-2 it oscillated,
+    # and on another CPU's float rounding it stopped at 7.0 or memorised a wrong token.
     for _ in range(40):
         result = trainer.forward_backward([datum(SEQUENCE)], "cross_entropy").result()
-        trainer.optim_step(types.AdamParams(learning_rate=3e-2)).result()
+        trainer.optim_step(types.AdamParams(learning_rate=1e-2)).result()
         losses.append(result.metrics["loss:sum"])
         (output,) = result.loss_fn_outputs
         logprobs = output["logprobs"].tolist()
