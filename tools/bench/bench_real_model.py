@@ -48,6 +48,7 @@ from bench_support import machine_line, write_section
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from hf_algos.data.few_shot import FewShotExample, FewShotExamples
+from hf_algos.data.prompts import PromptFormat, encode_prompt, has_chat_template
 from hf_engines import EngineConfig, FSDPEngine
 from hf_engines.config import (
     FSDPConfig,
@@ -91,27 +92,22 @@ def prompt_format(tokenizer: PreTrainedTokenizerBase, requested: str) -> str:
     template where the tokenizer has one (SmolLM2-Instruct), else few-shot (Gemma 3 base)."""
     if requested != "auto":
         return requested
-    return "chat" if tokenizer.chat_template else "few_shot"
+    return "chat" if has_chat_template(tokenizer) else "few_shot"
 
 
-def recipe_prompts(model_dir: Path, count: int, seed: int, style: str) -> list[list[int]]:
-    """``count`` chain_sum questions as token ids, as the recipe shows them: through the
-    model's chat template (``chat``), or after ``FEW_SHOT`` solved examples of other rows
-    (``few_shot``, ``gemma3_chain_sum``'s format)."""
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+def recipe_prompts(
+    tokenizer: PreTrainedTokenizerBase, count: int, seed: int, style: str
+) -> list[list[int]]:
+    """``count`` chain_sum questions as token ids, encoded as the trainer encodes them
+    (:func:`~hf_algos.data.prompts.encode_prompt`): through the model's chat template
+    (``chat``), or after ``FEW_SHOT`` solved examples of other rows (``few_shot``,
+    ``gemma3_chain_sum``'s format)."""
+    few_shot = None
     if style == "few_shot":
-        shots = FewShotExamples(
-            tuple(FewShotExample(r["question"], r["answer"]) for r in chain_sum_rows(8, 1)),
-            k=FEW_SHOT,
-        )
-        texts = [shots.render(row["question"]) for row in chain_sum_rows(count, seed)]
-        return [tokenizer(text)["input_ids"] for text in texts]
-    prompts = []
-    for row in chain_sum_rows(count, seed):
-        messages = [{"role": "user", "content": row["question"]}]
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        prompts.append(tokenizer(text, add_special_tokens=False)["input_ids"])
-    return prompts
+        shots = tuple(FewShotExample(r["question"], r["answer"]) for r in chain_sum_rows(8, 1))
+        few_shot = FewShotExamples(shots, k=FEW_SHOT)
+    fmt = PromptFormat(use_chat_template=style == "chat", few_shot=few_shot)
+    return [encode_prompt(tokenizer, row["question"], fmt) for row in chain_sum_rows(count, seed)]
 
 
 def update_batch(prompts: list[list[int]], samples: int, new_tokens: int, vocab: int) -> DataProto:
@@ -354,7 +350,7 @@ def main() -> None:
     model_dir = resolve_model_path(args.model)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     style = prompt_format(tokenizer, args.prompt_format)
-    prompts = recipe_prompts(model_dir, args.prompts, seed=0, style=style)
+    prompts = recipe_prompts(tokenizer, args.prompts, seed=0, style=style)
     vocab = tokenizer.vocab_size
     batch = update_batch(prompts, args.samples, args.new_tokens, vocab)
     mask = batch_tensors(batch)["attention_mask"]
